@@ -1,0 +1,21 @@
+-- Privileges and pg_dump registration; runs last.
+
+-- Nothing is PUBLIC: CREATE FUNCTION grants EXECUTE to PUBLIC by default.
+REVOKE ALL ON SCHEMA distlock FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA distlock FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA distlock FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
+
+-- Monitoring roles may read the views (and only the views).
+GRANT USAGE ON SCHEMA distlock TO pg_monitor;
+GRANT SELECT ON distlock.advisory_locks, distlock.lock_waits,
+                distlock.running_tasks, distlock.task_stats TO pg_monitor;
+GRANT EXECUTE ON FUNCTION distlock.task_lock_class() TO pg_monitor;
+
+-- User data survives pg_dump / pg_restore, including the sequences, so
+-- fencing tokens keep increasing after a restore.
+SELECT pg_catalog.pg_extension_config_dump('distlock.scheduled_tasks', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.scheduled_tasks_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.task_execution_log', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.task_execution_log_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.fencing_token_seq', '');

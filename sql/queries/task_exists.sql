@@ -1,0 +1,1 @@
+SELECT true FROM distlock.scheduled_tasks WHERE id = $1

@@ -1,0 +1,126 @@
+-- Monitoring views. They read pg_locks and pg_stat_activity, so they are
+-- granted to pg_monitor (see grants.sql) and show only this database's locks.
+
+-- Which backend holds which task lock, decoded from the reserved key space.
+CREATE VIEW distlock.task_lock_holders AS
+SELECT l.objid::int AS task_id,
+       l.pid
+  FROM pg_catalog.pg_locks l
+ WHERE l.locktype = 'advisory'
+   AND l.objsubid = 2
+   AND l.classid = distlock.task_lock_class()::oid
+   AND l.granted
+   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                      WHERE d.datname = pg_catalog.current_database());
+
+CREATE VIEW distlock.advisory_locks AS
+SELECT l.pid,
+       a.application_name,
+       a.client_addr,
+       a.backend_start,
+       a.query,
+       l.mode,
+       l.granted,
+       CASE l.objsubid WHEN 1 THEN 'bigint' ELSE 'int4_pair' END AS key_kind,
+       -- bigint form: the key given to pg_advisory_lock(bigint)
+       CASE WHEN l.objsubid = 1 THEN (l.classid::bigint << 32) | l.objid::bigint END AS key,
+       -- int4 pair form: the two keys given to pg_advisory_lock(int, int)
+       CASE WHEN l.objsubid = 2 THEN l.classid::int END AS key1,
+       CASE WHEN l.objsubid = 2 THEN l.objid::int END AS key2,
+       (l.objsubid = 2 AND l.classid = distlock.task_lock_class()::oid) AS is_task_lock,
+       t.id AS task_id,
+       t.task_name,
+       CASE WHEN l.granted THEN pg_catalog.now() - r.started_at END AS held_for,
+       CASE WHEN NOT l.granted THEN pg_catalog.now() - l.waitstart END AS waiting_for
+  FROM pg_catalog.pg_locks l
+  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+  LEFT JOIN distlock.scheduled_tasks t
+         ON l.objsubid = 2
+        AND l.classid = distlock.task_lock_class()::oid
+        AND t.id = l.objid::int
+  LEFT JOIN distlock.task_execution_log r
+         ON r.task_id = t.id
+        AND r.status = 'running'
+        AND r.holder_pid = l.pid
+        AND l.granted
+ WHERE l.locktype = 'advisory'
+   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                      WHERE d.datname = pg_catalog.current_database());
+
+COMMENT ON VIEW distlock.advisory_locks IS
+    'Every advisory lock of this database, decoded; held_for is known for task locks only.';
+
+CREATE VIEW distlock.lock_waits AS
+SELECT w.pid AS blocked_pid,
+       w.application_name AS blocked_application,
+       w.query AS blocked_query,
+       b.pid AS blocking_pid,
+       b.application_name AS blocking_application,
+       b.query AS blocking_query,
+       wl.locktype,
+       al.key_kind,
+       al.key,
+       al.key1,
+       al.key2,
+       al.task_name,
+       pg_catalog.now() - wl.waitstart AS waiting_for
+  FROM pg_catalog.pg_stat_activity w
+ CROSS JOIN LATERAL pg_catalog.unnest(pg_catalog.pg_blocking_pids(w.pid)) AS bp(pid)
+  JOIN pg_catalog.pg_stat_activity b ON b.pid = bp.pid
+  LEFT JOIN LATERAL (
+        SELECT l.locktype, l.waitstart
+          FROM pg_catalog.pg_locks l
+         WHERE l.pid = w.pid AND NOT l.granted
+         LIMIT 1) wl ON true
+  LEFT JOIN distlock.advisory_locks al ON al.pid = w.pid AND NOT al.granted
+ WHERE w.wait_event_type = 'Lock';
+
+COMMENT ON VIEW distlock.lock_waits IS
+    'Who waits for whom (pg_blocking_pids), with the advisory key and task when there is one.';
+
+CREATE VIEW distlock.running_tasks AS
+SELECT r.id AS log_id,
+       r.task_id,
+       t.task_name,
+       r.worker_id,
+       r.fencing_token,
+       r.attempt,
+       r.started_at,
+       pg_catalog.now() - r.started_at AS running_for,
+       r.holder_pid,
+       r.holder_backend_start,
+       -- Alive: this claim is the task's current one and its backend still
+       -- holds the task lock (a dead or restarted backend holds nothing).
+       (r.fencing_token IS NOT DISTINCT FROM t.current_token AND h.pid IS NOT NULL) AS holder_alive,
+       t.timeout,
+       (t.timeout IS NOT NULL AND pg_catalog.now() - r.started_at > t.timeout) AS past_timeout
+  FROM distlock.task_execution_log r
+  JOIN distlock.scheduled_tasks t ON t.id = r.task_id
+  LEFT JOIN distlock.task_lock_holders h ON h.task_id = r.task_id AND h.pid = r.holder_pid
+ WHERE r.status = 'running';
+
+COMMENT ON VIEW distlock.running_tasks IS
+    'Running claims, whether their holder backend is alive, and whether they are past their timeout.';
+
+CREATE VIEW distlock.task_stats AS
+SELECT t.id AS task_id,
+       t.task_name,
+       t.task_type,
+       t.is_enabled,
+       count(l.id) AS runs,
+       count(l.id) FILTER (WHERE l.status = 'running') AS running,
+       count(l.id) FILTER (WHERE l.status = 'completed') AS completed,
+       count(l.id) FILTER (WHERE l.status = 'failed') AS failed,
+       count(l.id) FILTER (WHERE l.status = 'timed_out') AS timed_out,
+       count(l.id) FILTER (WHERE l.status = 'abandoned') AS abandoned,
+       avg(l.completed_at - l.started_at) FILTER (WHERE l.status = 'completed') AS avg_duration,
+       max(l.completed_at - l.started_at) FILTER (WHERE l.status = 'completed') AS max_duration,
+       t.last_status,
+       t.last_run_at,
+       t.next_run_at
+  FROM distlock.scheduled_tasks t
+  LEFT JOIN distlock.task_execution_log l ON l.task_id = t.id
+ GROUP BY t.id;
+
+COMMENT ON VIEW distlock.task_stats IS
+    'Per task: runs by outcome, durations of completed runs, and its schedule.';

@@ -1,0 +1,40 @@
+//! pg_distlock: distributed locks, scheduled-task claims and their recovery,
+//! served from inside PostgreSQL.
+
+use pgrx::prelude::*;
+
+mod errors;
+mod hashing;
+mod lock_keys;
+mod plans;
+mod schedule;
+mod sweep;
+mod tasks;
+mod xact;
+
+::pgrx::pg_module_magic!(name, version);
+
+// Tables, views and grants are plain SQL, kept in sql/ and ordered here.
+pgrx::extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+pgrx::extension_sql_file!(
+    "../sql/views.sql",
+    name = "views",
+    requires = ["schema", lock_keys::task_lock_class]
+);
+pgrx::extension_sql_file!("../sql/grants.sql", name = "grants", finalize);
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    xact::register_callbacks();
+}
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

@@ -1,0 +1,55 @@
+//! Prepared statements kept for the life of the backend.
+//!
+//! Parsing and planning a statement costs more than running these small
+//! ones, so each SQL text is prepared once per backend (like PL/pgSQL does)
+//! and its saved plan reused; PostgreSQL's plan cache re-plans it when the
+//! tables change. Every statement runs with a fresh snapshot (non-read-only
+//! SPI), so claims see the latest committed state after taking a lock.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use pgrx::pg_sys::PgOid;
+use pgrx::datum::{FromDatum, IntoDatum};
+use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult, SpiTupleTable};
+
+thread_local! {
+    static PLANS: RefCell<HashMap<usize, Rc<OwnedPreparedStatement>>> = RefCell::new(HashMap::new());
+}
+
+/// The kept plan for `sql` (a `'static` text: its address is the cache key).
+pub fn plan(client: &SpiClient<'_>, sql: &'static str, arg_types: &[PgOid]) -> Rc<OwnedPreparedStatement> {
+    let key = sql.as_ptr() as usize;
+    if let Some(plan) = PLANS.with(|plans| plans.borrow().get(&key).cloned()) {
+        return plan;
+    }
+    let prepared = client
+        .prepare_mut(sql, arg_types)
+        .unwrap_or_else(|e| crate::errors::raise(pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pg_distlock could not prepare a statement: {e}")))
+        .keep();
+    let plan = Rc::new(prepared);
+    PLANS.with(|plans| plans.borrow_mut().insert(key, plan.clone()));
+    plan
+}
+
+/// The first column of the first row, or None when there is no row.
+pub fn first_value<T: FromDatum + IntoDatum>(rows: SpiTupleTable<'_>) -> SpiResult<Option<T>> {
+    if rows.is_empty() {
+        Ok(None)
+    } else {
+        rows.first().get_one::<T>()
+    }
+}
+
+/// Shorthands for argument types.
+pub mod types {
+    use pgrx::pg_sys::{BuiltinOid, PgOid};
+    pub const INT4: PgOid = PgOid::BuiltIn(BuiltinOid::INT4OID);
+    pub const INT8: PgOid = PgOid::BuiltIn(BuiltinOid::INT8OID);
+    pub const TEXT: PgOid = PgOid::BuiltIn(BuiltinOid::TEXTOID);
+    pub const BOOL: PgOid = PgOid::BuiltIn(BuiltinOid::BOOLOID);
+    pub const TIMESTAMPTZ: PgOid = PgOid::BuiltIn(BuiltinOid::TIMESTAMPTZOID);
+    pub const INTERVAL: PgOid = PgOid::BuiltIn(BuiltinOid::INTERVALOID);
+    pub const INT8_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::INT8ARRAYOID);
+}

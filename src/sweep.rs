@@ -1,0 +1,162 @@
+//! The recovery sweep: ends claims whose holder is gone (abandoned) or has
+//! run past its timeout (timed_out, and its backend is terminated, because
+//! no other session can release a session-level advisory lock).
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use pgrx::PgSqlErrorCode;
+
+use crate::errors::{raise, require_primary, required};
+use crate::plans::{plan, types};
+use crate::tasks::finish_claim;
+use crate::xact;
+
+struct RunningClaim {
+    log_id: i64,
+    task_id: i32,
+    worker_id: String,
+    holder_pid: i32,
+    holder_alive: bool,
+    overdue: bool,
+    timeout: String,
+}
+
+fn internal(e: pgrx::spi::SpiError) -> ! {
+    raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
+}
+
+fn lock_running_claims(client: &SpiClient<'_>) -> Vec<i64> {
+    let stmt = plan(client, include_str!("../sql/queries/lock_running_claims.sql"), &[]);
+    client
+        .select(&*stmt, None, &[])
+        .and_then(|rows| rows.map(|row| row.get::<i64>(1).map(Option::unwrap_or_default)).collect())
+        .unwrap_or_else(|e| internal(e))
+}
+
+fn assess(client: &SpiClient<'_>, log_ids: Vec<i64>, timeout_minutes: i32) -> Vec<RunningClaim> {
+    let stmt = plan(
+        client,
+        include_str!("../sql/queries/assess_claims.sql"),
+        &[types::INT8_ARRAY, types::INT4],
+    );
+    client
+        .select(&*stmt, None, &[log_ids.into(), timeout_minutes.into()])
+        .and_then(|rows| {
+            rows.map(|row| {
+                Ok(RunningClaim {
+                    log_id: row.get(1)?.unwrap_or_default(),
+                    task_id: row.get(2)?.unwrap_or_default(),
+                    worker_id: row.get(3)?.unwrap_or_default(),
+                    holder_pid: row.get(4)?.unwrap_or_default(),
+                    holder_alive: row.get(5)?.unwrap_or_default(),
+                    overdue: row.get(6)?.unwrap_or_default(),
+                    timeout: row.get(7)?.unwrap_or_default(),
+                })
+            })
+            .collect()
+        })
+        .unwrap_or_else(|e| internal(e))
+}
+
+fn holder_holds_lock(client: &SpiClient<'_>, task_id: i32, pid: i32) -> bool {
+    let stmt = plan(
+        client,
+        include_str!("../sql/queries/holder_holds_lock.sql"),
+        &[types::INT4, types::INT4],
+    );
+    client
+        .select(&*stmt, None, &[task_id.into(), pid.into()])
+        .and_then(|rows| rows.first().get_one::<bool>())
+        .unwrap_or_else(|e| internal(e))
+        .unwrap_or(false)
+}
+
+/// Mirrors pg_terminate_backend's permission rule, so a backend we may not
+/// signal is reported instead of aborting the whole sweep.
+fn may_terminate(pid: i32) -> bool {
+    unsafe {
+        let proc_ = pg_sys::BackendPidGetProc(pid);
+        if proc_.is_null() {
+            return false;
+        }
+        let role = (*proc_).roleId;
+        if role != pg_sys::InvalidOid && pg_sys::superuser_arg(role) && !pg_sys::superuser() {
+            return false;
+        }
+        let me = pg_sys::GetUserId();
+        pg_sys::has_privs_of_role(me, role)
+            || pg_sys::has_privs_of_role(me, pg_sys::Oid::from(pg_sys::ROLE_PG_SIGNAL_BACKEND))
+    }
+}
+
+/// Frees a timed-out claim's lock; true when its holder no longer has it.
+fn free_lock_of(client: &SpiClient<'_>, claim: &RunningClaim) -> bool {
+    if claim.holder_pid == unsafe { pg_sys::MyProcPid } {
+        // The sweep runs in the holder's own session: drop the lock at commit.
+        xact::release_at_commit(claim.task_id);
+        return true;
+    }
+    if !may_terminate(claim.holder_pid) {
+        ereport!(
+            WARNING,
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!(
+                "pg_distlock sweep may not terminate backend {} holding task {}; its lock stays held",
+                claim.holder_pid, claim.task_id
+            )
+        );
+        return !holder_holds_lock(client, claim.task_id, claim.holder_pid);
+    }
+    let stmt = plan(client, include_str!("../sql/queries/terminate_backend.sql"), &[types::INT4]);
+    client.select(&*stmt, None, &[claim.holder_pid.into()]).unwrap_or_else(|e| internal(e));
+    !holder_holds_lock(client, claim.task_id, claim.holder_pid)
+}
+
+/// Recovers running claims whose holder backend is gone (`abandoned`) or
+/// that ran longer than their task's timeout, or `p_timeout_minutes` when
+/// the task has none (`timed_out`; the holder backend is terminated).
+/// Safe to run concurrently and often, e.g. every minute from pg_cron.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn check_and_recover_timeout_tasks(
+    p_timeout_minutes: default!(Option<i32>, 30),
+) -> TableIterator<
+    'static,
+    (name!(task_id, i32), name!(worker_id, String), name!(lock_released, bool)),
+> {
+    require_primary("recover tasks");
+    let timeout_minutes = required(p_timeout_minutes, "p_timeout_minutes");
+    if timeout_minutes <= 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("p_timeout_minutes must be positive, got {timeout_minutes}"),
+        );
+    }
+    let recovered = Spi::connect(|client| {
+        let locked = lock_running_claims(client);
+        if locked.is_empty() {
+            return Vec::new();
+        }
+        let mut recovered = Vec::new();
+        for claim in assess(client, locked, timeout_minutes) {
+            let lock_released = if !claim.holder_alive {
+                let reason = format!("holder backend {} is gone", claim.holder_pid);
+                finish_claim(client, claim.log_id, "abandoned", Some(&reason));
+                !holder_holds_lock(client, claim.task_id, claim.holder_pid)
+            } else if claim.overdue {
+                let reason = format!(
+                    "ran longer than {}; holder backend {} terminated",
+                    claim.timeout, claim.holder_pid
+                );
+                finish_claim(client, claim.log_id, "timed_out", Some(&reason));
+                free_lock_of(client, &claim)
+            } else {
+                continue;
+            };
+            recovered.push((claim.task_id, claim.worker_id, lock_released));
+        }
+        recovered
+    });
+    TableIterator::new(recovered)
+}

@@ -1,0 +1,90 @@
+//! Taking one task: lock first, then re-check and log under the lock.
+
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use pgrx::PgSqlErrorCode;
+
+use crate::errors::{raise, require_primary, required, worker_id};
+use crate::lock_keys::{task_lock_id, try_lock_task, unlock_task, TryLock};
+use crate::plans::{first_value, plan, types};
+use crate::xact;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    Claimed { fencing_token: i64 },
+    /// Another session holds the task.
+    Busy,
+    /// This session already runs it (a second claim would log a second run).
+    AlreadyHeldHere,
+    /// Disabled, not due (when due-ness was asked for), or unknown.
+    NotEligible,
+}
+
+/// Claims `task_id` for `worker`; with `only_if_due`, only while it is due.
+///
+/// The lock is taken before the task row is read again, and that read
+/// follows the row to its latest committed version, so a claim can never
+/// act on a due slot that a just-committed release has already finished.
+pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &str, only_if_due: bool) -> Claim {
+    match try_lock_task(task_id) {
+        TryLock::Busy => return Claim::Busy,
+        TryLock::AlreadyHeld => return Claim::AlreadyHeldHere,
+        TryLock::Acquired => {}
+    }
+    xact::claimed_in_this_transaction(task_id);
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/claim_task.sql"),
+        &[types::INT4, types::BOOL, types::TEXT, types::INT8, types::TIMESTAMPTZ],
+    );
+    let token = client
+        .select(
+            &*stmt,
+            None,
+            &[
+                task_id.into(),
+                only_if_due.into(),
+                worker.into(),
+                task_lock_id(task_id).into(),
+                super::backend_start().into(),
+            ],
+        )
+        .and_then(first_value::<i64>)
+        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+    match token {
+        Some(fencing_token) => Claim::Claimed { fencing_token },
+        None => {
+            xact::forget_claim(task_id);
+            unlock_task(task_id);
+            Claim::NotEligible
+        }
+    }
+}
+
+pub fn task_exists(client: &SpiClient<'_>, task_id: i32) -> bool {
+    let stmt = plan(client, include_str!("../../sql/queries/task_exists.sql"), &[types::INT4]);
+    client
+        .select(&*stmt, None, &[task_id.into()])
+        .map(|rows| !rows.is_empty())
+        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+}
+
+pub fn raise_unknown_task(task_id: i32) -> ! {
+    raise(PgSqlErrorCode::ERRCODE_NO_DATA_FOUND, format!("task {task_id} does not exist"))
+}
+
+/// Claims one task now, due or not, without waiting. True only if this call
+/// took the task and logged a `running` run; false if another session holds
+/// it, it is disabled, or this session already runs it.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn try_acquire_task_lock(p_task_id: Option<i32>, p_worker_id: Option<&str>) -> bool {
+    require_primary("claim tasks");
+    let task_id = required(p_task_id, "p_task_id");
+    let worker = worker_id(p_worker_id, "p_worker_id");
+    Spi::connect(|client| match claim(client, task_id, worker, false) {
+        Claim::Claimed { .. } => true,
+        Claim::NotEligible if !task_exists(client, task_id) => raise_unknown_task(task_id),
+        Claim::NotEligible | Claim::Busy | Claim::AlreadyHeldHere => false,
+    })
+}

@@ -1,0 +1,113 @@
+//! Workers asking for due tasks.
+
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use pgrx::PgSqlErrorCode;
+
+use super::claim::{claim, Claim};
+use crate::errors::{raise, require_primary, required, worker_id};
+use crate::plans::plan;
+
+const MAX_TASKS_PER_CALL: i32 = 1000;
+const CANDIDATE_BATCH: i64 = 32;
+
+pub struct Claimed {
+    pub task_id: i32,
+    pub task_name: String,
+    pub task_type: String,
+    pub fencing_token: i64,
+}
+
+/// Claims up to `max` due tasks, earliest `next_run_at` first, skipping
+/// tasks that other sessions hold.
+fn claim_due_tasks(client: &SpiClient<'_>, worker: &str, max: usize) -> Vec<Claimed> {
+    let stmt = plan(client, include_str!("../../sql/queries/due_tasks.sql"), &[]);
+    let mut cursor = client
+        .try_open_cursor(&*stmt, &[])
+        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+    let mut claimed = Vec::new();
+    while claimed.len() < max {
+        let batch: Vec<(i32, String, String)> = cursor
+            .fetch(CANDIDATE_BATCH)
+            .and_then(|rows| {
+                rows.map(|row| {
+                    Ok((
+                        row.get::<i32>(1)?.unwrap_or_default(),
+                        row.get::<String>(2)?.unwrap_or_default(),
+                        row.get::<String>(3)?.unwrap_or_default(),
+                    ))
+                })
+                .collect()
+            })
+            .unwrap_or_else(|e: pgrx::spi::SpiError| {
+                raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
+            });
+        if batch.is_empty() {
+            break;
+        }
+        for (task_id, task_name, task_type) in batch {
+            if let Claim::Claimed { fencing_token } = claim(client, task_id, worker, true) {
+                claimed.push(Claimed { task_id, task_name, task_type, fencing_token });
+                if claimed.len() == max {
+                    break;
+                }
+            }
+        }
+    }
+    claimed
+}
+
+/// Claims at most one due, enabled task. Returns that task, or one row of
+/// NULLs with `acquired = false` when nothing could be claimed.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn worker_fetch_and_execute_task(
+    p_worker_id: Option<&str>,
+) -> TableIterator<
+    'static,
+    (
+        name!(task_id, Option<i32>),
+        name!(task_name, Option<String>),
+        name!(task_type, Option<String>),
+        name!(acquired, bool),
+        name!(fencing_token, Option<i64>),
+    ),
+> {
+    require_primary("claim tasks");
+    let worker = worker_id(p_worker_id, "p_worker_id");
+    let row = match Spi::connect(|client| claim_due_tasks(client, worker, 1)).pop() {
+        Some(c) => (Some(c.task_id), Some(c.task_name), Some(c.task_type), true, Some(c.fencing_token)),
+        None => (None, None, None, false, None),
+    };
+    TableIterator::once(row)
+}
+
+/// Claims up to `p_max_tasks` due tasks (1..1000); returns the claimed ones.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn try_acquire_multiple_tasks(
+    p_worker_id: Option<&str>,
+    p_max_tasks: default!(Option<i32>, 3),
+) -> TableIterator<
+    'static,
+    (
+        name!(task_id, i32),
+        name!(task_name, String),
+        name!(acquired, bool),
+        name!(fencing_token, i64),
+    ),
+> {
+    require_primary("claim tasks");
+    let worker = worker_id(p_worker_id, "p_worker_id");
+    let max = required(p_max_tasks, "p_max_tasks");
+    if !(1..=MAX_TASKS_PER_CALL).contains(&max) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("p_max_tasks must be between 1 and {MAX_TASKS_PER_CALL}, got {max}"),
+        );
+    }
+    let claimed = Spi::connect(|client| claim_due_tasks(client, worker, max as usize));
+    TableIterator::new(
+        claimed.into_iter().map(|c| (c.task_id, c.task_name, true, c.fencing_token)),
+    )
+}

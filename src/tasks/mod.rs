@@ -1,0 +1,19 @@
+//! Scheduled tasks: exclusive claims, releases, fetching due work, fencing
+//! and log pruning.
+
+mod claim;
+mod fencing;
+mod fetch;
+mod prune;
+mod release;
+#[cfg(any(test, feature = "pg_test"))]
+mod task_tests;
+
+pub use release::finish_claim;
+
+/// This backend's start time, which with its pid identifies the session
+/// holding a claim even after the pid is reused.
+pub fn backend_start() -> pgrx::datum::TimestampWithTimeZone {
+    pgrx::datum::TimestampWithTimeZone::try_from(unsafe { pgrx::pg_sys::MyStartTimestamp })
+        .unwrap_or_else(|_| pgrx::datum::TimestampWithTimeZone::negative_infinity())
+}

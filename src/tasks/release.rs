@@ -1,0 +1,119 @@
+//! Finishing a claim.
+
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use pgrx::PgSqlErrorCode;
+
+use super::claim::{raise_unknown_task, task_exists};
+use crate::errors::{raise, raise_with_hint, required, worker_id};
+use crate::lock_keys::{holds_task_lock, unlock_task};
+use crate::plans::{first_value, plan, types};
+use crate::xact;
+
+/// Ends log row `log_id` with `status` and schedules the task's next run
+/// (see sql/queries/finish_claim.sql).
+pub fn finish_claim(client: &SpiClient<'_>, log_id: i64, status: &str, error: Option<&str>) {
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/finish_claim.sql"),
+        &[types::INT8, types::TEXT, types::TEXT],
+    );
+    client
+        .select(&*stmt, None, &[log_id.into(), status.into(), error.into()])
+        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+}
+
+fn my_running_claim(client: &SpiClient<'_>, task_id: i32) -> Option<(i64, String)> {
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/my_running_claim.sql"),
+        &[types::INT4, types::TIMESTAMPTZ],
+    );
+    client
+        .select(&*stmt, None, &[task_id.into(), super::backend_start().into()])
+        .and_then(|rows| {
+            if rows.is_empty() {
+                Ok(None)
+            } else {
+                rows.first().get_two::<i64, String>().map(|(id, worker)| id.zip(worker))
+            }
+        })
+        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+}
+
+fn my_last_claim_status(client: &SpiClient<'_>, task_id: i32) -> Option<String> {
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/my_last_claim_status.sql"),
+        &[types::INT4, types::TIMESTAMPTZ],
+    );
+    client
+        .select(&*stmt, None, &[task_id.into(), super::backend_start().into()])
+        .and_then(first_value::<String>)
+        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+}
+
+/// Why this session has no running claim of `task_id` to release.
+fn raise_not_releasable(client: &SpiClient<'_>, task_id: i32) -> ! {
+    if xact::released_in_this_transaction(task_id) {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("task {task_id} was already released in this transaction"),
+        );
+    }
+    if holds_task_lock(task_id) {
+        // The sweep revoked this claim (timed out) but could not end the
+        // session: give the lock back so the task is not blocked forever.
+        unlock_task(task_id);
+        let status = my_last_claim_status(client, task_id).unwrap_or_else(|| "unknown".into());
+        raise_with_hint(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("the claim of task {task_id} held by this session was revoked (status {status})"),
+            "The recovery sweep ended this run; its result was not recorded and the task lock has been released.",
+        );
+    }
+    if !task_exists(client, task_id) {
+        raise_unknown_task(task_id);
+    }
+    raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("task {task_id} is not claimed by this session"),
+    );
+}
+
+/// Ends this session's claim of a task with `completed` or `failed`. The
+/// task lock is dropped only when the transaction commits, after the log and
+/// `next_run_at` changes are visible to the next claimant.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn release_task_lock(
+    p_task_id: Option<i32>,
+    p_worker_id: Option<&str>,
+    p_status: Option<&str>,
+    p_error_message: default!(Option<&str>, "NULL"),
+) {
+    let task_id = required(p_task_id, "p_task_id");
+    let worker = worker_id(p_worker_id, "p_worker_id");
+    let status = required(p_status, "p_status");
+    if status != "completed" && status != "failed" {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("p_status must be 'completed' or 'failed', got \"{status}\""),
+        );
+    }
+    Spi::connect(|client| {
+        let Some((log_id, owner)) = my_running_claim(client, task_id) else {
+            raise_not_releasable(client, task_id);
+        };
+        if owner != worker {
+            raise(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!("task {task_id} is claimed by worker \"{owner}\", not \"{worker}\""),
+            );
+        }
+        finish_claim(client, log_id, status, p_error_message);
+        if holds_task_lock(task_id) {
+            xact::release_at_commit(task_id);
+        }
+    });
+}

@@ -1,0 +1,486 @@
+//! Single-session tests of the task API. Contention, crashes and restarts
+//! are covered by tests/cluster, which drives many real connections.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    fn one<T: FromDatum + IntoDatum>(sql: &str) -> Option<T> {
+        Spi::get_one::<T>(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    fn run(sql: &str) {
+        Spi::run(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Inserts a task due now and returns its id.
+    fn due_task(name: &str, cron: Option<&str>) -> i32 {
+        let cron = cron.map_or("NULL".to_string(), |c| format!("'{c}'"));
+        one::<i32>(&format!(
+            "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at) \
+             VALUES ('{name}', 'test', {cron}, now() - interval '1 second') RETURNING id"
+        ))
+        .expect("id")
+    }
+
+    /// Inserts a task due now with a fixed id (ids from the serial differ between runs).
+    fn due_task_with_id(id: i32) -> i32 {
+        run(&format!(
+            "INSERT INTO distlock.scheduled_tasks (id, task_name, task_type, next_run_at) \
+             VALUES ({id}, 'fixed{id}', 'test', now() - interval '1 second')"
+        ));
+        id
+    }
+
+    fn claim(id: i32, worker: &str) -> bool {
+        one::<bool>(&format!("SELECT distlock.try_acquire_task_lock({id}, '{worker}')")).expect("bool")
+    }
+
+    fn count(sql: &str) -> i64 {
+        one::<i64>(&format!("SELECT count(*) FROM ({sql}) q")).expect("count")
+    }
+
+    #[pg_test]
+    fn tasks_claim_logs_one_running_row_with_a_token() {
+        let id = due_task("t1", None);
+        assert!(claim(id, "w1"));
+        assert_eq!(
+            count(&format!(
+                "SELECT 1 FROM distlock.task_execution_log WHERE task_id = {id} AND status = 'running' \
+                 AND worker_id = 'w1' AND holder_pid = pg_backend_pid() AND attempt = 1 \
+                 AND lock_id = (distlock.task_lock_class()::bigint << 32) | {id} \
+                 AND holder_backend_start = (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()) \
+                 AND fencing_token = (SELECT current_token FROM distlock.scheduled_tasks WHERE id = {id})"
+            )),
+            1
+        );
+        // Re-entrant advisory locks must not let the holder log a second run.
+        assert!(!claim(id, "w1"));
+        assert!(!claim(id, "w2"));
+        assert_eq!(count(&format!("SELECT 1 FROM distlock.task_execution_log WHERE task_id = {id}")), 1);
+    }
+
+    #[pg_test]
+    fn tasks_disabled_task_is_not_claimed() {
+        let id = due_task("t1", None);
+        run(&format!("UPDATE distlock.scheduled_tasks SET is_enabled = false WHERE id = {id}"));
+        assert!(!claim(id, "w1"));
+        assert_eq!(count("SELECT 1 FROM distlock.task_execution_log"), 0);
+        assert_eq!(count("SELECT 1 FROM distlock.task_lock_holders"), 0);
+    }
+
+    #[pg_test(error = "task 987654 does not exist")]
+    fn tasks_unknown_task_is_an_error() {
+        claim(987654, "w1");
+    }
+
+    #[pg_test(error = "p_worker_id must not be NULL")]
+    fn tasks_null_worker_is_an_error() {
+        let id = due_task("t1", None);
+        run(&format!("SELECT distlock.try_acquire_task_lock({id}, NULL)"));
+    }
+
+    #[pg_test(error = "p_worker_id must not be empty, got \"  \"")]
+    fn tasks_blank_worker_is_an_error() {
+        let id = due_task("t1", None);
+        claim(id, "  ");
+    }
+
+    #[pg_test(error = "p_task_id must not be NULL")]
+    fn tasks_null_task_is_an_error() {
+        run("SELECT distlock.try_acquire_task_lock(NULL, 'w')");
+    }
+
+    #[pg_test]
+    fn tasks_release_completed_moves_to_next_cron_slot() {
+        let id = due_task("t1", Some("@hourly"));
+        assert!(claim(id, "w1"));
+        let token = one::<i64>(&format!("SELECT current_token FROM distlock.scheduled_tasks WHERE id = {id}"));
+        assert_eq!(
+            one::<bool>(&format!("SELECT distlock.check_fencing_token({id}, {})", token.expect("token"))),
+            Some(true)
+        );
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT next_run_at = distlock.cron_next('@hourly', now()) AND current_token IS NULL \
+                 AND last_status = 'completed' AND consecutive_failures = 0 \
+                 FROM distlock.scheduled_tasks WHERE id = {id}"
+            )),
+            Some(true)
+        );
+        assert_eq!(
+            one::<bool>(&format!("SELECT distlock.check_fencing_token({id}, {})", token.expect("token"))),
+            Some(false)
+        );
+        assert_eq!(
+            count(&format!(
+                "SELECT 1 FROM distlock.task_execution_log WHERE task_id = {id} AND status = 'completed' \
+                 AND completed_at IS NOT NULL AND error_message IS NULL"
+            )),
+            1
+        );
+    }
+
+    #[pg_test]
+    fn tasks_release_without_cron_leaves_task_undue() {
+        let id = due_task("t1", None);
+        assert!(claim(id, "w1"));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
+        assert_eq!(
+            one::<bool>(&format!("SELECT next_run_at IS NULL FROM distlock.scheduled_tasks WHERE id = {id}")),
+            Some(true)
+        );
+    }
+
+    #[pg_test]
+    fn tasks_failure_backs_off_with_jitter_then_waits_for_next_slot() {
+        let id = due_task("t1", Some("@daily"));
+        run(&format!("UPDATE distlock.scheduled_tasks SET retry_delay = '100 seconds', consecutive_failures = 2 WHERE id = {id}"));
+        assert!(claim(id, "w1"));
+        assert_eq!(
+            one::<i32>(&format!("SELECT attempt FROM distlock.task_execution_log WHERE task_id = {id}")),
+            Some(3)
+        );
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'failed', 'boom')"));
+        // Third failure: 100 s * 2^2 = 400 s, jittered to 200..400 s.
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT next_run_at BETWEEN now() + interval '200 seconds' AND now() + interval '400 seconds' \
+                 AND consecutive_failures = 3 AND last_status = 'failed' \
+                 FROM distlock.scheduled_tasks WHERE id = {id}"
+            )),
+            Some(true)
+        );
+        assert_eq!(
+            one::<String>(&format!("SELECT error_message FROM distlock.task_execution_log WHERE task_id = {id}")),
+            Some("boom".into())
+        );
+    }
+
+    #[pg_test]
+    fn tasks_after_max_retries_failures_the_task_waits_for_its_next_slot() {
+        let id = due_task("t1", Some("@daily"));
+        run(&format!("UPDATE distlock.scheduled_tasks SET consecutive_failures = 3, max_retries = 3 WHERE id = {id}"));
+        assert!(claim(id, "w1"));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'failed')"));
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT next_run_at = distlock.cron_next('@daily', now()) AND consecutive_failures = 0 \
+                 FROM distlock.scheduled_tasks WHERE id = {id}"
+            )),
+            Some(true)
+        );
+    }
+
+    #[pg_test(error = "p_status must be 'completed' or 'failed', got \"done\"")]
+    fn tasks_release_rejects_unknown_status() {
+        let id = due_task("t1", None);
+        assert!(claim(id, "w1"));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'done')"));
+    }
+
+    #[pg_test(error = "task 1 is not claimed by this session")]
+    fn tasks_release_by_a_non_holder_is_refused() {
+        let id = due_task_with_id(1);
+        // A claim recorded for another backend: this session holds nothing.
+        run(&format!(
+            "INSERT INTO distlock.task_execution_log (task_id, worker_id, status, holder_pid, holder_backend_start) \
+             VALUES ({id}, 'w1', 'running', pg_backend_pid() + 100000, now())"
+        ));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
+    }
+
+    #[pg_test(error = "task 1 is claimed by worker \"w1\", not \"w2\"")]
+    fn tasks_release_names_the_real_worker() {
+        let id = due_task_with_id(1);
+        assert!(claim(id, "w1"));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w2', 'completed')"));
+    }
+
+    #[pg_test(error = "task 1 was already released in this transaction")]
+    fn tasks_double_release_is_refused() {
+        let id = due_task_with_id(1);
+        assert!(claim(id, "w1"));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
+    }
+
+    #[pg_test(error = "task 4242 does not exist")]
+    fn tasks_release_of_unknown_task_is_an_error() {
+        run("SELECT distlock.release_task_lock(4242, 'w1', 'completed')");
+    }
+
+    #[pg_test]
+    fn tasks_a_claim_rolled_back_in_a_subtransaction_gives_the_lock_back() {
+        let id = due_task("t1", None);
+        run(&format!(
+            "DO $$ BEGIN \
+               BEGIN PERFORM distlock.try_acquire_task_lock({id}, 'w1'); RAISE EXCEPTION 'boom'; \
+               EXCEPTION WHEN raise_exception THEN NULL; END; \
+             END $$"
+        ));
+        assert_eq!(count("SELECT 1 FROM distlock.task_lock_holders"), 0);
+        assert_eq!(count("SELECT 1 FROM distlock.task_execution_log"), 0);
+        assert!(claim(id, "w1"));
+    }
+
+    #[pg_test]
+    fn tasks_a_release_rolled_back_in_a_subtransaction_keeps_the_claim() {
+        let id = due_task("t1", None);
+        assert!(claim(id, "w1"));
+        run(&format!(
+            "DO $$ BEGIN \
+               BEGIN PERFORM distlock.release_task_lock({id}, 'w1', 'completed'); RAISE EXCEPTION 'boom'; \
+               EXCEPTION WHEN raise_exception THEN NULL; END; \
+             END $$"
+        ));
+        assert_eq!(count("SELECT 1 FROM distlock.running_tasks WHERE holder_alive"), 1);
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
+        assert_eq!(count("SELECT 1 FROM distlock.running_tasks"), 0);
+    }
+
+    #[pg_test]
+    fn tasks_fetch_claims_the_earliest_due_task_then_none() {
+        run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at, is_enabled) VALUES \
+             ('later', 'a', now() - interval '1 minute', true), \
+             ('earliest', 'b', now() - interval '1 hour', true), \
+             ('disabled', 'c', now() - interval '2 hours', false), \
+             ('future', 'd', now() + interval '1 hour', true)");
+        let first = Spi::get_three::<String, String, bool>(
+            "SELECT task_name, task_type, acquired FROM distlock.worker_fetch_and_execute_task('w1')",
+        )
+        .expect("row");
+        assert_eq!(first, (Some("earliest".into()), Some("b".into()), Some(true)));
+        let second = one::<String>("SELECT task_name FROM distlock.worker_fetch_and_execute_task('w1')");
+        assert_eq!(second, Some("later".into()));
+        let none = one::<bool>(
+            "SELECT task_id IS NULL AND task_name IS NULL AND task_type IS NULL AND fencing_token IS NULL \
+             AND NOT acquired FROM distlock.worker_fetch_and_execute_task('w1')",
+        );
+        assert_eq!(none, Some(true));
+    }
+
+    #[pg_test]
+    fn tasks_multiple_claims_up_to_the_limit_in_due_order() {
+        run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) \
+             SELECT 'task' || i, 'x', now() - i * interval '1 minute' FROM generate_series(1, 5) i");
+        let names = one::<String>(
+            "SELECT string_agg(task_name, ',' ORDER BY fencing_token) \
+             FROM distlock.try_acquire_multiple_tasks('w1', 3) WHERE acquired",
+        );
+        assert_eq!(names, Some("task5,task4,task3".into()));
+        assert_eq!(count("SELECT * FROM distlock.try_acquire_multiple_tasks('w1')"), 2);
+        assert_eq!(count("SELECT * FROM distlock.try_acquire_multiple_tasks('w1', 1000)"), 0);
+    }
+
+    #[pg_test(error = "p_max_tasks must be between 1 and 1000, got 0")]
+    fn tasks_multiple_rejects_zero() {
+        run("SELECT * FROM distlock.try_acquire_multiple_tasks('w1', 0)");
+    }
+
+    #[pg_test(error = "p_max_tasks must be between 1 and 1000, got 1001")]
+    fn tasks_multiple_rejects_too_many() {
+        run("SELECT * FROM distlock.try_acquire_multiple_tasks('w1', 1001)");
+    }
+
+    #[pg_test]
+    fn tasks_fencing_tokens_strictly_increase_across_tasks() {
+        run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) \
+             SELECT 'task' || i, 'x', now() - i * interval '1 minute' FROM generate_series(1, 4) i");
+        assert_eq!(count("SELECT * FROM distlock.try_acquire_multiple_tasks('w1', 4)"), 4);
+        let increasing = one::<bool>(
+            "SELECT bool_and(fencing_token > prev) FROM ( \
+               SELECT fencing_token, lag(fencing_token) OVER (ORDER BY id) AS prev \
+               FROM distlock.task_execution_log) s WHERE prev IS NOT NULL",
+        );
+        assert_eq!(increasing, Some(true));
+    }
+
+    #[pg_test(error = "p_token must not be NULL")]
+    fn tasks_fencing_check_rejects_null() {
+        run("SELECT distlock.check_fencing_token(1, NULL)");
+    }
+
+    #[pg_test]
+    fn tasks_sweep_abandons_claims_of_vanished_backends() {
+        let id = due_task("t1", Some("@daily"));
+        run(&format!(
+            "INSERT INTO distlock.task_execution_log (task_id, worker_id, status, holder_pid, holder_backend_start, fencing_token) \
+             VALUES ({id}, 'ghost', 'running', 2147483000, now() - interval '1 day', 77); \
+             UPDATE distlock.scheduled_tasks SET current_token = 77 WHERE id = {id}"
+        ));
+        let swept = Spi::get_three::<i32, String, bool>(
+            "SELECT task_id, worker_id, lock_released FROM distlock.check_and_recover_timeout_tasks()",
+        )
+        .expect("row");
+        assert_eq!(swept, (Some(id), Some("ghost".into()), Some(true)));
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT status = 'abandoned' AND completed_at IS NOT NULL AND error_message LIKE '%is gone' \
+                 FROM distlock.task_execution_log WHERE task_id = {id}"
+            )),
+            Some(true)
+        );
+        // The slot was never finished: the task stays due and claimable.
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT current_token IS NULL AND next_run_at <= now() FROM distlock.scheduled_tasks WHERE id = {id}"
+            )),
+            Some(true)
+        );
+        assert!(claim(id, "w2"));
+        assert_eq!(count("SELECT * FROM distlock.check_and_recover_timeout_tasks()"), 0);
+    }
+
+    #[pg_test]
+    fn tasks_sweep_times_out_overdue_claims() {
+        let id = due_task("t1", Some("@daily"));
+        assert!(claim(id, "w1"));
+        run(&format!(
+            "UPDATE distlock.task_execution_log SET started_at = now() - interval '31 minutes' WHERE task_id = {id}"
+        ));
+        // Not overdue against a 60-minute default.
+        assert_eq!(count("SELECT * FROM distlock.check_and_recover_timeout_tasks(60)"), 0);
+        // The holder is this very session, so the sweep drops the lock itself at commit.
+        let swept = Spi::get_two::<i32, bool>(
+            "SELECT task_id, lock_released FROM distlock.check_and_recover_timeout_tasks()",
+        )
+        .expect("row");
+        assert_eq!(swept, (Some(id), Some(true)));
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT l.status = 'timed_out' AND t.last_status = 'timed_out' AND t.consecutive_failures = 1 \
+                 AND t.current_token IS NULL \
+                 FROM distlock.task_execution_log l JOIN distlock.scheduled_tasks t ON t.id = l.task_id"
+            )),
+            Some(true)
+        );
+    }
+
+    #[pg_test]
+    fn tasks_sweep_uses_the_task_timeout_over_the_default() {
+        let id = due_task("t1", None);
+        run(&format!("UPDATE distlock.scheduled_tasks SET timeout = '5 minutes' WHERE id = {id}"));
+        assert!(claim(id, "w1"));
+        run("UPDATE distlock.task_execution_log SET started_at = now() - interval '6 minutes'");
+        assert_eq!(count("SELECT * FROM distlock.check_and_recover_timeout_tasks(30)"), 1);
+    }
+
+    #[pg_test(error = "p_timeout_minutes must be positive, got 0")]
+    fn tasks_sweep_rejects_zero_timeout() {
+        run("SELECT * FROM distlock.check_and_recover_timeout_tasks(0)");
+    }
+
+    #[pg_test(error = "p_timeout_minutes must be positive, got -5")]
+    fn tasks_sweep_rejects_negative_timeout() {
+        run("SELECT * FROM distlock.check_and_recover_timeout_tasks(-5)");
+    }
+
+    #[pg_test(error = "p_timeout_minutes must not be NULL")]
+    fn tasks_sweep_rejects_null_timeout() {
+        run("SELECT * FROM distlock.check_and_recover_timeout_tasks(NULL)");
+    }
+
+    #[pg_test]
+    fn tasks_prune_deletes_only_old_finished_rows() {
+        let id = due_task("t1", None);
+        run(&format!(
+            "INSERT INTO distlock.task_execution_log (task_id, worker_id, status, started_at, completed_at) VALUES \
+             ({id}, 'w', 'completed', now() - interval '10 days', now() - interval '10 days'), \
+             ({id}, 'w', 'failed', now() - interval '9 days', now() - interval '9 days'), \
+             ({id}, 'w', 'completed', now() - interval '1 hour', now() - interval '1 hour'), \
+             ({id}, 'w', 'running', now() - interval '20 days', NULL)"
+        ));
+        assert_eq!(one::<i64>("SELECT distlock.prune_execution_log('7 days')"), Some(2));
+        assert_eq!(count("SELECT 1 FROM distlock.task_execution_log"), 2);
+        assert_eq!(one::<i64>("SELECT distlock.prune_execution_log('0')"), Some(1));
+    }
+
+    #[pg_test(error = "p_older_than must not be negative, got -1 days")]
+    fn tasks_prune_rejects_negative_age() {
+        run("SELECT distlock.prune_execution_log('-1 day')");
+    }
+
+    #[pg_test]
+    fn tasks_insert_with_cron_gets_its_next_occurrence() {
+        run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron) VALUES ('c', 'x', '0 4 * * *')");
+        assert_eq!(
+            one::<bool>("SELECT next_run_at = distlock.cron_next('0 4 * * *', now()) FROM distlock.scheduled_tasks"),
+            Some(true)
+        );
+        run("UPDATE distlock.scheduled_tasks SET schedule_cron = '@monthly'");
+        assert_eq!(
+            one::<bool>("SELECT next_run_at = distlock.cron_next('@monthly', now()) FROM distlock.scheduled_tasks"),
+            Some(true)
+        );
+    }
+
+    #[pg_test(error = "invalid cron expression \"every day\": Invalid pattern: Pattern must have 5 fields when seconds are disallowed.")]
+    fn tasks_insert_with_invalid_cron_is_rejected() {
+        run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron) VALUES ('c', 'x', 'every day')");
+    }
+
+    #[pg_test(error = "new row for relation \"task_execution_log\" violates check constraint \"task_execution_log_status_known\"")]
+    fn tasks_log_status_is_constrained() {
+        let id = due_task("t1", None);
+        run(&format!(
+            "INSERT INTO distlock.task_execution_log (task_id, worker_id, status, completed_at) VALUES ({id}, 'w', 'bogus', now())"
+        ));
+    }
+
+    #[pg_test]
+    fn tasks_views_show_the_claim() {
+        let id = due_task("t1", None);
+        assert!(claim(id, "w1"));
+        assert_eq!(
+            count(&format!(
+                "SELECT 1 FROM distlock.advisory_locks WHERE is_task_lock AND task_id = {id} AND task_name = 't1' \
+                 AND pid = pg_backend_pid() AND granted AND key_kind = 'int4_pair' AND key2 = {id} \
+                 AND held_for IS NOT NULL"
+            )),
+            1
+        );
+        assert_eq!(
+            count("SELECT 1 FROM distlock.running_tasks WHERE holder_alive AND NOT past_timeout AND worker_id = 'w1'"),
+            1
+        );
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
+        assert_eq!(
+            count("SELECT 1 FROM distlock.task_stats WHERE runs = 1 AND completed = 1 AND last_status = 'completed'"),
+            1
+        );
+        assert_eq!(count("SELECT * FROM distlock.lock_waits"), 0);
+    }
+
+    #[pg_test]
+    fn tasks_nothing_is_granted_to_public() {
+        assert_eq!(
+            count(
+                "SELECT 1 FROM pg_proc p WHERE p.pronamespace = 'distlock'::regnamespace \
+                 AND (p.proacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(p.proacl) a WHERE a.grantee = 0))"
+            ),
+            0
+        );
+        assert_eq!(
+            count(
+                "SELECT 1 FROM pg_class c WHERE c.relnamespace = 'distlock'::regnamespace \
+                 AND c.relkind IN ('r', 'v', 'S') \
+                 AND (c.relacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(c.relacl) a WHERE a.grantee = 0))"
+            ),
+            0
+        );
+        assert_eq!(one::<bool>("SELECT has_table_privilege('pg_monitor', 'distlock.running_tasks', 'SELECT')"), Some(true));
+    }
+
+    #[pg_test]
+    fn tasks_user_tables_are_dumped_by_pg_dump() {
+        assert_eq!(
+            one::<String>(
+                "SELECT string_agg(c::regclass::text, ',' ORDER BY c::regclass::text) \
+                 FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'pg_distlock'"
+            ),
+            Some("distlock.fencing_token_seq,distlock.scheduled_tasks,distlock.scheduled_tasks_id_seq,distlock.task_execution_log,distlock.task_execution_log_id_seq".into())
+        );
+    }
+}

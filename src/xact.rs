@@ -1,0 +1,132 @@
+//! Ties task-lock releases to transaction outcomes.
+//!
+//! A session-level advisory lock ignores COMMIT and ROLLBACK, which is how
+//! the PL/pgSQL recipe leaks locks and double-runs tasks. pg_distlock keeps a
+//! per-backend list of what the current transaction did to task locks:
+//! - a claim's lock is given back if the claiming transaction (or
+//!   subtransaction) aborts, since its log row is rolled back with it;
+//! - a release's lock is dropped only once its transaction has committed, so
+//!   the next claimant always sees the finished log row and the new
+//!   `next_run_at` (if it aborts, the claim stays held and intact).
+
+use std::cell::RefCell;
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::errors::raise;
+use crate::lock_keys::unlock_task;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    /// Taken in this transaction: undo if it aborts.
+    Claimed,
+    /// Released in this transaction: drop the lock once it commits.
+    ReleaseAtCommit,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    task_id: i32,
+    action: Action,
+    subxact: pg_sys::SubTransactionId,
+}
+
+thread_local! {
+    static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
+}
+
+fn push(task_id: i32, action: Action) {
+    let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    PENDING.with(|p| p.borrow_mut().push(Pending { task_id, action, subxact }));
+}
+
+/// Records that this transaction took `task_id`'s session lock for a claim.
+pub fn claimed_in_this_transaction(task_id: i32) {
+    push(task_id, Action::Claimed);
+}
+
+/// Forgets the newest claim record of `task_id` (the claim was given back at once).
+pub fn forget_claim(task_id: i32) {
+    PENDING.with(|p| {
+        let mut pending = p.borrow_mut();
+        if let Some(i) =
+            pending.iter().rposition(|e| e.task_id == task_id && e.action == Action::Claimed)
+        {
+            pending.remove(i);
+        }
+    });
+}
+
+/// Schedules `task_id`'s session lock to be dropped when this transaction commits.
+pub fn release_at_commit(task_id: i32) {
+    push(task_id, Action::ReleaseAtCommit);
+}
+
+/// Whether this transaction already released `task_id` (the lock is still held until commit).
+pub fn released_in_this_transaction(task_id: i32) -> bool {
+    PENDING.with(|p| {
+        p.borrow().iter().any(|e| e.task_id == task_id && e.action == Action::ReleaseAtCommit)
+    })
+}
+
+fn drain_and_unlock(undo: Action) {
+    let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    for entry in pending.iter().filter(|e| e.action == undo) {
+        unlock_task(entry.task_id);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => drain_and_unlock(Action::ReleaseAtCommit),
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => drain_and_unlock(Action::Claimed),
+        XACT_EVENT_PRE_PREPARE => {
+            if PENDING.with(|p| !p.borrow().is_empty()) {
+                raise(
+                    PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                    "cannot PREPARE a transaction that claimed or released a pg_distlock task",
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_subxact_event(
+    event: pg_sys::SubXactEvent::Type,
+    my_subid: pg_sys::SubTransactionId,
+    parent_subid: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    use pg_sys::SubXactEvent::*;
+    match event {
+        SUBXACT_EVENT_COMMIT_SUB => PENDING.with(|p| {
+            for entry in p.borrow_mut().iter_mut().filter(|e| e.subxact == my_subid) {
+                entry.subxact = parent_subid;
+            }
+        }),
+        SUBXACT_EVENT_ABORT_SUB => {
+            let aborted: Vec<Pending> = PENDING.with(|p| {
+                let mut pending = p.borrow_mut();
+                let (aborted, kept) = pending.drain(..).partition(|e| e.subxact == my_subid);
+                *pending = kept;
+                aborted
+            });
+            for entry in aborted.iter().filter(|e| e.action == Action::Claimed) {
+                unlock_task(entry.task_id);
+            }
+        }
+        _ => {}
+    }
+}
+
+pub fn register_callbacks() {
+    unsafe {
+        pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut());
+        pg_sys::RegisterSubXactCallback(Some(on_subxact_event), std::ptr::null_mut());
+    }
+}
