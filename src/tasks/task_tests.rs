@@ -66,7 +66,7 @@ mod tests {
         run(&format!("UPDATE distlock.scheduled_tasks SET is_enabled = false WHERE id = {id}"));
         assert!(!claim(id, "w1"));
         assert_eq!(count("SELECT 1 FROM distlock.task_execution_log"), 0);
-        assert_eq!(count("SELECT 1 FROM distlock.task_lock_holders"), 0);
+        assert_eq!(count("SELECT 1 FROM distlock.task_lock_holders WHERE pid = pg_backend_pid()"), 0);
     }
 
     #[pg_test(error = "task 987654 does not exist")]
@@ -180,9 +180,9 @@ mod tests {
         run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'done')"));
     }
 
-    #[pg_test(error = "task 1 is not claimed by this session")]
+    #[pg_test(error = "task 9001 is not claimed by this session")]
     fn tasks_release_by_a_non_holder_is_refused() {
-        let id = due_task_with_id(1);
+        let id = due_task_with_id(9001);
         // A claim recorded for another backend: this session holds nothing.
         run(&format!(
             "INSERT INTO distlock.task_execution_log (task_id, worker_id, status, holder_pid, holder_backend_start) \
@@ -191,16 +191,16 @@ mod tests {
         run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
     }
 
-    #[pg_test(error = "task 1 is claimed by worker \"w1\", not \"w2\"")]
+    #[pg_test(error = "task 9002 is claimed by worker \"w1\", not \"w2\"")]
     fn tasks_release_names_the_real_worker() {
-        let id = due_task_with_id(1);
+        let id = due_task_with_id(9002);
         assert!(claim(id, "w1"));
         run(&format!("SELECT distlock.release_task_lock({id}, 'w2', 'completed')"));
     }
 
-    #[pg_test(error = "task 1 was already released in this transaction")]
+    #[pg_test(error = "task 9003 was already released in this transaction")]
     fn tasks_double_release_is_refused() {
-        let id = due_task_with_id(1);
+        let id = due_task_with_id(9003);
         assert!(claim(id, "w1"));
         run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
         run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
@@ -220,7 +220,7 @@ mod tests {
                EXCEPTION WHEN raise_exception THEN NULL; END; \
              END $$"
         ));
-        assert_eq!(count("SELECT 1 FROM distlock.task_lock_holders"), 0);
+        assert_eq!(count("SELECT 1 FROM distlock.task_lock_holders WHERE pid = pg_backend_pid()"), 0);
         assert_eq!(count("SELECT 1 FROM distlock.task_execution_log"), 0);
         assert!(claim(id, "w1"));
     }
@@ -450,7 +450,7 @@ mod tests {
             count("SELECT 1 FROM distlock.task_stats WHERE runs = 1 AND completed = 1 AND last_status = 'completed'"),
             1
         );
-        assert_eq!(count("SELECT * FROM distlock.lock_waits"), 0);
+        assert_eq!(count("SELECT * FROM distlock.lock_waits WHERE blocked_pid = pg_backend_pid()"), 0);
     }
 
     #[pg_test]

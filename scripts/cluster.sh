@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL 15 cluster on a loopback port, run as the postgres
+# user (initdb refuses root). pg_cron is preloaded for the sweep schedule.
+#   scripts/cluster.sh start DIR PORT      initdb if needed, then start
+#   scripts/cluster.sh standby DIR PORT PRIMARY_PORT   streaming standby
+#   scripts/cluster.sh stop DIR
+set -euo pipefail
+
+PGBIN=/usr/lib/postgresql/15/bin
+as_postgres() { if [ "$(id -un)" = postgres ]; then "$@"; else runuser -u postgres -- "$@"; fi; }
+
+write_conf() {
+  local dir=$1 port=$2
+  cat >>"$dir/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$dir'
+shared_preload_libraries = 'pg_cron'
+cron.database_name = 'postgres'
+cron.use_background_workers = on
+max_worker_processes = 32
+max_connections = 200
+wal_level = replica
+max_wal_senders = 4
+hot_standby = on
+fsync = off
+log_min_messages = warning
+CONF
+}
+
+start() {
+  local dir=$1
+  as_postgres "$PGBIN/pg_ctl" -D "$dir" -l "$dir/server.log" -w -t 60 start >/dev/null
+}
+
+case "${1:-}" in
+  start)
+    dir=$2 port=$3
+    if [ ! -f "$dir/PG_VERSION" ]; then
+      mkdir -p "$dir" && chown postgres "$dir" && chmod 700 "$dir"
+      as_postgres "$PGBIN/initdb" -D "$dir" -U postgres -A trust --no-sync >/dev/null
+      echo "host replication postgres 127.0.0.1/32 trust" >>"$dir/pg_hba.conf"
+      write_conf "$dir" "$port"
+    fi
+    start "$dir"
+    ;;
+  standby)
+    dir=$2 port=$3 primary=$4
+    if [ ! -f "$dir/PG_VERSION" ]; then
+      mkdir -p "$dir" && chown postgres "$dir" && chmod 700 "$dir"
+      as_postgres "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "$primary" -U postgres -D "$dir" -R -X stream >/dev/null
+      sed -i "s/^port = .*/port = $port/; s#^unix_socket_directories = .*#unix_socket_directories = '$dir'#" "$dir/postgresql.conf"
+      # pg_cron runs only on the primary.
+      sed -i "s/^shared_preload_libraries = .*/shared_preload_libraries = ''/" "$dir/postgresql.conf"
+    fi
+    start "$dir"
+    ;;
+  stop)
+    dir=$2
+    [ -f "$dir/postmaster.pid" ] && as_postgres "$PGBIN/pg_ctl" -D "$dir" -m fast -w stop >/dev/null || true
+    ;;
+  *)
+    echo "usage: $0 start DIR PORT | standby DIR PORT PRIMARY_PORT | stop DIR" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything pg_distlock needs on Debian 12 and registers
+# PostgreSQL 15 with pgrx. Idempotent: quick when all is already there.
+set -euo pipefail
+
+PGRX_VERSION=0.18.1
+PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron pgbouncer libclang-dev clang sudo)
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! cargo pgrx --version 2>/dev/null | grep -q " ${PGRX_VERSION}\$"; then
+  echo "setup: installing cargo-pgrx ${PGRX_VERSION} (about 5-13 minutes the first time)"
+  cargo install cargo-pgrx --version "${PGRX_VERSION}" --locked
+fi
+
+if ! grep -qs "^pg15 = \"${PG_CONFIG}\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
+  cargo pgrx init --pg15 "${PG_CONFIG}"
+fi

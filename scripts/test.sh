@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs every pg_distlock test:
+#   1. the #[pg_test] unit tests (cargo pgrx test, one backend per test);
+#   2. tests/cluster: many real connections against a primary with pg_cron
+#      and a streaming standby (concurrency, kills, restarts, pg_dump).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+
+work=${DISTLOCK_TEST_DIR:-/tmp/pg_distlock_test}
+primary_port=${DISTLOCK_TEST_PORT:-55432}
+standby_port=$((primary_port + 1))
+
+cleanup() {
+  scripts/cluster.sh stop "$work/primary" || true
+  scripts/cluster.sh stop "$work/standby" || true
+}
+trap cleanup EXIT
+
+mkdir -p "$work"
+chown postgres "$work"
+rm -rf "$work/pgrx-pgdata"
+install -d -o postgres -m 700 "$work/pgrx-pgdata"
+
+echo "== unit tests (cargo pgrx test)"
+cargo pgrx test pg15 --runas postgres --pgdata "$work/pgrx-pgdata"
+
+echo "== installing the release build"
+cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
+
+echo "== cluster tests"
+cleanup
+rm -rf "$work/primary" "$work/standby"
+scripts/cluster.sh start "$work/primary" "$primary_port"
+scripts/cluster.sh standby "$work/standby" "$standby_port" "$primary_port"
+
+DISTLOCK_TEST_PORT=$primary_port \
+DISTLOCK_TEST_STANDBY_PORT=$standby_port \
+DISTLOCK_TEST_PGDATA="$work/primary" \
+  cargo test --features cluster-tests --test cluster -- --test-threads=1

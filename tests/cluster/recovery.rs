@@ -1,0 +1,176 @@
+//! Dead, hung and restarted holders are recovered by the sweep.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::support::*;
+
+fn one_task(db: &str, extra: &str) {
+    connect(db)
+        .batch_execute(&format!(
+            "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at) \
+             VALUES ('job', 'etl', '@daily', now()); {extra}"
+        ))
+        .expect("task");
+}
+
+fn claim_one(client: &mut Client, worker: &str) -> Option<i32> {
+    let row = client
+        .query_one("SELECT task_id, acquired FROM distlock.worker_fetch_and_execute_task($1)", &[&worker])
+        .expect("fetch");
+    row.get::<_, bool>(1).then(|| row.get(0))
+}
+
+fn sweep(client: &mut Client) -> Vec<(i32, String, bool)> {
+    client
+        .query("SELECT task_id, worker_id, lock_released FROM distlock.check_and_recover_timeout_tasks()", &[])
+        .expect("sweep")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+fn backend_gone(client: &mut Client, pid: i32) -> bool {
+    count(client, &format!("SELECT 1 FROM pg_stat_activity WHERE pid = {pid}")) == 0
+}
+
+#[test]
+fn killed_worker_is_abandoned_and_the_task_claimed_again() {
+    let db = fresh_db("recovery_killed");
+    one_task(&db, "");
+    let mut doomed = connect(&db);
+    let doomed_pid = backend_pid(&mut doomed);
+    assert_eq!(claim_one(&mut doomed, "doomed"), Some(1));
+
+    let mut other = connect(&db);
+    // While the holder lives, the sweep leaves the claim alone.
+    assert!(sweep(&mut other).is_empty());
+    assert_eq!(claim_one(&mut other, "other"), None);
+
+    other.execute("SELECT pg_terminate_backend($1, 5000)", &[&doomed_pid]).expect("kill");
+    eventually("the killed backend to exit", Duration::from_secs(10), || backend_gone(&mut other, doomed_pid));
+    assert_eq!(
+        count(&mut other, "SELECT 1 FROM distlock.running_tasks WHERE NOT holder_alive"),
+        1,
+        "the view sees the dead holder"
+    );
+    assert_eq!(sweep(&mut other), vec![(1, "doomed".to_string(), true)]);
+    assert_eq!(
+        count(&mut other, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'abandoned' AND worker_id = 'doomed'"),
+        1
+    );
+    assert_eq!(claim_one(&mut other, "other"), Some(1), "the unfinished slot is claimable again");
+    assert!(sweep(&mut other).is_empty(), "the new claim is alive");
+}
+
+#[test]
+fn hung_holder_past_its_timeout_is_terminated_by_the_sweep() {
+    let db = fresh_db("recovery_hung");
+    one_task(&db, "UPDATE distlock.scheduled_tasks SET timeout = '1 second';");
+    let mut hung = connect(&db);
+    let hung_pid = backend_pid(&mut hung);
+    assert_eq!(claim_one(&mut hung, "hung"), Some(1));
+    let token: i64 = hung
+        .query_one("SELECT fencing_token FROM distlock.task_execution_log", &[])
+        .expect("token")
+        .get(0);
+
+    let mut sweeper = connect(&db);
+    eventually("the claim to pass its timeout", Duration::from_secs(10), || {
+        count(&mut sweeper, "SELECT 1 FROM distlock.running_tasks WHERE past_timeout") == 1
+    });
+    assert_eq!(sweep(&mut sweeper), vec![(1, "hung".to_string(), true)]);
+    assert!(backend_gone(&mut sweeper, hung_pid), "pg_terminate_backend waited for the exit");
+    assert!(hung.execute("SELECT 1", &[]).is_err(), "the hung session is gone");
+    assert_eq!(
+        count(&mut sweeper, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'timed_out'"),
+        1
+    );
+    let fenced: bool = sweeper
+        .query_one("SELECT distlock.check_fencing_token(1, $1)", &[&token])
+        .expect("fence")
+        .get(0);
+    assert!(!fenced, "the timed-out claim's token is refused");
+    let reclaimed: bool = sweeper
+        .query_one("SELECT distlock.try_acquire_task_lock(1, 'next')", &[])
+        .expect("claim")
+        .get(0);
+    assert!(reclaimed, "the lock was freed");
+}
+
+#[test]
+fn running_claims_left_by_a_crash_are_abandoned_by_the_sweep() {
+    let db = fresh_db("recovery_restart");
+    connect(&db)
+        .batch_execute(
+            "INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) \
+             SELECT 'job-' || i, 'etl', now() FROM generate_series(1, 3) i",
+        )
+        .expect("tasks");
+    let mut holders: Vec<Client> = (0..3).map(|_| connect(&db)).collect();
+    for (i, holder) in holders.iter_mut().enumerate() {
+        assert!(claim_one(holder, &format!("w{i}")).is_some());
+    }
+    let status = Command::new("runuser")
+        .args(["-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl", "-D"])
+        .arg(pgdata())
+        .args(["-m", "immediate", "-w", "-t", "60", "restart"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("pg_ctl");
+    assert!(status.success(), "restart failed");
+    drop(holders);
+    let mut after = None;
+    eventually("the server to accept connections", Duration::from_secs(30), || {
+        after = Client::connect(
+            &format!("host=127.0.0.1 port={} user=postgres dbname={db}", primary_port()),
+            NoTls,
+        )
+        .ok();
+        after.is_some()
+    });
+    let mut after = after.expect("connected");
+    assert_eq!(count(&mut after, "SELECT 1 FROM distlock.running_tasks WHERE NOT holder_alive"), 3);
+    let swept = sweep(&mut after);
+    assert_eq!(swept.len(), 3);
+    assert!(swept.iter().all(|(_, _, released)| *released));
+    assert_eq!(count(&mut after, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'abandoned'"), 3);
+    assert_eq!(
+        count(&mut after, "SELECT * FROM distlock.try_acquire_multiple_tasks('again', 10)"),
+        3,
+        "every task can be run again"
+    );
+}
+
+#[test]
+fn pg_cron_runs_the_sweep() {
+    // pg_cron lives in the database named by cron.database_name (postgres).
+    let mut c = connect("postgres");
+    c.batch_execute(
+        "DROP EXTENSION IF EXISTS pg_distlock CASCADE; CREATE EXTENSION pg_distlock; \
+         CREATE EXTENSION IF NOT EXISTS pg_cron; \
+         INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) VALUES ('cron-swept', 'etl', now());",
+    )
+    .expect("setup");
+    let mut doomed = connect("postgres");
+    let doomed_pid = backend_pid(&mut doomed);
+    assert_eq!(claim_one(&mut doomed, "doomed"), Some(1));
+    c.execute("SELECT pg_terminate_backend($1, 5000)", &[&doomed_pid]).expect("kill");
+    c.execute(
+        "SELECT cron.schedule('distlock-sweep', '* * * * *', \
+         'SELECT * FROM distlock.check_and_recover_timeout_tasks()')",
+        &[],
+    )
+    .expect("schedule");
+    // pg_cron 1.4 runs jobs on minute boundaries.
+    let recovered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        eventually("pg_cron to run the sweep", Duration::from_secs(130), || {
+            count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'abandoned'") == 1
+        })
+    }));
+    c.batch_execute("SELECT cron.unschedule('distlock-sweep'); DROP EXTENSION pg_distlock CASCADE;")
+        .expect("cleanup");
+    if let Err(panic) = recovered {
+        std::panic::resume_unwind(panic);
+    }
+}

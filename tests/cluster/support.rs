@@ -1,0 +1,72 @@
+//! Connections, fresh databases and deadline-bounded polling.
+
+use std::time::{Duration, Instant};
+
+pub use postgres::{Client, NoTls};
+
+fn env_port(name: &str) -> u16 {
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: run these tests through scripts/test.sh"))
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} is not a port number"))
+}
+
+pub fn primary_port() -> u16 {
+    env_port("DISTLOCK_TEST_PORT")
+}
+
+pub fn standby_port() -> u16 {
+    env_port("DISTLOCK_TEST_STANDBY_PORT")
+}
+
+pub fn pgdata() -> String {
+    std::env::var("DISTLOCK_TEST_PGDATA").expect("DISTLOCK_TEST_PGDATA is not set")
+}
+
+pub fn connect_to(port: u16, db: &str, application_name: &str) -> Client {
+    let url = format!(
+        "host=127.0.0.1 port={port} user=postgres dbname={db} application_name={application_name}"
+    );
+    Client::connect(&url, NoTls).unwrap_or_else(|e| panic!("connect to {db} on {port}: {e}"))
+}
+
+pub fn connect(db: &str) -> Client {
+    connect_to(primary_port(), db, "cluster-test")
+}
+
+/// A new database with pg_distlock created in it.
+pub fn fresh_db(name: &str) -> String {
+    let mut admin = connect("postgres");
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
+    connect(name).batch_execute("CREATE EXTENSION pg_distlock").expect("create extension");
+    name.to_string()
+}
+
+/// Polls `check` until it is true, failing after `timeout`.
+pub fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn backend_pid(client: &mut Client) -> i32 {
+    client.query_one("SELECT pg_backend_pid()", &[]).expect("pid").get(0)
+}
+
+pub fn count(client: &mut Client, sql: &str) -> i64 {
+    client
+        .query_one(&format!("SELECT count(*) FROM ({sql}) q"), &[])
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .get(0)
+}
+
+/// The SQLSTATE of a failed statement.
+pub fn sqlstate(result: Result<impl Sized, postgres::Error>) -> String {
+    match result {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no SQLSTATE: {e}")),
+    }
+}
