@@ -117,3 +117,55 @@ fn lock_waits_shows_who_blocks_whom() {
     holder.batch_execute("SELECT pg_advisory_unlock(4242)").expect("unlock");
     waiter.join().expect("waiter finished once the lock was free");
 }
+
+/// The README's grant blocks are exactly what a worker and a monitor need,
+/// and a role without them can do nothing.
+#[test]
+fn worker_and_monitor_roles_work_with_the_documented_grants() {
+    let db = fresh_db("ops_roles");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
+    let grants = readme
+        .split("-- worker grants: begin")
+        .nth(1)
+        .and_then(|rest| rest.split("-- worker grants: end").next())
+        .expect("README has the worker grant block");
+    let mut admin = connect(&db);
+    admin
+        .batch_execute(
+            "DROP ROLE IF EXISTS distlock_worker; DROP ROLE IF EXISTS distlock_nobody; \
+             DROP ROLE IF EXISTS distlock_watcher; \
+             CREATE ROLE distlock_worker; CREATE ROLE distlock_nobody; \
+             CREATE ROLE distlock_watcher IN ROLE pg_monitor; \
+             INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at) \
+             VALUES ('a', 'x', '@hourly', now()), ('b', 'x', NULL, now());",
+        )
+        .expect("roles");
+    admin.batch_execute(grants).expect("README grants apply");
+
+    admin.batch_execute("SET ROLE distlock_worker").expect("worker");
+    // One statement per transaction, as a worker would run them.
+    for call in [
+        "SELECT * FROM distlock.worker_fetch_and_execute_task('w')",
+        "SELECT distlock.release_task_lock(1, 'w', 'completed')",
+        "SELECT * FROM distlock.try_acquire_multiple_tasks('w', 5)",
+        "SELECT distlock.check_fencing_token(2, 1)",
+        "SELECT distlock.release_task_lock(2, 'w', 'failed', 'boom')",
+        "SELECT distlock.try_acquire_task_lock(1, 'w')",
+        "SELECT distlock.release_task_lock(1, 'w', 'completed')",
+    ] {
+        admin.batch_execute(call).unwrap_or_else(|e| panic!("worker role: {call}: {e}"));
+    }
+    assert_eq!(count(&mut admin, "SELECT 1 FROM distlock.task_execution_log WHERE status <> 'running'"), 3);
+    admin.batch_execute("RESET ROLE; SET ROLE distlock_watcher").expect("watcher");
+    for view in ["advisory_locks", "lock_waits", "running_tasks", "task_stats"] {
+        admin.batch_execute(&format!("SELECT * FROM distlock.{view}")).expect(view);
+    }
+    admin.batch_execute("RESET ROLE; SET ROLE distlock_nobody").expect("nobody");
+    for call in [
+        "SELECT distlock.try_acquire_task_lock(1, 'w')",
+        "SELECT * FROM distlock.task_stats",
+        "SELECT * FROM distlock.scheduled_tasks",
+    ] {
+        assert_eq!(sqlstate(admin.batch_execute(call)), "42501", "{call}");
+    }
+}
