@@ -9,7 +9,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 -- Monitoring roles may read the views (and only the views).
 GRANT USAGE ON SCHEMA distlock TO pg_monitor;
 GRANT SELECT ON distlock.advisory_locks, distlock.lock_waits,
-                distlock.running_tasks, distlock.task_stats TO pg_monitor;
+                distlock.running_tasks, distlock.task_stats,
+                distlock.queue_stats TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.task_lock_class() TO pg_monitor;
 
 -- User data survives pg_dump / pg_restore, including the sequences, so
@@ -19,3 +20,5 @@ SELECT pg_catalog.pg_extension_config_dump('distlock.scheduled_tasks_id_seq', ''
 SELECT pg_catalog.pg_extension_config_dump('distlock.task_execution_log', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.task_execution_log_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.fencing_token_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.task_queue', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.task_queue_id_seq', '');

@@ -52,3 +52,34 @@ pub fn require_primary(action: &str) {
         );
     }
 }
+
+/// An interval's length in microseconds as PostgreSQL compares intervals
+/// (a month is 30 days, a day 24 hours).
+pub fn interval_micros(value: &pgrx::datum::Interval) -> i128 {
+    const MICROS_PER_DAY: i128 = 86_400_000_000;
+    value.months() as i128 * 30 * MICROS_PER_DAY + value.days() as i128 * MICROS_PER_DAY + value.micros() as i128
+}
+
+/// A non-NULL interval longer than zero, or ERROR 22004 / 22023 naming it.
+pub fn positive_interval(value: Option<pgrx::datum::Interval>, argument: &str) -> pgrx::datum::Interval {
+    let interval = required(value, argument);
+    if interval_micros(&interval) <= 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{argument} must be positive, got {interval}"),
+        );
+    }
+    interval
+}
+
+/// A non-NULL count within `range`, or ERROR 22004 / 22023 naming it.
+pub fn int_in_range(value: Option<i32>, argument: &str, range: std::ops::RangeInclusive<i32>) -> i32 {
+    let n = required(value, argument);
+    if !range.contains(&n) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{argument} must be between {} and {}, got {n}", range.start(), range.end()),
+        );
+    }
+    n
+}

@@ -7,6 +7,7 @@ mod errors;
 mod hashing;
 mod lock_keys;
 mod plans;
+mod queue;
 mod schedule;
 mod sweep;
 mod tasks;
@@ -21,6 +22,7 @@ pgrx::extension_sql_file!(
     name = "views",
     requires = ["schema", lock_keys::task_lock_class]
 );
+pgrx::extension_sql_file!("../sql/queue.sql", name = "queue", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/grants.sql", name = "grants", finalize);
 
 #[pg_guard]

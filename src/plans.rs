@@ -50,6 +50,7 @@ pub mod types {
     pub const TEXT: PgOid = PgOid::BuiltIn(BuiltinOid::TEXTOID);
     pub const BOOL: PgOid = PgOid::BuiltIn(BuiltinOid::BOOLOID);
     pub const TIMESTAMPTZ: PgOid = PgOid::BuiltIn(BuiltinOid::TIMESTAMPTZOID);
+    pub const JSONB: PgOid = PgOid::BuiltIn(BuiltinOid::JSONBOID);
     pub const INTERVAL: PgOid = PgOid::BuiltIn(BuiltinOid::INTERVALOID);
     pub const INT8_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::INT8ARRAYOID);
 }

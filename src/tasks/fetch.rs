@@ -5,7 +5,7 @@ use pgrx::spi::SpiClient;
 use pgrx::PgSqlErrorCode;
 
 use super::claim::{claim, Claim};
-use crate::errors::{raise, require_primary, required, worker_id};
+use crate::errors::{int_in_range, raise, require_primary, worker_id};
 use crate::plans::plan;
 
 const MAX_TASKS_PER_CALL: i32 = 1000;
@@ -99,13 +99,7 @@ fn try_acquire_multiple_tasks(
 > {
     require_primary("claim tasks");
     let worker = worker_id(p_worker_id, "p_worker_id");
-    let max = required(p_max_tasks, "p_max_tasks");
-    if !(1..=MAX_TASKS_PER_CALL).contains(&max) {
-        raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("p_max_tasks must be between 1 and {MAX_TASKS_PER_CALL}, got {max}"),
-        );
-    }
+    let max = int_in_range(p_max_tasks, "p_max_tasks", 1..=MAX_TASKS_PER_CALL);
     let claimed = Spi::connect(|client| claim_due_tasks(client, worker, max as usize));
     TableIterator::new(
         claimed.into_iter().map(|c| (c.task_id, c.task_name, true, c.fencing_token)),

@@ -12,17 +12,13 @@ use crate::plans::{plan, types};
 #[search_path(pg_catalog, pg_temp)]
 fn prune_execution_log(p_older_than: Option<Interval>) -> i64 {
     let older_than = required(p_older_than, "p_older_than");
+    if crate::errors::interval_micros(&older_than) < 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("p_older_than must not be negative, got {older_than}"),
+        );
+    }
     Spi::connect_mut(|client| {
-        let negative = client
-            .select("SELECT $1 < interval '0'", None, &[older_than.into()])
-            .and_then(|rows| rows.first().get_one::<bool>())
-            .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
-        if negative == Some(true) {
-            raise(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("p_older_than must not be negative, got {older_than}"),
-            );
-        }
         let stmt = plan(client, include_str!("../../sql/queries/prune_log.sql"), &[types::INTERVAL]);
         client
             .update(&*stmt, None, &[older_than.into()])

@@ -480,7 +480,12 @@ mod tests {
                 "SELECT string_agg(c::regclass::text, ',' ORDER BY c::regclass::text) \
                  FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'pg_distlock'"
             ),
-            Some("distlock.fencing_token_seq,distlock.scheduled_tasks,distlock.scheduled_tasks_id_seq,distlock.task_execution_log,distlock.task_execution_log_id_seq".into())
+            Some(
+                "distlock.fencing_token_seq,distlock.scheduled_tasks,distlock.scheduled_tasks_id_seq,\
+                 distlock.task_execution_log,distlock.task_execution_log_id_seq,\
+                 distlock.task_queue,distlock.task_queue_id_seq"
+                    .into()
+            )
         );
     }
 }

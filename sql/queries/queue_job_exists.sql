@@ -1,0 +1,1 @@
+SELECT true FROM distlock.task_queue WHERE id = $1

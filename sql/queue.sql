@@ -1,0 +1,58 @@
+-- The job queue: jobs are handed out with FOR UPDATE SKIP LOCKED and a
+-- lease, so no session-level lock is involved (works behind PgBouncer in
+-- transaction mode) and a crashed consumer's job comes back by itself.
+
+CREATE TABLE distlock.task_queue (
+    id               bigserial PRIMARY KEY,
+    task_name        varchar(100) NOT NULL,
+    payload          jsonb NOT NULL DEFAULT '{}',
+    status           varchar(20) NOT NULL DEFAULT 'pending',
+    worker_id        varchar(50),
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    started_at       timestamptz,
+    completed_at     timestamptz,
+    -- Claims so far, the current one included.
+    attempts         int NOT NULL DEFAULT 0,
+    max_attempts     int NOT NULL DEFAULT 5,
+    -- Not handed out before this time (delayed jobs and retry backoff).
+    run_after        timestamptz NOT NULL DEFAULT now(),
+    -- Higher runs first.
+    priority         int NOT NULL DEFAULT 0,
+    -- A processing job whose lease has expired can be claimed again.
+    lease_expires_at timestamptz,
+    last_error       text,
+    CONSTRAINT task_queue_status_known CHECK (
+        status IN ('pending', 'processing', 'completed', 'failed', 'dead')),
+    CONSTRAINT task_queue_task_name_not_blank CHECK (btrim(task_name) <> ''),
+    CONSTRAINT task_queue_max_attempts_positive CHECK (max_attempts >= 1),
+    CONSTRAINT task_queue_attempts_nonnegative CHECK (attempts >= 0),
+    CONSTRAINT task_queue_processing_has_lease CHECK (
+        (status = 'processing') = (lease_expires_at IS NOT NULL))
+);
+
+COMMENT ON TABLE distlock.task_queue IS
+    'Queued jobs handed out to consumers with leases (pending, processing, completed, failed, dead).';
+
+-- The next runnable job: highest priority, then oldest.
+CREATE INDEX task_queue_runnable_idx
+    ON distlock.task_queue (priority DESC, run_after, id)
+    WHERE status IN ('pending', 'failed');
+
+-- Expired leases.
+CREATE INDEX task_queue_lease_idx
+    ON distlock.task_queue (lease_expires_at)
+    WHERE status = 'processing';
+
+CREATE VIEW distlock.queue_stats AS
+SELECT q.task_name,
+       q.status,
+       count(*) AS jobs,
+       pg_catalog.now() - min(q.created_at) FILTER (WHERE q.status = 'pending') AS oldest_pending_age,
+       min(q.run_after) FILTER (WHERE q.status IN ('pending', 'failed')) AS next_run_after,
+       count(*) FILTER (WHERE q.status = 'processing'
+                          AND q.lease_expires_at <= pg_catalog.now()) AS expired_leases
+  FROM distlock.task_queue q
+ GROUP BY q.task_name, q.status;
+
+COMMENT ON VIEW distlock.queue_stats IS
+    'Jobs per task name and status, with the age of the oldest pending job.';

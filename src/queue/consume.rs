@@ -1,0 +1,107 @@
+//! Handing jobs out: FOR UPDATE SKIP LOCKED, highest priority then oldest,
+//! each with a lease. An expired lease makes its job claimable again, so a
+//! crashed consumer's job never stays stuck, with no sweep needed.
+
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use pgrx::PgSqlErrorCode;
+
+use super::resolve_worker;
+use crate::errors::{int_in_range, positive_interval, raise};
+use crate::plans::{plan, types};
+
+const MAX_BATCH: i32 = 1000;
+
+/// One claimed job; the SQL signatures below spell the same columns out,
+/// because pgrx reads them from the function's own tokens.
+type Job = (i64, String, pgrx::JsonB, i32, i32, TimestampWithTimeZone, i32, String);
+
+/// Returns up to `limit` expired leases to pending (or dead when out of attempts); how many.
+pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
+    let stmt = plan(client, include_str!("../../sql/queries/queue_reap_expired.sql"), &[types::INT8]);
+    client
+        .select(&*stmt, None, &[limit.into()])
+        .map(|rows| rows.len())
+        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+}
+
+fn consume(p_batch: i32, p_worker_id: Option<&str>, p_lease: Option<Interval>) -> Vec<Job> {
+    let lease = positive_interval(p_lease, "p_lease");
+    crate::errors::require_primary("consume jobs");
+    Spi::connect(|client| {
+        let worker = resolve_worker(client, p_worker_id);
+        reap_expired_leases(client, p_batch as i64);
+        let stmt = plan(
+            client,
+            include_str!("../../sql/queries/queue_consume.sql"),
+            &[types::INT8, types::TEXT, types::INTERVAL],
+        );
+        client
+            .select(&*stmt, None, &[(p_batch as i64).into(), worker.as_str().into(), lease.into()])
+            .and_then(|rows| {
+                rows.map(|row| {
+                    Ok((
+                        row.get::<i64>(1)?.unwrap_or_default(),
+                        row.get::<String>(2)?.unwrap_or_default(),
+                        row.get::<pgrx::JsonB>(3)?.unwrap_or(pgrx::JsonB(serde_json::Value::Null)),
+                        row.get::<i32>(4)?.unwrap_or_default(),
+                        row.get::<i32>(5)?.unwrap_or_default(),
+                        row.get::<TimestampWithTimeZone>(6)?
+                            .unwrap_or_else(TimestampWithTimeZone::negative_infinity),
+                        row.get::<i32>(7)?.unwrap_or_default(),
+                        worker.clone(),
+                    ))
+                })
+                .collect()
+            })
+            .unwrap_or_else(|e: pgrx::spi::SpiError| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+    })
+}
+
+/// Claims the next runnable job (highest priority, then oldest) with a
+/// lease; zero rows when there is none. A NULL worker id falls back to the
+/// session's application_name or client address.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn consume_task(
+    p_worker_id: default!(Option<&str>, "NULL"),
+    p_lease: default!(Option<Interval>, "'5 minutes'"),
+) -> TableIterator<
+    'static,
+    (
+        name!(task_id, i64),
+        name!(task_name, String),
+        name!(payload, pgrx::JsonB),
+        name!(attempts, i32),
+        name!(max_attempts, i32),
+        name!(lease_expires_at, TimestampWithTimeZone),
+        name!(priority, i32),
+        name!(worker_id, String),
+    ),
+> {
+    TableIterator::new(consume(1, p_worker_id, p_lease))
+}
+
+/// Claims up to `p_batch` (1..1000) runnable jobs in one call.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn consume_tasks(
+    p_batch: Option<i32>,
+    p_worker_id: default!(Option<&str>, "NULL"),
+    p_lease: default!(Option<Interval>, "'5 minutes'"),
+) -> TableIterator<
+    'static,
+    (
+        name!(task_id, i64),
+        name!(task_name, String),
+        name!(payload, pgrx::JsonB),
+        name!(attempts, i32),
+        name!(max_attempts, i32),
+        name!(lease_expires_at, TimestampWithTimeZone),
+        name!(priority, i32),
+        name!(worker_id, String),
+    ),
+> {
+    let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
+    TableIterator::new(consume(batch, p_worker_id, p_lease))
+}

@@ -1,0 +1,52 @@
+//! Adding jobs.
+
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use crate::errors::{raise, required};
+use crate::plans::{first_value, plan, types};
+
+/// Queues a job; returns its id.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn enqueue_task(
+    p_task_name: Option<&str>,
+    p_payload: default!(Option<pgrx::JsonB>, "'{}'"),
+    p_run_after: default!(Option<TimestampWithTimeZone>, "now()"),
+    p_priority: default!(Option<i32>, 0),
+    p_max_attempts: default!(Option<i32>, 5),
+) -> i64 {
+    let task_name = required(p_task_name, "p_task_name");
+    if task_name.trim().is_empty() {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("p_task_name must not be empty, got \"{task_name}\""),
+        );
+    }
+    if task_name.chars().count() > 100 {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("p_task_name must be at most 100 characters, got \"{task_name}\""),
+        );
+    }
+    let payload = required(p_payload, "p_payload");
+    let run_after = required(p_run_after, "p_run_after");
+    let priority = required(p_priority, "p_priority");
+    let max_attempts = crate::errors::int_in_range(p_max_attempts, "p_max_attempts", 1..=i32::MAX);
+    Spi::connect_mut(|client| {
+        let stmt = plan(
+            client,
+            include_str!("../../sql/queries/queue_enqueue.sql"),
+            &[types::TEXT, types::JSONB, types::TIMESTAMPTZ, types::INT4, types::INT4],
+        );
+        client
+            .update(
+                &*stmt,
+                None,
+                &[task_name.into(), payload.into(), run_after.into(), priority.into(), max_attempts.into()],
+            )
+            .and_then(first_value::<i64>)
+            .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+            .unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "enqueue returned no id"))
+    })
+}

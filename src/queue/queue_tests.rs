@@ -1,0 +1,215 @@
+//! Single-session tests of the job queue; tests/cluster covers many
+//! consumers, killed consumers and PgBouncer.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    fn one<T: FromDatum + IntoDatum>(sql: &str) -> Option<T> {
+        Spi::get_one::<T>(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    fn run(sql: &str) {
+        Spi::run(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    fn enqueue(args: &str) -> i64 {
+        one::<i64>(&format!("SELECT distlock.enqueue_task({args})")).expect("id")
+    }
+
+    #[pg_test]
+    fn queue_enqueue_uses_documented_defaults() {
+        let id = enqueue("'email'");
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT payload = '{{}}'::jsonb AND status = 'pending' AND priority = 0 AND max_attempts = 5 \
+                 AND attempts = 0 AND run_after <= now() AND worker_id IS NULL \
+                 FROM distlock.task_queue WHERE id = {id}"
+            )),
+            Some(true)
+        );
+    }
+
+    #[pg_test]
+    fn queue_consume_takes_highest_priority_then_oldest() {
+        let low = enqueue("'a', '{\"n\": 1}'");
+        let high_old = enqueue("'b', '{\"n\": 2}', now(), 5");
+        let high_new = enqueue("'c', '{\"n\": 3}', now(), 5");
+        let _delayed = enqueue("'d', '{}', now() + interval '1 hour', 100");
+        run("SET LOCAL application_name = 'consumer-app'");
+        let first = Spi::get_three::<i64, String, i32>(
+            "SELECT task_id, worker_id, attempts FROM distlock.consume_task()",
+        )
+        .expect("row");
+        assert_eq!(first, (Some(high_old), Some("consumer-app".into()), Some(1)));
+        let batch = one::<String>(
+            "SELECT string_agg(task_id::text, ',' ORDER BY priority DESC, task_id) FROM distlock.consume_tasks(10, 'w2')",
+        );
+        assert_eq!(batch, Some(format!("{high_new},{low}")));
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_task('w3')"), Some(0));
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT status = 'processing' AND lease_expires_at > now() + interval '4 minutes' \
+                 AND started_at IS NOT NULL FROM distlock.task_queue WHERE id = {low}"
+            )),
+            Some(true)
+        );
+        assert_eq!(
+            one::<String>("SELECT payload->>'n' FROM distlock.task_queue WHERE id = (SELECT min(id) FROM distlock.task_queue)"),
+            Some("1".into())
+        );
+    }
+
+    #[pg_test]
+    fn queue_complete_only_by_the_holding_worker() {
+        let id = enqueue("'a'");
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('w1')"), Some(id));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w2')")), Some(false));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w1')")), Some(true));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w1')")), Some(false));
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT status = 'completed' AND completed_at IS NOT NULL AND lease_expires_at IS NULL \
+                 FROM distlock.task_queue WHERE id = {id}"
+            )),
+            Some(true)
+        );
+    }
+
+    #[pg_test]
+    fn queue_failure_backs_off_then_dies_after_max_attempts() {
+        let id = enqueue("'a', '{}', now(), 0, 2");
+        one::<i64>("SELECT task_id FROM distlock.consume_task('w1')");
+        assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({id}, 'smtp down', 'w1')")), Some(true));
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT status = 'failed' AND last_error = 'smtp down' \
+                 AND run_after BETWEEN clock_timestamp() + interval '4 seconds' AND clock_timestamp() + interval '10 seconds' \
+                 FROM distlock.task_queue WHERE id = {id}"
+            )),
+            Some(true)
+        );
+        // Not runnable during its backoff.
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_task('w1')"), Some(0));
+        run(&format!("UPDATE distlock.task_queue SET run_after = now() - interval '1 second' WHERE id = {id}"));
+        assert_eq!(one::<i32>("SELECT attempts FROM distlock.consume_task('w1')"), Some(2));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({id}, 'still down', 'w1')")), Some(true));
+        assert_eq!(
+            one::<String>(&format!("SELECT status::text FROM distlock.task_queue WHERE id = {id}")),
+            Some("dead".into())
+        );
+    }
+
+    #[pg_test]
+    fn queue_expired_lease_is_claimed_again_and_the_old_worker_is_refused() {
+        let id = enqueue("'a'");
+        one::<i64>("SELECT task_id FROM distlock.consume_task('slow', '1 millisecond')");
+        run("SELECT pg_sleep(0.01)");
+        let again = Spi::get_two::<i64, i32>("SELECT task_id, attempts FROM distlock.consume_task('fast')")
+            .expect("row");
+        assert_eq!(again, (Some(id), Some(2)));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'slow')")), Some(false));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.extend_task_lease({id}, '1 minute', 'slow')")), Some(false));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({id}, 'x', 'slow')")), Some(false));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'fast')")), Some(true));
+    }
+
+    #[pg_test]
+    fn queue_expired_lease_without_attempts_left_is_dead() {
+        let id = enqueue("'a', '{}', now(), 0, 1");
+        one::<i64>("SELECT task_id FROM distlock.consume_task('w', '1 millisecond')");
+        run("SELECT pg_sleep(0.01)");
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_task('w2')"), Some(0));
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT status = 'dead' AND last_error LIKE 'lease expired%' FROM distlock.task_queue WHERE id = {id}"
+            )),
+            Some(true)
+        );
+    }
+
+    #[pg_test]
+    fn queue_sweep_returns_expired_leases_to_the_queue() {
+        let id = enqueue("'a'");
+        one::<i64>("SELECT task_id FROM distlock.consume_task('w', '1 millisecond')");
+        run("SELECT pg_sleep(0.01)");
+        run("SELECT * FROM distlock.check_and_recover_timeout_tasks()");
+        assert_eq!(
+            one::<String>(&format!("SELECT status::text FROM distlock.task_queue WHERE id = {id}")),
+            Some("pending".into())
+        );
+        assert_eq!(
+            one::<i64>("SELECT jobs FROM distlock.queue_stats WHERE task_name = 'a' AND status = 'pending'"),
+            Some(1)
+        );
+    }
+
+    #[pg_test]
+    fn queue_extend_lease_moves_the_expiry() {
+        let id = enqueue("'a'");
+        one::<i64>("SELECT task_id FROM distlock.consume_task('w', '1 minute')");
+        assert_eq!(one::<bool>(&format!("SELECT distlock.extend_task_lease({id}, '2 hours', 'w')")), Some(true));
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT lease_expires_at > now() + interval '119 minutes' FROM distlock.task_queue WHERE id = {id}"
+            )),
+            Some(true)
+        );
+    }
+
+    #[pg_test(error = "job 123456789 does not exist")]
+    fn queue_unknown_job_is_an_error() {
+        run("SELECT distlock.complete_task(123456789, 'w')");
+    }
+
+    #[pg_test(error = "p_lease must be positive, got -00:05:00")]
+    fn queue_negative_lease_is_an_error() {
+        run("SELECT * FROM distlock.consume_task('w', '-5 minutes')");
+    }
+
+    #[pg_test(error = "p_lease must be positive, got 00:00:00")]
+    fn queue_zero_lease_extension_is_an_error() {
+        let id = enqueue("'a'");
+        run(&format!("SELECT distlock.extend_task_lease({id}, '0', 'w')"));
+    }
+
+    #[pg_test(error = "p_lease must not be NULL")]
+    fn queue_null_lease_is_an_error() {
+        run("SELECT * FROM distlock.consume_task('w', NULL)");
+    }
+
+    #[pg_test(error = "p_batch must be between 1 and 1000, got 0")]
+    fn queue_batch_of_zero_is_an_error() {
+        run("SELECT * FROM distlock.consume_tasks(0)");
+    }
+
+    #[pg_test(error = "p_task_name must not be empty, got \" \"")]
+    fn queue_blank_name_is_an_error() {
+        enqueue("' '");
+    }
+
+    #[pg_test(error = "p_task_name must not be NULL")]
+    fn queue_null_name_is_an_error() {
+        enqueue("NULL");
+    }
+
+    #[pg_test(error = "p_payload must not be NULL")]
+    fn queue_null_payload_is_an_error() {
+        enqueue("'a', NULL");
+    }
+
+    #[pg_test(error = "p_max_attempts must be between 1 and 2147483647, got 0")]
+    fn queue_zero_max_attempts_is_an_error() {
+        enqueue("'a', '{}', now(), 0, 0");
+    }
+
+    #[pg_test(error = "p_task_id must not be NULL")]
+    fn queue_null_job_id_is_an_error() {
+        run("SELECT distlock.fail_task(NULL)");
+    }
+
+    #[pg_test(error = "p_worker_id must be at most 50 characters, got \"wwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwww\"")]
+    fn queue_overlong_worker_is_an_error() {
+        run(&format!("SELECT * FROM distlock.consume_task('{}')", "w".repeat(51)));
+    }
+}

@@ -1,0 +1,76 @@
+//! Ending or extending a job's lease. Each succeeds only for the worker that
+//! holds the job now: a consumer whose lease expired and whose job went back
+//! to the queue (or to another consumer) gets false and changes nothing.
+
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use super::{raise_unknown_job, resolve_worker};
+use crate::errors::{positive_interval, raise, required};
+use crate::plans::{plan, types};
+
+/// Runs one of the settle statements for (job, worker, extra); true when it
+/// changed the job, false when the caller no longer holds it, ERROR when
+/// the job does not exist.
+fn settle(sql: &'static str, job_id: i64, p_worker_id: Option<&str>, extra: pgrx::datum::DatumWithOid<'_>, extra_type: pgrx::pg_sys::PgOid) -> bool {
+    Spi::connect(|client| {
+        let worker = resolve_worker(client, p_worker_id);
+        let stmt = plan(client, sql, &[types::INT8, types::TEXT, extra_type]);
+        let changed = client
+            .select(&*stmt, None, &[job_id.into(), worker.as_str().into(), extra])
+            .map(|rows| !rows.is_empty())
+            .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+        if !changed {
+            let exists = plan(client, include_str!("../../sql/queries/queue_job_exists.sql"), &[types::INT8]);
+            let found = client
+                .select(&*exists, None, &[job_id.into()])
+                .map(|rows| !rows.is_empty())
+                .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+            if !found {
+                raise_unknown_job(job_id);
+            }
+        }
+        changed
+    })
+}
+
+/// Marks this worker's job completed.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn complete_task(p_task_id: Option<i64>, p_worker_id: default!(Option<&str>, "NULL")) -> bool {
+    let job_id = required(p_task_id, "p_task_id");
+    // The statement takes no third value; pass a typed NULL to keep one shape.
+    settle(
+        include_str!("../../sql/queries/queue_complete.sql"),
+        job_id,
+        p_worker_id,
+        pgrx::datum::DatumWithOid::null::<bool>(),
+        types::BOOL,
+    )
+}
+
+/// Records a failed attempt: retried after exponential backoff with jitter,
+/// or dead once its attempts are used up.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn fail_task(
+    p_task_id: Option<i64>,
+    p_error: default!(Option<&str>, "NULL"),
+    p_worker_id: default!(Option<&str>, "NULL"),
+) -> bool {
+    let job_id = required(p_task_id, "p_task_id");
+    settle(include_str!("../../sql/queries/queue_fail.sql"), job_id, p_worker_id, p_error.into(), types::TEXT)
+}
+
+/// Extends this worker's lease on a job to `p_lease` from now.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn extend_task_lease(
+    p_task_id: Option<i64>,
+    p_lease: Option<Interval>,
+    p_worker_id: default!(Option<&str>, "NULL"),
+) -> bool {
+    let job_id = required(p_task_id, "p_task_id");
+    let lease = positive_interval(p_lease, "p_lease");
+    settle(include_str!("../../sql/queries/queue_extend.sql"), job_id, p_worker_id, lease.into(), types::INTERVAL)
+}
