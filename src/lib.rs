@@ -6,6 +6,7 @@ use pgrx::prelude::*;
 mod errors;
 mod hashing;
 mod lock_keys;
+mod optimistic;
 mod plans;
 mod queue;
 mod schedule;
