@@ -4,12 +4,15 @@
 use pgrx::prelude::*;
 
 mod errors;
+mod gucs;
 mod hashing;
 mod lock_keys;
 mod optimistic;
 mod plans;
 mod queue;
+mod ratelimit;
 mod schedule;
+mod shared;
 mod sweep;
 mod tasks;
 mod xact;
@@ -24,10 +27,13 @@ pgrx::extension_sql_file!(
     requires = ["schema", lock_keys::task_lock_class]
 );
 pgrx::extension_sql_file!("../sql/queue.sql", name = "queue", requires = ["schema"]);
+pgrx::extension_sql_file!("../sql/ratelimit.sql", name = "ratelimit", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/grants.sql", name = "grants", finalize);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    gucs::register();
+    shared::init();
     xact::register_callbacks();
 }
 

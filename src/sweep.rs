@@ -116,7 +116,8 @@ fn free_lock_of(client: &SpiClient<'_>, claim: &RunningClaim) -> bool {
 /// Recovers running claims whose holder backend is gone (`abandoned`) or
 /// that ran longer than their task's timeout, or `p_timeout_minutes` when
 /// the task has none (`timed_out`; the holder backend is terminated).
-/// Also returns expired job-queue leases to the queue.
+/// Also returns expired job-queue leases to the queue and deletes expired
+/// table-mode rate-limit state.
 /// Safe to run concurrently and often, e.g. every minute from pg_cron.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
@@ -138,6 +139,7 @@ fn check_and_recover_timeout_tasks(
         // Expired job leases are reclaimable anyway; tidying them here keeps
         // queue_stats truthful when no consumer is polling.
         crate::queue::reap_expired_leases(client, 10_000);
+        crate::ratelimit::prune_expired(client);
         let locked = lock_running_claims(client);
         if locked.is_empty() {
             return Vec::new();

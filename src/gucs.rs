@@ -1,0 +1,65 @@
+//! Configuration settings (GUCs), all under the `distlock.` prefix.
+
+use std::ffi::CString;
+
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::PgSqlErrorCode;
+
+use crate::errors::raise;
+
+/// 2021-01-01 00:00:00 UTC in milliseconds since the Unix epoch.
+pub const DEFAULT_SNOWFLAKE_EPOCH_MS: i64 = 1_609_459_200_000;
+
+pub static SNOWFLAKE_EPOCH: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"1609459200000"));
+pub static SNOWFLAKE_MAX_CLOCK_BACKWARD_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
+pub static RATE_LIMIT_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+
+pub fn register() {
+    GucRegistry::define_string_guc(
+        c"distlock.snowflake_epoch",
+        c"Epoch of snowflake IDs, in milliseconds since 1970-01-01 UTC.",
+        c"Changing it changes every ID's timestamp: set it once, before the first ID.",
+        &SNOWFLAKE_EPOCH,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"distlock.snowflake_max_clock_backward",
+        c"How long generate_snowflake_id waits for a clock that moved backwards before failing.",
+        c"",
+        &SNOWFLAKE_MAX_CLOCK_BACKWARD_MS,
+        0,
+        60_000,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
+    // A postmaster-level setting can only be defined while preloading; it
+    // sizes shared memory, which exists only then anyway.
+    if !unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        return;
+    }
+    GucRegistry::define_int_guc(
+        c"distlock.rate_limit_capacity",
+        c"Rate-limit keys held in shared memory when pg_distlock is preloaded.",
+        c"Expired keys are reused; when every slot holds a live key, new keys are refused.",
+        &RATE_LIMIT_CAPACITY,
+        16,
+        10_000_000,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+}
+
+/// The snowflake epoch in milliseconds since the Unix epoch.
+pub fn snowflake_epoch_ms() -> i64 {
+    let text = SNOWFLAKE_EPOCH.get();
+    let text = text.as_deref().and_then(|c| c.to_str().ok()).unwrap_or("");
+    match text.trim().parse::<i64>() {
+        Ok(ms) if ms >= 0 => ms,
+        _ => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("distlock.snowflake_epoch must be milliseconds since 1970-01-01, got \"{text}\""),
+        ),
+    }
+}

@@ -1,0 +1,94 @@
+//! The table-backed rate-limit path (pg_distlock not preloaded).
+
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use pgrx::PgSqlErrorCode;
+
+use super::logic::{Gcra, Verdict, Window};
+use super::to_timestamp;
+use crate::errors::raise;
+use crate::plans::{first_value, plan, types};
+
+fn internal(e: pgrx::spi::SpiError) -> ! {
+    raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
+}
+
+pub fn admit(key: &str, now_us: i64, length_us: i64, max_requests: i32) -> bool {
+    crate::errors::require_primary("record rate-limit state");
+    Spi::connect_mut(|client| {
+        let stmt = plan(
+            client,
+            include_str!("../../sql/queries/rl_window_admit.sql"),
+            &[types::TEXT, types::TIMESTAMPTZ, types::INT8, types::INT4],
+        );
+        client
+            .update(&*stmt, None, &[key.into(), to_timestamp(now_us).into(), length_us.into(), max_requests.into()])
+            .map(|rows| !rows.is_empty())
+            .unwrap_or_else(|e| internal(e))
+    })
+}
+
+pub fn window(key: &str, now_us: i64) -> Option<Window> {
+    Spi::connect(|client| {
+        let stmt = plan(
+            client,
+            include_str!("../../sql/queries/rl_window_status.sql"),
+            &[types::TEXT, types::TIMESTAMPTZ],
+        );
+        let rows = client.select(&*stmt, None, &[key.into(), to_timestamp(now_us).into()]).unwrap_or_else(|e| internal(e));
+        if rows.is_empty() {
+            return None;
+        }
+        let row = rows.first();
+        let (count, max_requests) = row.get_two::<i32, i32>().unwrap_or_else(|e| internal(e));
+        let start = row.get::<TimestampWithTimeZone>(3).unwrap_or_else(|e| internal(e))?;
+        let end = row.get::<TimestampWithTimeZone>(4).unwrap_or_else(|e| internal(e))?;
+        Some(Window {
+            start_us: start.into_inner(),
+            length_us: end.into_inner() - start.into_inner(),
+            count: count.unwrap_or_default(),
+            max_requests: max_requests.unwrap_or_default(),
+        })
+    })
+}
+
+fn locked_tat(client: &mut SpiClient<'_>, key: &str, now_us: i64) -> i64 {
+    let ensure = plan(client, include_str!("../../sql/queries/rl_gcra_ensure.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
+    client.update(&*ensure, None, &[key.into(), to_timestamp(now_us).into()]).unwrap_or_else(|e| internal(e));
+    let lock = plan(client, include_str!("../../sql/queries/rl_gcra_lock.sql"), &[types::TEXT]);
+    client
+        .update(&*lock, None, &[key.into()])
+        .and_then(first_value::<TimestampWithTimeZone>)
+        .unwrap_or_else(|e| internal(e))
+        .map_or(now_us, |tat| tat.into_inner())
+}
+
+pub fn throttle(key: &str, now_us: i64, gcra: &Gcra, quantity: i32) -> Verdict {
+    crate::errors::require_primary("record rate-limit state");
+    Spi::connect_mut(|client| {
+        let tat = locked_tat(client, key, now_us);
+        let verdict = gcra.throttle(Some(tat), now_us, quantity);
+        if let Some(new_tat) = verdict.new_tat_us.filter(|t| *t != tat) {
+            let store = plan(client, include_str!("../../sql/queries/rl_gcra_store.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
+            client.update(&*store, None, &[key.into(), to_timestamp(new_tat).into()]).unwrap_or_else(|e| internal(e));
+        }
+        verdict
+    })
+}
+
+pub fn reset(key: &str, now_us: i64) -> bool {
+    Spi::connect_mut(|client| {
+        let stmt = plan(client, include_str!("../../sql/queries/rl_reset.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
+        client
+            .update(&*stmt, None, &[key.into(), to_timestamp(now_us).into()])
+            .and_then(first_value::<bool>)
+            .unwrap_or_else(|e| internal(e))
+            .unwrap_or(false)
+    })
+}
+
+/// Deletes expired table state (called by the sweep).
+pub fn prune_expired(client: &SpiClient<'_>) {
+    let stmt = plan(client, include_str!("../../sql/queries/rl_prune.sql"), &[]);
+    client.select(&*stmt, None, &[]).unwrap_or_else(|e| internal(e));
+}

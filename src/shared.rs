@@ -1,0 +1,150 @@
+//! Shared memory, present only when pg_distlock is listed in
+//! shared_preload_libraries: per-worker-id snowflake state and a fixed-size
+//! rate-limit table split into LWLock-protected partitions. Without preload
+//! `get()` is None and the features fall back to their table-backed paths.
+
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::gucs;
+
+pub const SNOWFLAKE_WORKERS: usize = 1024;
+pub const RATE_PARTITIONS: usize = 16;
+const TRANCHE: &CStr = c"pg_distlock";
+const SEGMENT: &CStr = c"pg_distlock shared state";
+
+#[repr(C)]
+pub struct SnowflakeSlot {
+    /// (Unix milliseconds << 12) | sequence of the last ID issued.
+    pub state: AtomicU64,
+    /// Unix milliseconds up to which issued IDs are covered by distlock.id_generator.
+    pub reserved_until: AtomicI64,
+    /// Whether id_generator's mark was read since the server started.
+    pub loaded: AtomicBool,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct RateEntry {
+    /// md5 of (kind, key); all zero for a never-used slot.
+    pub key: [u8; 16],
+    pub in_use: bool,
+    /// Until when the entry matters; after that the slot may be reused.
+    pub expires_at_us: i64,
+    pub window_start_us: i64,
+    pub window_us: i64,
+    pub count: i32,
+    pub max_requests: i32,
+    /// GCRA theoretical arrival time.
+    pub tat_us: i64,
+}
+
+#[repr(C)]
+pub struct Header {
+    pub slots_per_partition: usize,
+}
+
+struct Layout {
+    header: *mut Header,
+    snowflake: *mut SnowflakeSlot,
+    rate: *mut RateEntry,
+    locks: *mut pg_sys::LWLockPadded,
+}
+
+static mut LAYOUT: Option<Layout> = None;
+static mut PREV_SHMEM_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
+static mut PREV_SHMEM_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
+
+fn slots_per_partition() -> usize {
+    (gucs::RATE_LIMIT_CAPACITY.get().max(16) as usize).div_ceil(RATE_PARTITIONS)
+}
+
+fn segment_size() -> usize {
+    std::mem::size_of::<Header>()
+        + SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>()
+        + slots_per_partition() * RATE_PARTITIONS * std::mem::size_of::<RateEntry>()
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_shmem_request() {
+    unsafe {
+        if let Some(prev) = PREV_SHMEM_REQUEST_HOOK {
+            prev();
+        }
+        pg_sys::RequestAddinShmemSpace(segment_size());
+        pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), RATE_PARTITIONS as i32);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_shmem_startup() {
+    unsafe {
+        if let Some(prev) = PREV_SHMEM_STARTUP_HOOK {
+            prev();
+        }
+        let mut found = false;
+        let size = segment_size();
+        let base = pg_sys::ShmemInitStruct(SEGMENT.as_ptr(), size, &mut found) as *mut u8;
+        if !found {
+            std::ptr::write_bytes(base, 0, size);
+            (*(base as *mut Header)).slots_per_partition = slots_per_partition();
+        }
+        let header = base as *mut Header;
+        let snowflake = base.add(std::mem::size_of::<Header>()) as *mut SnowflakeSlot;
+        let rate = (snowflake as *mut u8).add(SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>())
+            as *mut RateEntry;
+        let locks = pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr());
+        LAYOUT = Some(Layout { header, snowflake, rate, locks });
+    }
+}
+
+/// Installs the shared-memory hooks; only effective during preload.
+pub fn init() {
+    unsafe {
+        if !pg_sys::process_shared_preload_libraries_in_progress {
+            return;
+        }
+        PREV_SHMEM_REQUEST_HOOK = pg_sys::shmem_request_hook;
+        pg_sys::shmem_request_hook = Some(on_shmem_request);
+        PREV_SHMEM_STARTUP_HOOK = pg_sys::shmem_startup_hook;
+        pg_sys::shmem_startup_hook = Some(on_shmem_startup);
+    }
+}
+
+fn layout() -> Option<&'static Layout> {
+    unsafe { (*std::ptr::addr_of!(LAYOUT)).as_ref() }
+}
+
+/// Whether shared memory is available (pg_distlock was preloaded).
+pub fn available() -> bool {
+    layout().is_some()
+}
+
+/// The snowflake slot of `worker_id` (0..1024).
+pub fn snowflake_slot(worker_id: usize) -> Option<&'static SnowflakeSlot> {
+    let layout = layout()?;
+    (worker_id < SNOWFLAKE_WORKERS).then(|| unsafe { &*layout.snowflake.add(worker_id) })
+}
+
+/// Runs `f` on one rate-limit partition under its exclusive LWLock.
+pub fn with_rate_partition<R>(key: &[u8; 16], f: impl FnOnce(&mut [RateEntry]) -> R) -> Option<R> {
+    let layout = layout()?;
+    let partition = (key[0] as usize) % RATE_PARTITIONS;
+    unsafe {
+        let per = (*layout.header).slots_per_partition;
+        let lock = std::ptr::addr_of_mut!((*layout.locks.add(partition)).lock);
+        pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        struct Release(*mut pg_sys::LWLock);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                unsafe { pg_sys::LWLockRelease(self.0) };
+            }
+        }
+        let _release = Release(lock);
+        let entries = std::slice::from_raw_parts_mut(layout.rate.add(partition * per), per);
+        Some(f(entries))
+    }
+}
