@@ -21,4 +21,5 @@ SELECT pg_catalog.pg_extension_config_dump('distlock.task_execution_log', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.task_execution_log_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.fencing_token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.task_queue', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.id_generator', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.task_queue_id_seq', '');

@@ -7,11 +7,8 @@ use pgrx::PgSqlErrorCode;
 
 use crate::errors::raise;
 
-/// 2021-01-01 00:00:00 UTC in milliseconds since the Unix epoch.
-pub const DEFAULT_SNOWFLAKE_EPOCH_MS: i64 = 1_609_459_200_000;
-
 pub static SNOWFLAKE_EPOCH: GucSetting<Option<CString>> =
-    GucSetting::<Option<CString>>::new(Some(c"1609459200000"));
+    GucSetting::<Option<CString>>::new(Some(c"1609459200000")); // 2021-01-01 00:00:00 UTC
 pub static SNOWFLAKE_MAX_CLOCK_BACKWARD_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static RATE_LIMIT_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 
@@ -51,8 +48,25 @@ pub fn register() {
     );
 }
 
+thread_local! {
+    /// (address of the setting's string, its parsed value): PostgreSQL
+    /// allocates a new string whenever the setting changes.
+    static EPOCH_CACHE: std::cell::Cell<(usize, i64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
 /// The snowflake epoch in milliseconds since the Unix epoch.
 pub fn snowflake_epoch_ms() -> i64 {
+    let address = unsafe { *SNOWFLAKE_EPOCH.as_ptr() } as usize;
+    let (cached_address, cached) = EPOCH_CACHE.get();
+    if address != 0 && address == cached_address {
+        return cached;
+    }
+    let parsed = parse_epoch();
+    EPOCH_CACHE.set((address, parsed));
+    parsed
+}
+
+fn parse_epoch() -> i64 {
     let text = SNOWFLAKE_EPOCH.get();
     let text = text.as_deref().and_then(|c| c.to_str().ok()).unwrap_or("");
     match text.trim().parse::<i64>() {

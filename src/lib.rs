@@ -13,6 +13,7 @@ mod queue;
 mod ratelimit;
 mod schedule;
 mod shared;
+mod snowflake;
 mod sweep;
 mod tasks;
 mod xact;
@@ -28,6 +29,7 @@ pgrx::extension_sql_file!(
 );
 pgrx::extension_sql_file!("../sql/queue.sql", name = "queue", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/ratelimit.sql", name = "ratelimit", requires = ["schema"]);
+pgrx::extension_sql_file!("../sql/snowflake.sql", name = "snowflake", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/grants.sql", name = "grants", finalize);
 
 #[pg_guard]

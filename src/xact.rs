@@ -18,7 +18,7 @@ use crate::errors::raise;
 use crate::lock_keys::unlock_task;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
+enum LockAction {
     /// Taken in this transaction: undo if it aborts.
     Claimed,
     /// Released in this transaction: drop the lock once it commits.
@@ -28,22 +28,64 @@ enum Action {
 #[derive(Debug, Clone, Copy)]
 struct Pending {
     task_id: i32,
-    action: Action,
+    action: LockAction,
     subxact: pg_sys::SubTransactionId,
 }
 
 thread_local! {
     static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
+    static HOOKS: RefCell<Vec<Hooks>> = const { RefCell::new(Vec::new()) };
 }
 
-fn push(task_id: i32, action: Action) {
+type Action = Box<dyn FnOnce()>;
+
+/// Work another module ties to the current (sub)transaction's outcome.
+struct Hooks {
+    subxact: pg_sys::SubTransactionId,
+    /// Runs just before commit (or PREPARE); may use SPI and may fail.
+    before_commit: Option<Action>,
+    /// Runs if the (sub)transaction that registered it aborts.
+    on_abort: Option<Action>,
+}
+
+/// Registers actions for the current subtransaction's outcome.
+pub fn on_outcome(before_commit: Option<Action>, on_abort: Option<Action>) {
+    let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    HOOKS.with(|h| h.borrow_mut().push(Hooks { subxact, before_commit, on_abort }));
+}
+
+fn run_before_commit_hooks() {
+    // Taken one at a time: a hook may register more or fail half-way.
+    loop {
+        let next = HOOKS.with(|h| h.borrow_mut().iter_mut().find_map(|hook| hook.before_commit.take()));
+        match next {
+            Some(action) => action(),
+            None => break,
+        }
+    }
+}
+
+fn run_abort_hooks(only_subxact: Option<pg_sys::SubTransactionId>) {
+    let aborted: Vec<Hooks> = HOOKS.with(|h| {
+        let mut hooks = h.borrow_mut();
+        let (aborted, kept) =
+            hooks.drain(..).partition(|hook| only_subxact.is_none_or(|id| hook.subxact == id));
+        *hooks = kept;
+        aborted
+    });
+    for action in aborted.into_iter().filter_map(|hook| hook.on_abort) {
+        action();
+    }
+}
+
+fn push(task_id: i32, action: LockAction) {
     let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
     PENDING.with(|p| p.borrow_mut().push(Pending { task_id, action, subxact }));
 }
 
 /// Records that this transaction took `task_id`'s session lock for a claim.
 pub fn claimed_in_this_transaction(task_id: i32) {
-    push(task_id, Action::Claimed);
+    push(task_id, LockAction::Claimed);
 }
 
 /// Forgets the newest claim record of `task_id` (the claim was given back at once).
@@ -51,7 +93,7 @@ pub fn forget_claim(task_id: i32) {
     PENDING.with(|p| {
         let mut pending = p.borrow_mut();
         if let Some(i) =
-            pending.iter().rposition(|e| e.task_id == task_id && e.action == Action::Claimed)
+            pending.iter().rposition(|e| e.task_id == task_id && e.action == LockAction::Claimed)
         {
             pending.remove(i);
         }
@@ -60,17 +102,17 @@ pub fn forget_claim(task_id: i32) {
 
 /// Schedules `task_id`'s session lock to be dropped when this transaction commits.
 pub fn release_at_commit(task_id: i32) {
-    push(task_id, Action::ReleaseAtCommit);
+    push(task_id, LockAction::ReleaseAtCommit);
 }
 
 /// Whether this transaction already released `task_id` (the lock is still held until commit).
 pub fn released_in_this_transaction(task_id: i32) -> bool {
     PENDING.with(|p| {
-        p.borrow().iter().any(|e| e.task_id == task_id && e.action == Action::ReleaseAtCommit)
+        p.borrow().iter().any(|e| e.task_id == task_id && e.action == LockAction::ReleaseAtCommit)
     })
 }
 
-fn drain_and_unlock(undo: Action) {
+fn drain_and_unlock(undo: LockAction) {
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     for entry in pending.iter().filter(|e| e.action == undo) {
         unlock_task(entry.task_id);
@@ -81,9 +123,18 @@ fn drain_and_unlock(undo: Action) {
 unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     use pg_sys::XactEvent::*;
     match event {
-        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => drain_and_unlock(Action::ReleaseAtCommit),
-        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => drain_and_unlock(Action::Claimed),
+        XACT_EVENT_PRE_COMMIT | XACT_EVENT_PARALLEL_PRE_COMMIT => run_before_commit_hooks(),
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
+            HOOKS.with(|h| h.borrow_mut().clear());
+            drain_and_unlock(LockAction::ReleaseAtCommit)
+        }
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
+            run_abort_hooks(None);
+            drain_and_unlock(LockAction::Claimed)
+        }
+        XACT_EVENT_PREPARE => HOOKS.with(|h| h.borrow_mut().clear()),
         XACT_EVENT_PRE_PREPARE => {
+            run_before_commit_hooks();
             if PENDING.with(|p| !p.borrow().is_empty()) {
                 raise(
                     PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -104,19 +155,27 @@ unsafe extern "C-unwind" fn on_subxact_event(
 ) {
     use pg_sys::SubXactEvent::*;
     match event {
-        SUBXACT_EVENT_COMMIT_SUB => PENDING.with(|p| {
-            for entry in p.borrow_mut().iter_mut().filter(|e| e.subxact == my_subid) {
-                entry.subxact = parent_subid;
-            }
-        }),
+        SUBXACT_EVENT_COMMIT_SUB => {
+            PENDING.with(|p| {
+                for entry in p.borrow_mut().iter_mut().filter(|e| e.subxact == my_subid) {
+                    entry.subxact = parent_subid;
+                }
+            });
+            HOOKS.with(|h| {
+                for hook in h.borrow_mut().iter_mut().filter(|hook| hook.subxact == my_subid) {
+                    hook.subxact = parent_subid;
+                }
+            });
+        }
         SUBXACT_EVENT_ABORT_SUB => {
+            run_abort_hooks(Some(my_subid));
             let aborted: Vec<Pending> = PENDING.with(|p| {
                 let mut pending = p.borrow_mut();
                 let (aborted, kept) = pending.drain(..).partition(|e| e.subxact == my_subid);
                 *pending = kept;
                 aborted
             });
-            for entry in aborted.iter().filter(|e| e.action == Action::Claimed) {
+            for entry in aborted.iter().filter(|e| e.action == LockAction::Claimed) {
                 unlock_task(entry.task_id);
             }
         }

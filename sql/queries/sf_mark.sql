@@ -1,0 +1,1 @@
+SELECT last_ms FROM distlock.id_generator WHERE worker_id = $1
