@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL 15 cluster on a loopback port, run as the postgres
 # user (initdb refuses root). pg_cron is preloaded for the sweep schedule.
-#   scripts/cluster.sh start DIR PORT      initdb if needed, then start
+#   scripts/cluster.sh start DIR PORT [PRELOAD]   initdb if needed, then start;
+#                                      PRELOAD is shared_preload_libraries
+#                                      (default pg_cron); lines in
+#                                      $CLUSTER_EXTRA_CONF are appended to
+#                                      postgresql.conf at initdb
 #   scripts/cluster.sh standby DIR PORT PRIMARY_PORT   streaming standby
 #   scripts/cluster.sh stop DIR
 set -euo pipefail
@@ -10,12 +14,12 @@ PGBIN=/usr/lib/postgresql/15/bin
 as_postgres() { if [ "$(id -un)" = postgres ]; then "$@"; else runuser -u postgres -- "$@"; fi; }
 
 write_conf() {
-  local dir=$1 port=$2
+  local dir=$1 port=$2 preload=$3
   cat >>"$dir/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'
 port = $port
 unix_socket_directories = '$dir'
-shared_preload_libraries = 'pg_cron'
+shared_preload_libraries = '$preload'
 cron.database_name = 'postgres'
 cron.use_background_workers = on
 max_worker_processes = 32
@@ -25,6 +29,7 @@ max_wal_senders = 4
 hot_standby = on
 fsync = off
 log_min_messages = warning
+${CLUSTER_EXTRA_CONF:-}
 CONF
 }
 
@@ -35,12 +40,12 @@ start() {
 
 case "${1:-}" in
   start)
-    dir=$2 port=$3
+    dir=$2 port=$3 preload=${4-pg_cron}
     if [ ! -f "$dir/PG_VERSION" ]; then
       mkdir -p "$dir" && chown postgres "$dir" && chmod 700 "$dir"
       as_postgres "$PGBIN/initdb" -D "$dir" -U postgres -A trust --no-sync >/dev/null
       echo "host replication postgres 127.0.0.1/32 trust" >>"$dir/pg_hba.conf"
-      write_conf "$dir" "$port"
+      write_conf "$dir" "$port" "$preload"
     fi
     start "$dir"
     ;;
@@ -60,7 +65,7 @@ case "${1:-}" in
     [ -f "$dir/postmaster.pid" ] && as_postgres "$PGBIN/pg_ctl" -D "$dir" -m fast -w stop >/dev/null || true
     ;;
   *)
-    echo "usage: $0 start DIR PORT | standby DIR PORT PRIMARY_PORT | stop DIR" >&2
+    echo "usage: $0 start DIR PORT [PRELOAD] | standby DIR PORT PRIMARY_PORT | stop DIR" >&2
     exit 2
     ;;
 esac

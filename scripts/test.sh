@@ -2,7 +2,9 @@
 # Runs every pg_distlock test:
 #   1. the #[pg_test] unit tests (cargo pgrx test, one backend per test);
 #   2. tests/cluster: many real connections against a primary with pg_cron
-#      and a streaming standby (concurrency, kills, restarts, pg_dump).
+#      and pg_distlock preloaded (shared-memory mode), its streaming standby,
+#      and a plain cluster without preload (table mode): concurrency, kills,
+#      restarts, pg_dump, pg_cron.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,10 +13,12 @@ scripts/setup.sh
 work=${DISTLOCK_TEST_DIR:-/tmp/pg_distlock_test}
 primary_port=${DISTLOCK_TEST_PORT:-55432}
 standby_port=$((primary_port + 1))
+plain_port=$((primary_port + 2))
 
 cleanup() {
   scripts/cluster.sh stop "$work/primary" || true
   scripts/cluster.sh stop "$work/standby" || true
+  scripts/cluster.sh stop "$work/plain" || true
 }
 trap cleanup EXIT
 
@@ -31,11 +35,15 @@ cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/
 
 echo "== cluster tests"
 cleanup
-rm -rf "$work/primary" "$work/standby"
-scripts/cluster.sh start "$work/primary" "$primary_port"
+rm -rf "$work/primary" "$work/standby" "$work/plain"
+# A small shared rate-limit table, so that a test can fill it.
+CLUSTER_EXTRA_CONF="distlock.rate_limit_capacity = 64" \
+  scripts/cluster.sh start "$work/primary" "$primary_port" pg_cron,pg_distlock
 scripts/cluster.sh standby "$work/standby" "$standby_port" "$primary_port"
+scripts/cluster.sh start "$work/plain" "$plain_port" ""
 
 DISTLOCK_TEST_PORT=$primary_port \
 DISTLOCK_TEST_STANDBY_PORT=$standby_port \
+DISTLOCK_TEST_PLAIN_PORT=$plain_port \
 DISTLOCK_TEST_PGDATA="$work/primary" \
   cargo test --features cluster-tests --test cluster -- --test-threads=1

@@ -55,6 +55,11 @@ pub fn on_outcome(before_commit: Option<Action>, on_abort: Option<Action>) {
 }
 
 fn run_before_commit_hooks() {
+    if HOOKS.with(|h| h.borrow().iter().all(|hook| hook.before_commit.is_none())) {
+        return;
+    }
+    // Hooks run SQL, which needs a snapshot; at commit time none is active.
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
     // Taken one at a time: a hook may register more or fail half-way.
     loop {
         let next = HOOKS.with(|h| h.borrow_mut().iter_mut().find_map(|hook| hook.before_commit.take()));
@@ -63,6 +68,7 @@ fn run_before_commit_hooks() {
             None => break,
         }
     }
+    unsafe { pg_sys::PopActiveSnapshot() };
 }
 
 fn run_abort_hooks(only_subxact: Option<pg_sys::SubTransactionId>) {

@@ -18,9 +18,12 @@ pub enum Kind {
     Gcra = 2,
 }
 
+/// Shared memory is server-wide; the database is part of the key, as each
+/// database has its own table-mode state too.
 pub fn hash_key(kind: Kind, key: &str) -> [u8; 16] {
     let mut hasher = Md5::new();
     hasher.update([kind as u8]);
+    hasher.update(unsafe { pgrx::pg_sys::MyDatabaseId }.to_u32().to_le_bytes());
     hasher.update(key.as_bytes());
     hasher.finalize().into()
 }

@@ -1,9 +1,11 @@
 //! Multi-connection tests against a real cluster started by scripts/test.sh:
-//! a primary (pg_cron preloaded) and a streaming standby. Each test makes
+//! a primary (pg_cron and pg_distlock preloaded), its streaming standby,
+//! and a plain cluster without preload (table mode). Each test makes
 //! its own database. Run with --test-threads=1: one test restarts the server.
 
 mod support;
 
 mod contention;
+mod features;
 mod operations;
 mod recovery;

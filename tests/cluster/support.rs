@@ -19,6 +19,16 @@ pub fn standby_port() -> u16 {
     env_port("DISTLOCK_TEST_STANDBY_PORT")
 }
 
+/// A cluster without pg_distlock preloaded: everything runs in table mode.
+pub fn plain_port() -> u16 {
+    env_port("DISTLOCK_TEST_PLAIN_PORT")
+}
+
+/// (mode name, port): the preloaded primary (shared memory) and the plain cluster (tables).
+pub fn storage_modes() -> [(&'static str, u16); 2] {
+    [("memory", primary_port()), ("table", plain_port())]
+}
+
 pub fn pgdata() -> String {
     std::env::var("DISTLOCK_TEST_PGDATA").expect("DISTLOCK_TEST_PGDATA is not set")
 }
@@ -36,10 +46,14 @@ pub fn connect(db: &str) -> Client {
 
 /// A new database with pg_distlock created in it.
 pub fn fresh_db(name: &str) -> String {
-    let mut admin = connect("postgres");
+    fresh_db_on(primary_port(), name)
+}
+
+pub fn fresh_db_on(port: u16, name: &str) -> String {
+    let mut admin = connect_to(port, "postgres", "cluster-test");
     admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
     admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
-    connect(name).batch_execute("CREATE EXTENSION pg_distlock").expect("create extension");
+    connect_to(port, name, "cluster-test").batch_execute("CREATE EXTENSION pg_distlock").expect("create extension");
     name.to_string()
 }
 

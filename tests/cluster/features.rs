@@ -1,0 +1,246 @@
+//! Queue, rate limiter, snowflake IDs and optimistic locking under many
+//! connections, in both storage modes where they have two.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use crate::support::*;
+
+#[test]
+fn snowflake_one_million_ids_from_8_connections_are_unique_and_increasing() {
+    for (mode, port) in storage_modes() {
+        let db = fresh_db_on(port, "features_snowflake");
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                let db = db.clone();
+                thread::spawn(move || {
+                    let mut c = connect_to(port, &db, "snowflake");
+                    let mut ids: Vec<i64> = Vec::with_capacity(125_000);
+                    for _ in 0..25 {
+                        let batch: Vec<i64> = c
+                            .query_one(
+                                "SELECT array_agg(id ORDER BY g) FROM (SELECT g, distlock.generate_snowflake_id(5) AS id \
+                                 FROM generate_series(1, 5000) g) s",
+                                &[],
+                            )
+                            .expect("batch")
+                            .get(0);
+                        ids.extend(batch);
+                    }
+                    ids
+                })
+            })
+            .collect();
+        let mut all = HashSet::with_capacity(1_000_000);
+        for w in workers {
+            let ids = w.join().expect("generator");
+            assert!(ids.windows(2).all(|p| p[0] < p[1]), "{mode}: IDs increase strictly per connection");
+            assert!(ids.iter().all(|id| (id >> 12) & 1023 == 5), "{mode}: worker id 5 in every ID");
+            all.extend(ids);
+        }
+        assert_eq!(all.len(), 1_000_000, "{mode}: one million distinct IDs");
+        let mut c = connect_to(port, &db, "check");
+        let max_id = *all.iter().max().expect("ids");
+        let mark: i64 = c.query_one("SELECT last_ms FROM distlock.id_generator WHERE worker_id = 5", &[]).expect("mark").get(0);
+        assert!(mark >= (max_id >> 22) + 1_609_459_200_000, "{mode}: the persisted mark covers every ID");
+    }
+}
+
+#[test]
+fn snowflake_ids_keep_increasing_across_a_crash_restart() {
+    let db = fresh_db("features_snowflake_restart");
+    let before: i64 = connect(&db)
+        .query_one("SELECT max(distlock.generate_snowflake_id(77)) FROM generate_series(1, 10000)", &[])
+        .expect("before")
+        .get(0);
+    let status = std::process::Command::new("runuser")
+        .args(["-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl", "-D"])
+        .arg(pgdata())
+        .args(["-m", "immediate", "-w", "-t", "60", "restart"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("pg_ctl");
+    assert!(status.success());
+    let mut after = None;
+    eventually("the server to come back", Duration::from_secs(30), || {
+        after = Client::connect(&format!("host=127.0.0.1 port={} user=postgres dbname={db}", primary_port()), NoTls).ok();
+        after.is_some()
+    });
+    let first_after: i64 = after
+        .expect("connected")
+        .query_one("SELECT distlock.generate_snowflake_id(77)", &[])
+        .expect("after")
+        .get(0);
+    assert!(first_after > before, "{first_after} <= {before}");
+}
+
+#[test]
+fn rate_limit_admits_exactly_max_per_window_under_8_connections() {
+    for (mode, port) in storage_modes() {
+        let db = fresh_db_on(port, "features_rate");
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                let db = db.clone();
+                thread::spawn(move || {
+                    let mut c = connect_to(port, &db, "limiter");
+                    let mut fixed = 0;
+                    let mut gcra = 0;
+                    for _ in 0..60 {
+                        if c.query_one("SELECT distlock.check_rate_limit('hot', 100, 3600)", &[]).expect("check").get::<_, bool>(0) {
+                            fixed += 1;
+                        }
+                        if c.query_one("SELECT allowed FROM distlock.throttle('hot', 49, 1, 3600)", &[]).expect("throttle").get::<_, bool>(0) {
+                            gcra += 1;
+                        }
+                    }
+                    (fixed, gcra)
+                })
+            })
+            .collect();
+        let (fixed, gcra) = workers
+            .into_iter()
+            .map(|w| w.join().expect("limiter"))
+            .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
+        assert_eq!(fixed, 100, "{mode}: fixed window admits exactly 100 of 480");
+        assert_eq!(gcra, 50, "{mode}: GCRA admits exactly the burst of 50 of 480");
+        let count: i32 = connect_to(port, &db, "status")
+            .query_one("SELECT request_count FROM distlock.rate_limit_status('hot')", &[])
+            .expect("status")
+            .get(0);
+        assert_eq!(count, 100, "{mode}");
+    }
+}
+
+#[test]
+fn rate_limit_memory_table_reuses_expired_slots_and_refuses_when_full() {
+    // The primary runs with distlock.rate_limit_capacity = 64.
+    let db = fresh_db("features_rate_full");
+    let mut c = connect(&db);
+    let mut refused = None;
+    for i in 0..400 {
+        if let Err(e) = c.query_one("SELECT distlock.check_rate_limit($1, 1, 1)", &[&format!("short-{i}")]) {
+            refused = Some((i, e));
+            break;
+        }
+    }
+    // 64 slots in 16 partitions: some partition fills before 400 live keys fit.
+    let (refused_at, error) = refused.expect("a 64-slot table cannot hold 400 live keys");
+    assert_eq!(error.code().map(|c| c.code()), Some("53000"), "{error}");
+    assert!(format!("{error:?}").contains("distlock.rate_limit_capacity"), "{error:?}");
+    // Once those one-second windows are over, their slots take new keys:
+    // the refused key now fits in its (formerly full) partition.
+    thread::sleep(Duration::from_millis(1100)); // letting windows expire is the behaviour under test
+    let admitted: bool = c
+        .query_one("SELECT distlock.check_rate_limit($1, 1, 1)", &[&format!("short-{refused_at}")])
+        .expect("expired slots are reused")
+        .get(0);
+    assert!(admitted);
+}
+
+/// Consumers are killed mid-job; with leases, every job still completes
+/// exactly once (a result is only kept when complete_task returns true in
+/// the same transaction).
+#[test]
+fn queue_processes_every_job_exactly_once_while_consumers_are_killed() {
+    let db = fresh_db("features_queue");
+    let mut setup = connect(&db);
+    setup
+        .batch_execute(
+            "CREATE TABLE results (job_id bigint, worker text); \
+             SELECT distlock.enqueue_task('resize', jsonb_build_object('n', g)) FROM generate_series(1, 1500) g;",
+        )
+        .expect("jobs");
+    let stop = Arc::new(AtomicBool::new(false));
+    let consumers: Vec<_> = (0..8)
+        .map(|w| {
+            let db = db.clone();
+            let stop = stop.clone();
+            thread::spawn(move || {
+                let worker = format!("consumer-{w}");
+                let mut reconnects = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut c = connect_to(primary_port(), &db, &worker);
+                    loop {
+                        if stop.load(Ordering::Relaxed) {
+                            return reconnects;
+                        }
+                        let step: Result<bool, postgres::Error> = (|| {
+                            let rows = c.query("SELECT task_id FROM distlock.consume_task($1, '1 second')", &[&worker])?;
+                            let Some(row) = rows.first() else { return Ok(false) };
+                            let job: i64 = row.get(0);
+                            let mut tx = c.transaction()?;
+                            tx.execute("INSERT INTO results VALUES ($1, $2)", &[&job, &worker])?;
+                            tx.execute("SELECT pg_sleep(0.002)", &[])?; // the job's work
+                            let done: bool = tx.query_one("SELECT distlock.complete_task($1, $2)", &[&job, &worker])?.get(0);
+                            if done { tx.commit()? } else { tx.rollback()? }
+                            Ok(true)
+                        })();
+                        match step {
+                            Ok(true) => {}
+                            Ok(false) => thread::sleep(Duration::from_millis(20)), // idle poll
+                            Err(_) => break, // killed: reconnect
+                        }
+                    }
+                    reconnects += 1;
+                }
+                reconnects
+            })
+        })
+        .collect();
+    let mut killer = connect(&db);
+    let mut kills = 0;
+    for _ in 0..30 {
+        thread::sleep(Duration::from_millis(30));
+        let killed: i64 = killer
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity \
+                 WHERE datname = current_database() AND application_name LIKE 'consumer-%' \
+                   AND state = 'idle in transaction' ORDER BY random() LIMIT 1) victims",
+                &[],
+            )
+            .expect("kill")
+            .get(0);
+        kills += killed;
+    }
+    eventually("every job to complete", Duration::from_secs(60), || {
+        count(&mut killer, "SELECT 1 FROM distlock.task_queue WHERE status <> 'completed'") == 0
+    });
+    stop.store(true, Ordering::Relaxed);
+    let reconnects: i32 = consumers.into_iter().map(|c| c.join().expect("consumer")).sum();
+    assert!(kills > 0 && reconnects > 0, "consumers were killed mid-job ({kills} kills)");
+    assert_eq!(count(&mut killer, "SELECT DISTINCT job_id FROM results"), 1500);
+    assert_eq!(count(&mut killer, "SELECT 1 FROM results"), 1500, "no job's result was kept twice");
+    assert!(
+        count(&mut killer, "SELECT 1 FROM distlock.task_queue WHERE attempts > 1") > 0,
+        "killed consumers' jobs were claimed again after their lease"
+    );
+}
+
+#[test]
+fn bump_version_rejects_a_lost_update_between_two_sessions() {
+    let db = fresh_db("features_version");
+    let mut alice = connect(&db);
+    let mut bob = connect(&db);
+    alice
+        .batch_execute(
+            "CREATE TABLE accounts (id int PRIMARY KEY, balance int, version int NOT NULL DEFAULT 1); \
+             INSERT INTO accounts VALUES (1, 100, 1); \
+             CREATE TRIGGER v BEFORE UPDATE ON accounts FOR EACH ROW EXECUTE FUNCTION distlock.bump_version();",
+        )
+        .expect("table");
+    let read_by_alice: i32 = alice.query_one("SELECT version FROM accounts WHERE id = 1", &[]).expect("read").get(0);
+    let read_by_bob: i32 = bob.query_one("SELECT version FROM accounts WHERE id = 1", &[]).expect("read").get(0);
+    alice
+        .execute("UPDATE accounts SET balance = balance - 30, version = $1 WHERE id = 1", &[&read_by_alice])
+        .expect("alice wins");
+    let lost = bob.execute("UPDATE accounts SET balance = balance - 50, version = $1 WHERE id = 1", &[&read_by_bob]);
+    assert_eq!(sqlstate(lost), "40001");
+    let (balance, version): (i32, i32) = {
+        let row = bob.query_one("SELECT balance, version FROM accounts WHERE id = 1", &[]).expect("row");
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((balance, version), (70, 2));
+}
