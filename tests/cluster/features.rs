@@ -56,21 +56,7 @@ fn snowflake_ids_keep_increasing_across_a_crash_restart() {
         .query_one("SELECT max(distlock.generate_snowflake_id(77)) FROM generate_series(1, 10000)", &[])
         .expect("before")
         .get(0);
-    let status = std::process::Command::new("runuser")
-        .args(["-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl", "-D"])
-        .arg(pgdata())
-        .args(["-m", "immediate", "-w", "-t", "60", "restart"])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("pg_ctl");
-    assert!(status.success());
-    let mut after = None;
-    eventually("the server to come back", Duration::from_secs(30), || {
-        after = Client::connect(&format!("host=127.0.0.1 port={} user=postgres dbname={db}", primary_port()), NoTls).ok();
-        after.is_some()
-    });
-    let first_after: i64 = after
-        .expect("connected")
+    let first_after: i64 = crash_restart_primary(&db)
         .query_one("SELECT distlock.generate_snowflake_id(77)", &[])
         .expect("after")
         .get(0);

@@ -1,6 +1,5 @@
 //! Dead, hung and restarted holders are recovered by the sweep.
 
-use std::process::Command;
 use std::time::Duration;
 
 use crate::support::*;
@@ -111,25 +110,8 @@ fn running_claims_left_by_a_crash_are_abandoned_by_the_sweep() {
     for (i, holder) in holders.iter_mut().enumerate() {
         assert!(claim_one(holder, &format!("w{i}")).is_some());
     }
-    let status = Command::new("runuser")
-        .args(["-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl", "-D"])
-        .arg(pgdata())
-        .args(["-m", "immediate", "-w", "-t", "60", "restart"])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("pg_ctl");
-    assert!(status.success(), "restart failed");
+    let mut after = crash_restart_primary(&db);
     drop(holders);
-    let mut after = None;
-    eventually("the server to accept connections", Duration::from_secs(30), || {
-        after = Client::connect(
-            &format!("host=127.0.0.1 port={} user=postgres dbname={db}", primary_port()),
-            NoTls,
-        )
-        .ok();
-        after.is_some()
-    });
-    let mut after = after.expect("connected");
     assert_eq!(count(&mut after, "SELECT 1 FROM distlock.running_tasks WHERE NOT holder_alive"), 3);
     let swept = sweep(&mut after);
     assert_eq!(swept.len(), 3);

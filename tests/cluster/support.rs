@@ -84,3 +84,22 @@ pub fn sqlstate(result: Result<impl Sized, postgres::Error>) -> String {
         Err(e) => e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no SQLSTATE: {e}")),
     }
 }
+
+/// Crashes and restarts the primary (pg_ctl -m immediate), then connects to `db` again.
+pub fn crash_restart_primary(db: &str) -> Client {
+    let status = std::process::Command::new("runuser")
+        .args(["-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl", "-D"])
+        .arg(pgdata())
+        .args(["-m", "immediate", "-w", "-t", "60", "restart"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("pg_ctl");
+    assert!(status.success(), "restart failed");
+    let mut client = None;
+    eventually("the server to accept connections", Duration::from_secs(30), || {
+        let url = format!("host=127.0.0.1 port={} user=postgres dbname={db}", primary_port());
+        client = Client::connect(&url, NoTls).ok();
+        client.is_some()
+    });
+    client.expect("connected")
+}
