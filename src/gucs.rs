@@ -10,7 +10,7 @@ use crate::errors::raise;
 pub static SNOWFLAKE_EPOCH: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"1609459200000")); // 2021-01-01 00:00:00 UTC
 pub static SNOWFLAKE_MAX_CLOCK_BACKWARD_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
-pub static RATE_LIMIT_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+pub static RATE_LIMIT_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(65_536);
 
 pub fn register() {
     GucRegistry::define_string_guc(

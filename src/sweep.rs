@@ -95,6 +95,7 @@ fn free_lock_of(client: &SpiClient<'_>, claim: &RunningClaim) -> bool {
     if claim.holder_pid == unsafe { pg_sys::MyProcPid } {
         // The sweep runs in the holder's own session: drop the lock at commit.
         xact::release_at_commit(claim.task_id);
+        crate::tasks::forget_held_claim(claim.task_id);
         return true;
     }
     if !may_terminate(claim.holder_pid) {

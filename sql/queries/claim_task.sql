@@ -17,4 +17,4 @@ INSERT INTO distlock.task_execution_log
 SELECT id, $3, 'running', $4, pg_catalog.pg_backend_pid(), $5,
        current_token, consecutive_failures + 1, next_run_at
   FROM task
-RETURNING fencing_token
+RETURNING id, fencing_token

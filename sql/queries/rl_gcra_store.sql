@@ -1,1 +1,1 @@
-UPDATE distlock.rate_limit_gcra SET tat = $2 WHERE key = $1
+UPDATE distlock.rate_limit_gcra SET tat = $2 WHERE key OPERATOR(pg_catalog.=) $1

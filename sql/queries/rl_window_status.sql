@@ -1,3 +1,3 @@
 SELECT request_count, max_requests, window_start, window_end
   FROM distlock.rate_limit_windows
- WHERE key = $1 AND window_end > $2
+ WHERE key OPERATOR(pg_catalog.=) $1 AND window_end OPERATOR(pg_catalog.>) $2

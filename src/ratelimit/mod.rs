@@ -3,6 +3,11 @@
 //! memory when pg_distlock is preloaded (no WAL, no row lock per check),
 //! otherwise in tables (exact, durable, replicated). No session-level lock
 //! is taken on either path, so nothing can leak on error.
+//!
+//! These functions do not pin search_path: pinning costs about a
+//! microsecond per call, as much as a whole shared-memory check, and the
+//! statements of the table path (sql/queries/rl_*.sql) qualify every table,
+//! function and operator instead.
 
 mod logic;
 mod memory;
@@ -61,7 +66,6 @@ fn ceil_ms(us: i64) -> i64 {
 /// `p_window_seconds`; a window opens at the first call after the previous
 /// one ended.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn check_rate_limit(p_key: Option<&str>, p_max_requests: Option<i32>, p_window_seconds: Option<i32>) -> bool {
     let key = rate_key(p_key);
     let max_requests = positive(p_max_requests, "p_max_requests");
@@ -83,7 +87,6 @@ fn check_rate_limit(p_key: Option<&str>, p_max_requests: Option<i32>, p_window_s
 /// `p_max_burst + 1` requests at once, refilled at `p_count_per_period` per
 /// `p_period_seconds`. `p_quantity` 0 peeks without consuming.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn throttle(
     p_key: Option<&str>,
     p_max_burst: Option<i32>,
@@ -141,7 +144,6 @@ fn throttle(
 /// The current fixed window of `p_key`: requests counted, the limit, and
 /// its bounds. No row when the key has no open window.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn rate_limit_status(
     p_key: Option<&str>,
 ) -> TableIterator<
@@ -167,7 +169,6 @@ fn rate_limit_status(
 
 /// Forgets all rate-limit state of `p_key` (windows and GCRA); true if it had any.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn reset_rate_limit(p_key: Option<&str>) -> bool {
     let key = rate_key(p_key);
     let now = now_us();

@@ -6,7 +6,7 @@ use pgrx::PgSqlErrorCode;
 
 use crate::errors::{raise, require_primary, required, worker_id};
 use crate::lock_keys::{task_lock_id, try_lock_task, unlock_task, TryLock};
-use crate::plans::{first_value, plan, types};
+use crate::plans::{plan, types};
 use crate::xact;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &str, only_if_due: bo
         include_str!("../../sql/queries/claim_task.sql"),
         &[types::INT4, types::BOOL, types::TEXT, types::INT8, types::TIMESTAMPTZ],
     );
-    let token = client
+    let claimed = client
         .select(
             &*stmt,
             None,
@@ -49,11 +49,14 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &str, only_if_due: bo
                 super::backend_start().into(),
             ],
         )
-        .and_then(first_value::<i64>)
+        .and_then(|rows| if rows.is_empty() { Ok(None) } else { rows.first().get_two::<i64, i64>().map(Some) })
         .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
-    match token {
-        Some(fencing_token) => Claim::Claimed { fencing_token },
-        None => {
+    match claimed {
+        Some((Some(log_id), Some(fencing_token))) => {
+            super::held::claimed(task_id, super::held::Held { log_id, worker: worker.to_string() });
+            Claim::Claimed { fencing_token }
+        }
+        _ => {
             xact::forget_claim(task_id);
             unlock_task(task_id);
             Claim::NotEligible

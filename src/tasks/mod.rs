@@ -4,11 +4,13 @@
 mod claim;
 mod fencing;
 mod fetch;
+mod held;
 mod prune;
 mod release;
 #[cfg(any(test, feature = "pg_test"))]
 mod task_tests;
 
+pub use held::released as forget_held_claim;
 pub use release::finish_claim;
 
 /// This backend's start time, which with its pid identifies the session

@@ -10,9 +10,9 @@ use crate::lock_keys::{holds_task_lock, unlock_task};
 use crate::plans::{first_value, plan, types};
 use crate::xact;
 
-/// Ends log row `log_id` with `status` and schedules the task's next run
-/// (see sql/queries/finish_claim.sql).
-pub fn finish_claim(client: &SpiClient<'_>, log_id: i64, status: &str, error: Option<&str>) {
+/// Ends running claim `log_id` with `status` and schedules the task's next
+/// run (see sql/queries/finish_claim.sql); false when it was not running.
+pub fn finish_claim(client: &SpiClient<'_>, log_id: i64, status: &str, error: Option<&str>) -> bool {
     let stmt = plan(
         client,
         include_str!("../../sql/queries/finish_claim.sql"),
@@ -20,24 +20,7 @@ pub fn finish_claim(client: &SpiClient<'_>, log_id: i64, status: &str, error: Op
     );
     client
         .select(&*stmt, None, &[log_id.into(), status.into(), error.into()])
-        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
-}
-
-fn my_running_claim(client: &SpiClient<'_>, task_id: i32) -> Option<(i64, String)> {
-    let stmt = plan(
-        client,
-        include_str!("../../sql/queries/my_running_claim.sql"),
-        &[types::INT4, types::TIMESTAMPTZ],
-    );
-    client
-        .select(&*stmt, None, &[task_id.into(), super::backend_start().into()])
-        .and_then(|rows| {
-            if rows.is_empty() {
-                Ok(None)
-            } else {
-                rows.first().get_two::<i64, String>().map(|(id, worker)| id.zip(worker))
-            }
-        })
+        .map(|rows| !rows.is_empty())
         .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
 }
 
@@ -65,6 +48,7 @@ fn raise_not_releasable(client: &SpiClient<'_>, task_id: i32) -> ! {
         // The sweep revoked this claim (timed out) but could not end the
         // session: give the lock back so the task is not blocked forever.
         unlock_task(task_id);
+        super::held::released(task_id);
         let status = my_last_claim_status(client, task_id).unwrap_or_else(|| "unknown".into());
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -102,16 +86,19 @@ fn release_task_lock(
         );
     }
     Spi::connect(|client| {
-        let Some((log_id, owner)) = my_running_claim(client, task_id) else {
+        let Some(held) = super::held::get(task_id) else {
             raise_not_releasable(client, task_id);
         };
-        if owner != worker {
+        if held.worker != worker {
             raise(
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                format!("task {task_id} is claimed by worker \"{owner}\", not \"{worker}\""),
+                format!("task {task_id} is claimed by worker \"{}\", not \"{worker}\"", held.worker),
             );
         }
-        finish_claim(client, log_id, status, p_error_message);
+        if !finish_claim(client, held.log_id, status, p_error_message) {
+            raise_not_releasable(client, task_id);
+        }
+        super::held::released(task_id);
         if holds_task_lock(task_id) {
             xact::release_at_commit(task_id);
         }

@@ -421,7 +421,28 @@ mod tests {
         run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron) VALUES ('c', 'x', 'every day')");
     }
 
-    #[pg_test(error = "new row for relation \"task_execution_log\" violates check constraint \"task_execution_log_status_known\"")]
+    #[pg_test]
+    fn tasks_bad_task_rows_are_refused_with_23514() {
+        for (columns, values) in [
+            ("task_name, task_type", "' ', 'x'"),
+            ("task_name, task_type", "'a', ''"),
+            ("task_name, task_type, timeout", "'a', 'x', '-1 minute'"),
+            ("task_name, task_type, max_retries", "'a', 'x', -1"),
+            ("task_name, task_type, retry_delay", "'a', 'x', '0'"),
+        ] {
+            run(&format!(
+                "DO $$ BEGIN INSERT INTO distlock.scheduled_tasks ({columns}) VALUES ({values}); \
+                 RAISE EXCEPTION 'accepted'; EXCEPTION WHEN check_violation THEN NULL; END $$"
+            ));
+        }
+        let id = due_task("ok", None);
+        run(&format!(
+            "DO $$ BEGIN UPDATE distlock.scheduled_tasks SET max_retries = 5000 WHERE id = {id}; \
+             RAISE EXCEPTION 'accepted'; EXCEPTION WHEN check_violation THEN NULL; END $$"
+        ));
+    }
+
+    #[pg_test(error = "value for domain distlock.run_status violates check constraint \"run_status_known\"")]
     fn tasks_log_status_is_constrained() {
         let id = due_task("t1", None);
         run(&format!(

@@ -1,0 +1,1 @@
+SELECT recipe.check_rate_limit('hot', 1000000000, 3600);

@@ -1,0 +1,49 @@
+//! The claims this backend holds: task id -> (log row, worker id).
+//!
+//! A task lock is session-level, so only this backend can hold its claims,
+//! and it learns each log row when it makes the claim. Remembering it lets a
+//! release go straight to its row by primary key. Entries follow the
+//! transaction outcome: a claim that rolls back is forgotten, a release that
+//! rolls back is remembered again.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use crate::xact;
+
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub log_id: i64,
+    pub worker: String,
+}
+
+thread_local! {
+    static HELD: RefCell<HashMap<i32, Held>> = RefCell::new(HashMap::new());
+}
+
+pub fn get(task_id: i32) -> Option<Held> {
+    HELD.with(|h| h.borrow().get(&task_id).cloned())
+}
+
+/// Records a claim made in the current transaction.
+pub fn claimed(task_id: i32, held: Held) {
+    HELD.with(|h| h.borrow_mut().insert(task_id, held));
+    xact::on_outcome(
+        None,
+        Some(Box::new(move || {
+            HELD.with(|h| h.borrow_mut().remove(&task_id));
+        })),
+    );
+}
+
+/// Forgets a claim ended in the current transaction (remembered again if it aborts).
+pub fn released(task_id: i32) {
+    if let Some(held) = HELD.with(|h| h.borrow_mut().remove(&task_id)) {
+        xact::on_outcome(
+            None,
+            Some(Box::new(move || {
+                HELD.with(|h| h.borrow_mut().insert(task_id, held));
+            })),
+        );
+    }
+}
