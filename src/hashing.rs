@@ -5,6 +5,7 @@
 //! sessions, so this function must never change.
 
 use md5::{Digest, Md5};
+use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 pub fn key_for_name(name: &[u8]) -> i64 {
@@ -14,22 +15,51 @@ pub fn key_for_name(name: &[u8]) -> i64 {
     i64::from_be_bytes(first_eight)
 }
 
-/// The advisory-lock key of a name: the first 8 bytes of its md5, big-endian.
-#[pg_extern(immutable, strict, parallel_safe)]
-fn lock_id(name: &str) -> i64 {
-    key_for_name(name.as_bytes())
+// lock_id and get_task_lock_id are plain version-1 C functions rather than
+// #[pg_extern]s: pgrx's &str argument requires UTF-8, while md5() (and so
+// the frozen definition) hashes the text's bytes in any database encoding.
+
+static V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+
+#[no_mangle]
+pub extern "C" fn pg_finfo_distlock_lock_id() -> &'static pg_sys::Pg_finfo_record {
+    &V1
 }
 
-/// Alias of `lock_id` under the name the PL/pgSQL recipe used.
-#[pg_extern(immutable, strict, parallel_safe)]
-fn get_task_lock_id(p_task_name: &str) -> i64 {
-    key_for_name(p_task_name.as_bytes())
+/// `distlock.lock_id(name text) → bigint` (also `get_task_lock_id`); STRICT,
+/// so the argument is never NULL.
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn distlock_lock_id(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    unsafe {
+        let datum = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
+        let text = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+        pg_sys::Datum::from(key_for_name(pgrx::varlena::varlena_to_byte_slice(text)))
+    }
 }
+
+pgrx::extension_sql!(
+    r#"
+-- The advisory-lock key of a name: the first 8 bytes of md5(name), big-endian.
+-- Frozen: equal to ('x' || substr(md5(name), 1, 16))::bit(64)::bigint.
+CREATE FUNCTION distlock.lock_id(name text) RETURNS bigint
+    AS 'MODULE_PATHNAME', 'distlock_lock_id'
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+
+-- The PL/pgSQL recipe's name for lock_id.
+CREATE FUNCTION distlock.get_task_lock_id(p_task_name text) RETURNS bigint
+    AS 'MODULE_PATHNAME', 'distlock_lock_id'
+    LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+"#,
+    name = "lock_id",
+    requires = ["schema"]
+);
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
 mod tests {
-    use pgrx::prelude::*;
+    use pgrx::pg_sys;
+use pgrx::prelude::*;
 
     fn sql_md5_key(name: &str) -> i64 {
         Spi::get_one_with_args::<i64>(
