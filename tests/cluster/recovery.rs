@@ -156,3 +156,37 @@ fn pg_cron_runs_the_sweep() {
         std::panic::resume_unwind(panic);
     }
 }
+
+#[test]
+fn concurrent_sweeps_never_recover_the_same_claim_twice() {
+    let db = fresh_db("recovery_sweeps");
+    // 60 claims whose holders are long gone (pids no backend has).
+    connect(&db)
+        .batch_execute(
+            "INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) \
+             SELECT 'job-' || g, 'etl', now() FROM generate_series(1, 60) g; \
+             INSERT INTO distlock.task_execution_log (task_id, worker_id, status, holder_pid, holder_backend_start) \
+             SELECT id, 'ghost-' || id, 'running', 2000000000 + id, now() - interval '1 day' \
+               FROM distlock.scheduled_tasks;",
+        )
+        .expect("orphaned claims");
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+    let sweepers: Vec<_> = (0..4)
+        .map(|_| {
+            let db = db.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let mut c = connect(&db);
+                barrier.wait();
+                sweep(&mut c).into_iter().map(|(task_id, _, _)| task_id).collect::<Vec<i32>>()
+            })
+        })
+        .collect();
+    let mut recovered: Vec<i32> = sweepers.into_iter().flat_map(|s| s.join().expect("sweeper")).collect();
+    assert_eq!(recovered.len(), 60, "every orphaned claim was recovered once in total");
+    recovered.sort();
+    recovered.dedup();
+    assert_eq!(recovered.len(), 60, "no claim was recovered by two sweeps");
+    let mut c = connect(&db);
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'abandoned'"), 60);
+}
