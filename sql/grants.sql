@@ -10,7 +10,7 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 GRANT USAGE ON SCHEMA distlock TO pg_monitor;
 GRANT SELECT ON distlock.advisory_locks, distlock.lock_waits,
                 distlock.running_tasks, distlock.task_stats,
-                distlock.queue_stats TO pg_monitor;
+                distlock.queue_stats, distlock.leases, distlock.leaders TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.task_lock_class() TO pg_monitor;
 
 -- User data survives pg_dump / pg_restore, including the sequences, so
@@ -22,4 +22,9 @@ SELECT pg_catalog.pg_extension_config_dump('distlock.task_execution_log_id_seq',
 SELECT pg_catalog.pg_extension_config_dump('distlock.fencing_token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.task_queue', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.id_generator', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.lease_state', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.semaphore_state', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.semaphore_holders', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.leader_state', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.lease_token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.task_queue_id_seq', '');

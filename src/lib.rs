@@ -3,6 +3,7 @@
 
 use pgrx::prelude::*;
 
+mod coordination;
 mod errors;
 mod gucs;
 mod hashing;
@@ -30,6 +31,7 @@ pgrx::extension_sql_file!(
 pgrx::extension_sql_file!("../sql/queue.sql", name = "queue", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/ratelimit.sql", name = "ratelimit", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/snowflake.sql", name = "snowflake", requires = ["schema"]);
+pgrx::extension_sql_file!("../sql/leases.sql", name = "leases", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/grants.sql", name = "grants", finalize);
 
 #[pg_guard]

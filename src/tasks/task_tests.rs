@@ -502,7 +502,9 @@ mod tests {
                  FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'pg_distlock'"
             ),
             Some(
-                "distlock.fencing_token_seq,distlock.id_generator,distlock.scheduled_tasks,distlock.scheduled_tasks_id_seq,\
+                "distlock.fencing_token_seq,distlock.id_generator,distlock.leader_state,\
+                 distlock.lease_state,distlock.lease_token_seq,distlock.scheduled_tasks,distlock.scheduled_tasks_id_seq,\
+                 distlock.semaphore_holders,distlock.semaphore_state,\
                  distlock.task_execution_log,distlock.task_execution_log_id_seq,\
                  distlock.task_queue,distlock.task_queue_id_seq"
                     .into()

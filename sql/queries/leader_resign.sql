@@ -1,0 +1,1 @@
+DELETE FROM distlock.leader_state WHERE group_name = $1 AND leader = $2 RETURNING expires_at > $3

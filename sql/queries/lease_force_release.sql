@@ -1,0 +1,1 @@
+DELETE FROM distlock.lease_state WHERE name = $1 RETURNING expires_at > $2

@@ -1,0 +1,105 @@
+//! Single-session tests of leases, semaphores and elections; tests/cluster
+//! runs them through PgBouncer with many clients.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    fn one<T: FromDatum + IntoDatum>(sql: &str) -> Option<T> {
+        Spi::get_one::<T>(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    fn expire() {
+        Spi::run("SELECT pg_sleep(0.02)").expect("let a 10 ms lease expire");
+    }
+
+    #[pg_test]
+    fn coordination_lease_owner_renewal_and_fencing() {
+        let t1 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '10 ms')").expect("token");
+        assert_eq!(one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '10 ms')"), Some(t1), "renewal keeps the token");
+        assert_eq!(one::<i64>("SELECT distlock.acquire_lease('db-migration', 'b', '10 ms')"), None, "held by a");
+        assert_eq!(one::<bool>(&format!("SELECT distlock.check_lease_token('db-migration', {t1})")), Some(true));
+        expire();
+        let t2 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'b', '1 hour')").expect("b takes over");
+        assert!(t2 > t1, "tokens increase: {t2} > {t1}");
+        assert_eq!(one::<bool>(&format!("SELECT distlock.check_lease_token('db-migration', {t1})")), Some(false), "stale token refused");
+        assert_eq!(one::<bool>(&format!("SELECT distlock.check_lease_token('db-migration', {t2})")), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.renew_lease('db-migration', 'a', '1 hour')"), Some(false));
+        assert_eq!(one::<bool>("SELECT distlock.release_lease('db-migration', 'a')"), Some(false), "never releases b's lease");
+        assert_eq!(one::<bool>("SELECT distlock.renew_lease('db-migration', 'b', '2 hours')"), Some(true));
+        assert_eq!(
+            one::<bool>("SELECT is_held AND owner = 'b' AND remaining > interval '119 minutes' FROM distlock.leases WHERE name = 'db-migration'"),
+            Some(true)
+        );
+        assert_eq!(one::<bool>("SELECT distlock.release_lease('db-migration', 'b')"), Some(true));
+        let t3 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '1 hour')").expect("free again");
+        assert!(t3 > t2, "a token is never reused after its row is deleted");
+        assert_eq!(one::<bool>("SELECT distlock.force_release_lease('db-migration')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.force_release_lease('db-migration')"), Some(false));
+    }
+
+    #[pg_test]
+    fn coordination_semaphore_admits_at_most_max() {
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'a', '10 ms')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'b', '1 hour')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'c', '1 hour')"), Some(false));
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'b', '1 hour')"), Some(true), "a holder renews");
+        expire();
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'c', '1 hour')"), Some(true), "a's place expired");
+        assert_eq!(one::<bool>("SELECT distlock.release_semaphore('gpu', 'b')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.release_semaphore('gpu', 'b')"), Some(false));
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.leases WHERE name = 'gpu' AND is_held"), Some(1));
+    }
+
+    #[pg_test]
+    fn coordination_election_terms_increase_with_each_new_leader() {
+        let first = Spi::get_three::<bool, i64, String>("SELECT is_leader, term, leader FROM distlock.try_become_leader('scheduler', 'n1', '10 ms')")
+            .expect("campaign");
+        assert_eq!((first.0, first.2.as_deref()), (Some(true), Some("n1")));
+        let other = Spi::get_three::<bool, i64, String>("SELECT is_leader, term, leader FROM distlock.try_become_leader('scheduler', 'n2', '10 ms')")
+            .expect("campaign");
+        assert_eq!(other, (Some(false), first.1, Some("n1".into())), "n2 sees n1 and its term");
+        let renewed = one::<i64>("SELECT term FROM distlock.try_become_leader('scheduler', 'n1', '10 ms')");
+        assert_eq!(renewed, first.1, "renewal keeps the term");
+        expire();
+        let next = Spi::get_three::<bool, i64, String>("SELECT is_leader, term, leader FROM distlock.try_become_leader('scheduler', 'n2', '1 hour')")
+            .expect("campaign");
+        assert_eq!((next.0, next.2.as_deref()), (Some(true), Some("n2")));
+        assert!(next.1 > first.1, "a new leader gets a higher term");
+        assert_eq!(one::<bool>("SELECT distlock.resign_leader('scheduler', 'n1')"), Some(false));
+        assert_eq!(one::<bool>("SELECT distlock.resign_leader('scheduler', 'n2')"), Some(true));
+        let third = one::<i64>("SELECT term FROM distlock.try_become_leader('scheduler', 'n1', '1 hour')").expect("term");
+        assert!(Some(third) > next.1);
+        assert_eq!(one::<bool>("SELECT is_current AND leader = 'n1' FROM distlock.leaders WHERE group_name = 'scheduler'"), Some(true));
+    }
+
+    #[pg_test(error = "p_name must not be NULL")]
+    fn coordination_null_name() {
+        one::<i64>("SELECT distlock.acquire_lease(NULL, 'a', '1 minute')");
+    }
+
+    #[pg_test(error = "p_owner must not be empty, got \"\"")]
+    fn coordination_empty_owner() {
+        one::<i64>("SELECT distlock.acquire_lease('x', '', '1 minute')");
+    }
+
+    #[pg_test(error = "p_ttl must be positive, got 00:00:00")]
+    fn coordination_zero_ttl() {
+        one::<bool>("SELECT distlock.renew_lease('x', 'a', '0')");
+    }
+
+    #[pg_test(error = "p_ttl must be positive, got -00:00:01")]
+    fn coordination_negative_ttl() {
+        one::<bool>("SELECT is_leader FROM distlock.try_become_leader('g', 'n', '-1 second')");
+    }
+
+    #[pg_test(error = "p_max must be between 1 and 2147483647, got 0")]
+    fn coordination_semaphore_max_zero() {
+        one::<bool>("SELECT distlock.acquire_semaphore('x', 0, 'a', '1 minute')");
+    }
+
+    #[pg_test(error = "p_token must not be NULL")]
+    fn coordination_null_token() {
+        one::<bool>("SELECT distlock.check_lease_token('x', NULL)");
+    }
+}

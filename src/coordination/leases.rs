@@ -1,0 +1,102 @@
+//! TTL leases with owner checks and fencing tokens.
+
+use pgrx::prelude::*;
+
+use super::{first_bool, name_arg, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL};
+use crate::errors::{positive_interval, require_primary, required};
+use crate::plans::{first_value, types};
+
+/// Takes lease `p_name` for `p_owner` for `p_ttl`, or renews it when
+/// `p_owner` already holds it. Returns the fencing token (strictly
+/// increasing per name, kept across renewals), or NULL when another owner
+/// holds an unexpired lease.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn acquire_lease(p_name: Option<&str>, p_owner: Option<&str>, p_ttl: Option<Interval>) -> Option<i64> {
+    let name = name_arg(p_name, "p_name");
+    let owner = name_arg(p_owner, "p_owner");
+    let ttl = positive_interval(p_ttl, "p_ttl");
+    require_primary("take leases");
+    Spi::connect(|client| {
+        run(
+            client,
+            include_str!("../../sql/queries/lease_acquire.sql"),
+            &NAME_OWNER_NOW_TTL,
+            &[name.into(), owner.into(), now().into(), ttl.into()],
+            first_value::<i64>,
+        )
+    })
+}
+
+/// Extends `p_owner`'s unexpired lease to `p_ttl` from now; false when it
+/// does not hold it (any more).
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn renew_lease(p_name: Option<&str>, p_owner: Option<&str>, p_ttl: Option<Interval>) -> bool {
+    let name = name_arg(p_name, "p_name");
+    let owner = name_arg(p_owner, "p_owner");
+    let ttl = positive_interval(p_ttl, "p_ttl");
+    require_primary("renew leases");
+    Spi::connect(|client| {
+        run(
+            client,
+            include_str!("../../sql/queries/lease_renew.sql"),
+            &NAME_OWNER_NOW_TTL,
+            &[name.into(), owner.into(), now().into(), ttl.into()],
+            |rows| Ok(!rows.is_empty()),
+        )
+    })
+}
+
+/// Releases `p_owner`'s lease; true when it still held it. Never touches
+/// another owner's lease.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn release_lease(p_name: Option<&str>, p_owner: Option<&str>) -> bool {
+    let name = name_arg(p_name, "p_name");
+    let owner = name_arg(p_owner, "p_owner");
+    Spi::connect(|client| {
+        run(
+            client,
+            include_str!("../../sql/queries/lease_release.sql"),
+            &NAME_OWNER_NOW,
+            &[name.into(), owner.into(), now().into()],
+            first_bool,
+        )
+    })
+}
+
+/// Releases lease `p_name` whoever holds it (for administrators); true when
+/// it was held.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn force_release_lease(p_name: Option<&str>) -> bool {
+    let name = name_arg(p_name, "p_name");
+    Spi::connect(|client| {
+        run(
+            client,
+            include_str!("../../sql/queries/lease_force_release.sql"),
+            &[types::TEXT, types::TIMESTAMPTZ],
+            &[name.into(), now().into()],
+            first_bool,
+        )
+    })
+}
+
+/// True only for the token of the current, unexpired holder of `p_name`:
+/// call it from a trigger or CHECK to refuse writes from a stale holder.
+#[pg_extern(stable)]
+#[search_path(pg_catalog, pg_temp)]
+fn check_lease_token(p_name: Option<&str>, p_token: Option<i64>) -> bool {
+    let name = name_arg(p_name, "p_name");
+    let token = required(p_token, "p_token");
+    Spi::connect(|client| {
+        run(
+            client,
+            include_str!("../../sql/queries/lease_check.sql"),
+            &[types::TEXT, types::INT8, types::TIMESTAMPTZ],
+            &[name.into(), token.into(), now().into()],
+            first_bool,
+        )
+    })
+}

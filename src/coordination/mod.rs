@@ -1,0 +1,58 @@
+//! Leases, semaphores and leader election: rows with an owner and an
+//! expiry, never session locks, so they survive connection pooling and
+//! failover. Every function here takes its time from the server's clock.
+
+mod election;
+mod leases;
+mod semaphore;
+#[cfg(any(test, feature = "pg_test"))]
+mod coordination_tests;
+
+use pgrx::prelude::*;
+use pgrx::spi::{SpiClient, SpiTupleTable};
+use pgrx::PgSqlErrorCode;
+
+use crate::errors::{raise, required};
+use crate::plans::{plan, types};
+
+/// A non-NULL, non-blank text argument (22004 / 22023).
+fn name_arg<'a>(value: Option<&'a str>, argument: &str) -> &'a str {
+    let text = required(value, argument);
+    if text.trim().is_empty() {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{argument} must not be empty, got \"{text}\""),
+        );
+    }
+    text
+}
+
+fn now() -> TimestampWithTimeZone {
+    TimestampWithTimeZone::try_from(unsafe { pgrx::pg_sys::GetCurrentTimestamp() })
+        .unwrap_or_else(|_| TimestampWithTimeZone::positive_infinity())
+}
+
+/// Runs a kept statement whose arguments are (name, owner, now, ...); the
+/// type list says which.
+fn run<'c, R>(
+    client: &SpiClient<'c>,
+    sql: &'static str,
+    arg_types: &[pgrx::pg_sys::PgOid],
+    args: &[pgrx::datum::DatumWithOid<'_>],
+    read: impl FnOnce(SpiTupleTable<'c>) -> pgrx::spi::SpiResult<R>,
+) -> R {
+    let stmt = plan(client, sql, arg_types);
+    client
+        .select(&*stmt, None, args)
+        .and_then(read)
+        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+}
+
+/// The first column of the first row as a bool (false without a row).
+fn first_bool(rows: SpiTupleTable<'_>) -> pgrx::spi::SpiResult<bool> {
+    crate::plans::first_value::<bool>(rows).map(|v| v.unwrap_or(false))
+}
+
+const NAME_OWNER_NOW: [pgrx::pg_sys::PgOid; 3] = [types::TEXT, types::TEXT, types::TIMESTAMPTZ];
+const NAME_OWNER_NOW_TTL: [pgrx::pg_sys::PgOid; 4] =
+    [types::TEXT, types::TEXT, types::TIMESTAMPTZ, types::INTERVAL];

@@ -1,0 +1,74 @@
+//! N-holder leases.
+
+use pgrx::prelude::*;
+
+use super::{first_bool, name_arg, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL};
+use crate::errors::{int_in_range, positive_interval, require_primary};
+use crate::plans::types;
+
+/// Takes (or renews) one of `p_max` places of semaphore `p_name` for
+/// `p_owner` for `p_ttl`; false when all places are held by others.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn acquire_semaphore(
+    p_name: Option<&str>,
+    p_max: Option<i32>,
+    p_owner: Option<&str>,
+    p_ttl: Option<Interval>,
+) -> bool {
+    let name = name_arg(p_name, "p_name");
+    let max = int_in_range(p_max, "p_max", 1..=i32::MAX);
+    let owner = name_arg(p_owner, "p_owner");
+    let ttl = positive_interval(p_ttl, "p_ttl");
+    require_primary("take semaphores");
+    let at = now();
+    Spi::connect(|client| {
+        // Acquirers of one semaphore queue on its row from here to commit.
+        run(
+            client,
+            include_str!("../../sql/queries/sem_lock.sql"),
+            &[types::TEXT, types::INT4],
+            &[name.into(), max.into()],
+            |_| Ok(()),
+        );
+        run(
+            client,
+            include_str!("../../sql/queries/sem_expire.sql"),
+            &[types::TEXT, types::TIMESTAMPTZ],
+            &[name.into(), at.into()],
+            |_| Ok(()),
+        );
+        let renewed = run(
+            client,
+            include_str!("../../sql/queries/sem_renew.sql"),
+            &NAME_OWNER_NOW_TTL,
+            &[name.into(), owner.into(), at.into(), ttl.into()],
+            |rows| Ok(!rows.is_empty()),
+        );
+        renewed
+            || run(
+                client,
+                include_str!("../../sql/queries/sem_take.sql"),
+                &[types::TEXT, types::TEXT, types::TIMESTAMPTZ, types::INTERVAL, types::INT8],
+                &[name.into(), owner.into(), at.into(), ttl.into(), (max as i64).into()],
+                |rows| Ok(!rows.is_empty()),
+            )
+    })
+}
+
+/// Gives back `p_owner`'s place in semaphore `p_name`; true when it held one.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn release_semaphore(p_name: Option<&str>, p_owner: Option<&str>) -> bool {
+    let name = name_arg(p_name, "p_name");
+    let owner = name_arg(p_owner, "p_owner");
+    Spi::connect(|client| {
+        run(
+            client,
+            include_str!("../../sql/queries/sem_release.sql"),
+            &NAME_OWNER_NOW,
+            &[name.into(), owner.into(), now().into()],
+            first_bool,
+        )
+    })
+}
