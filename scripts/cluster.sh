@@ -7,7 +7,9 @@
 #                                      $CLUSTER_EXTRA_CONF are appended to
 #                                      postgresql.conf at initdb
 #   scripts/cluster.sh standby DIR PORT PRIMARY_PORT   streaming standby
-#   scripts/cluster.sh stop DIR
+#   scripts/cluster.sh bouncer DIR PORT TARGET_PORT   PgBouncer, transaction pooling,
+#                                      4 server connections per database
+#   scripts/cluster.sh stop DIR        (a cluster or a PgBouncer directory)
 set -euo pipefail
 
 PGBIN=/usr/lib/postgresql/15/bin
@@ -60,12 +62,37 @@ case "${1:-}" in
     fi
     start "$dir"
     ;;
+  bouncer)
+    dir=$2 port=$3 target=$4
+    mkdir -p "$dir" && chown postgres "$dir"
+    echo '"postgres" ""' >"$dir/userlist.txt"
+    cat >"$dir/pgbouncer.ini" <<INI
+[databases]
+* = host=127.0.0.1 port=$target
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/userlist.txt
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 500
+ignore_startup_parameters = extra_float_digits
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+INI
+    chown -R postgres "$dir"
+    # PgBouncer refuses to run as root.
+    as_postgres /usr/sbin/pgbouncer -d "$dir/pgbouncer.ini"
+    ;;
   stop)
     dir=$2
     [ -f "$dir/postmaster.pid" ] && as_postgres "$PGBIN/pg_ctl" -D "$dir" -m fast -w stop >/dev/null || true
+    [ -f "$dir/pgbouncer.pid" ] && kill "$(cat "$dir/pgbouncer.pid")" 2>/dev/null || true
     ;;
   *)
-    echo "usage: $0 start DIR PORT [PRELOAD] | standby DIR PORT PRIMARY_PORT | stop DIR" >&2
+    echo "usage: $0 start DIR PORT [PRELOAD] | standby DIR PORT PRIMARY_PORT | bouncer DIR PORT TARGET_PORT | stop DIR" >&2
     exit 2
     ;;
 esac

@@ -3,8 +3,9 @@
 #   1. the #[pg_test] unit tests (cargo pgrx test, one backend per test);
 #   2. tests/cluster: many real connections against a primary with pg_cron
 #      and pg_distlock preloaded (shared-memory mode), its streaming standby,
-#      and a plain cluster without preload (table mode): concurrency, kills,
-#      restarts, pg_dump, pg_cron.
+#      a plain cluster without preload (table mode), and a transaction-pooling
+#      PgBouncer in front of the primary: concurrency, kills, restarts,
+#      pg_dump, pg_cron, poolers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,11 +15,13 @@ work=${DISTLOCK_TEST_DIR:-/tmp/pg_distlock_test}
 primary_port=${DISTLOCK_TEST_PORT:-55432}
 standby_port=$((primary_port + 1))
 plain_port=$((primary_port + 2))
+pooler_port=$((primary_port + 3))
 
 cleanup() {
   scripts/cluster.sh stop "$work/primary" || true
   scripts/cluster.sh stop "$work/standby" || true
   scripts/cluster.sh stop "$work/plain" || true
+  scripts/cluster.sh stop "$work/pgbouncer" || true
 }
 trap cleanup EXIT
 
@@ -41,9 +44,11 @@ CLUSTER_EXTRA_CONF="distlock.rate_limit_capacity = 64" \
   scripts/cluster.sh start "$work/primary" "$primary_port" pg_cron,pg_distlock
 scripts/cluster.sh standby "$work/standby" "$standby_port" "$primary_port"
 scripts/cluster.sh start "$work/plain" "$plain_port" ""
+scripts/cluster.sh bouncer "$work/pgbouncer" "$pooler_port" "$primary_port"
 
 DISTLOCK_TEST_PORT=$primary_port \
 DISTLOCK_TEST_STANDBY_PORT=$standby_port \
 DISTLOCK_TEST_PLAIN_PORT=$plain_port \
+DISTLOCK_TEST_POOLER_PORT=$pooler_port \
 DISTLOCK_TEST_PGDATA="$work/primary" \
   cargo test --features cluster-tests --test cluster -- --test-threads=1

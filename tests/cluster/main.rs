@@ -8,4 +8,5 @@ mod support;
 mod contention;
 mod features;
 mod operations;
+mod pooler;
 mod recovery;

@@ -29,6 +29,26 @@ pub fn storage_modes() -> [(&'static str, u16); 2] {
     [("memory", primary_port()), ("table", plain_port())]
 }
 
+/// PgBouncer in transaction-pooling mode in front of the primary (4 server
+/// connections per database). Only the simple query protocol works through
+/// it: named prepared statements would land on other server connections.
+pub fn pooler_port() -> u16 {
+    env_port("DISTLOCK_TEST_POOLER_PORT")
+}
+
+/// The first column of the first row of a simple-protocol query.
+pub fn scalar(client: &mut Client, sql: &str) -> Option<String> {
+    client
+        .simple_query(sql)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .into_iter()
+        .find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).map(str::to_string)),
+            _ => None,
+        })
+        .flatten()
+}
+
 pub fn pgdata() -> String {
     std::env::var("DISTLOCK_TEST_PGDATA").expect("DISTLOCK_TEST_PGDATA is not set")
 }
