@@ -17,6 +17,8 @@ mod shared;
 mod snowflake;
 mod sweep;
 mod tasks;
+#[cfg(any(test, feature = "pg_test"))]
+mod test_sql;
 mod xact;
 
 ::pgrx::pg_module_magic!(name, version);

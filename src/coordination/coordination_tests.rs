@@ -5,9 +5,7 @@
 mod tests {
     use pgrx::prelude::*;
 
-    fn one<T: FromDatum + IntoDatum>(sql: &str) -> Option<T> {
-        Spi::get_one::<T>(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
-    }
+    use crate::test_sql::{one};
 
     fn expire() {
         Spi::run("SELECT pg_sleep(0.02)").expect("let a 10 ms lease expire");

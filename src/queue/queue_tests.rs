@@ -5,13 +5,7 @@
 mod tests {
     use pgrx::prelude::*;
 
-    fn one<T: FromDatum + IntoDatum>(sql: &str) -> Option<T> {
-        Spi::get_one::<T>(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
-    }
-
-    fn run(sql: &str) {
-        Spi::run(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
+    use crate::test_sql::{one, run};
 
     fn enqueue(args: &str) -> i64 {
         one::<i64>(&format!("SELECT distlock.enqueue_task({args})")).expect("id")

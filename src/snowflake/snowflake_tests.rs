@@ -5,9 +5,7 @@
 mod tests {
     use pgrx::prelude::*;
 
-    fn one<T: FromDatum + IntoDatum>(sql: &str) -> Option<T> {
-        Spi::get_one::<T>(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
-    }
+    use crate::test_sql::{one};
 
     #[pg_test]
     fn snowflake_ids_are_unique_and_increasing_in_one_statement() {

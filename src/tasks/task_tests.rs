@@ -5,13 +5,7 @@
 mod tests {
     use pgrx::prelude::*;
 
-    fn one<T: FromDatum + IntoDatum>(sql: &str) -> Option<T> {
-        Spi::get_one::<T>(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
-    }
-
-    fn run(sql: &str) {
-        Spi::run(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
+    use crate::test_sql::{one, run};
 
     /// Inserts a task due now and returns its id.
     fn due_task(name: &str, cron: Option<&str>) -> i32 {
