@@ -58,7 +58,7 @@ CREATE FUNCTION distlock.get_task_lock_id(p_task_name text) RETURNS bigint
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
 mod tests {
-use pgrx::prelude::*;
+    use pgrx::prelude::*;
 
     fn sql_md5_key(name: &str) -> i64 {
         Spi::get_one_with_args::<i64>(
