@@ -10,8 +10,10 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 GRANT USAGE ON SCHEMA distlock TO pg_monitor;
 GRANT SELECT ON distlock.advisory_locks, distlock.lock_waits,
                 distlock.running_tasks, distlock.task_stats,
-                distlock.queue_stats, distlock.leases, distlock.leaders TO pg_monitor;
+                distlock.queue_stats, distlock.leases, distlock.leaders,
+                distlock.lock_stats, distlock.lock_key_collisions TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.task_lock_class() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION distlock.lock_stats_entries() TO pg_monitor;
 
 -- User data survives pg_dump / pg_restore, including the sequences, so
 -- fencing tokens keep increasing after a restore.
@@ -28,3 +30,4 @@ SELECT pg_catalog.pg_extension_config_dump('distlock.semaphore_holders', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.leader_state', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.lease_token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.task_queue_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.lock_names', '');

@@ -24,6 +24,11 @@ SELECT l.pid,
        CASE l.objsubid WHEN 1 THEN 'bigint' ELSE 'int4_pair' END AS key_kind,
        -- bigint form: the key given to pg_advisory_lock(bigint)
        CASE WHEN l.objsubid = 1 THEN (l.classid::bigint << 32) | l.objid::bigint END AS key,
+       -- the name(s) a bigint key came from, when taken with distlock.lock(text)
+       CASE WHEN l.objsubid = 1 THEN
+            (SELECT pg_catalog.string_agg(DISTINCT ln.name, ' | ' ORDER BY ln.name)
+               FROM distlock.lock_names ln
+              WHERE ln.lock_id = ((l.classid::bigint << 32) | l.objid::bigint)) END AS key_name,
        -- int4 pair form: the two keys given to pg_advisory_lock(int, int)
        CASE WHEN l.objsubid = 2 THEN l.classid::int END AS key1,
        CASE WHEN l.objsubid = 2 THEN l.objid::int END AS key2,

@@ -11,6 +11,7 @@ pub static SNOWFLAKE_EPOCH: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"1609459200000")); // 2021-01-01 00:00:00 UTC
 pub static SNOWFLAKE_MAX_CLOCK_BACKWARD_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static RATE_LIMIT_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(65_536);
+pub static LOCK_STATS_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(4096);
 
 pub fn register() {
     GucRegistry::define_string_guc(
@@ -42,6 +43,16 @@ pub fn register() {
         c"Expired keys are reused; when every slot holds a live key, new keys are refused.",
         &RATE_LIMIT_CAPACITY,
         16,
+        10_000_000,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"distlock.lock_stats_capacity",
+        c"Lock keys whose telemetry is kept in shared memory when pg_distlock is preloaded.",
+        c"0 turns telemetry off. When full, the least recently used key not held right now is replaced.",
+        &LOCK_STATS_CAPACITY,
+        0,
         10_000_000,
         GucContext::Postmaster,
         GucFlags::default(),

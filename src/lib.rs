@@ -8,6 +8,7 @@ mod errors;
 mod gucs;
 mod hashing;
 mod lock_keys;
+mod locks;
 mod optimistic;
 mod plans;
 mod queue;
@@ -26,9 +27,14 @@ mod xact;
 // Tables, views and grants are plain SQL, kept in sql/ and ordered here.
 pgrx::extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 pgrx::extension_sql_file!(
+    "../sql/locks.sql",
+    name = "locks",
+    requires = ["schema", locks::stats::lock_stats_entries]
+);
+pgrx::extension_sql_file!(
     "../sql/views.sql",
     name = "views",
-    requires = ["schema", lock_keys::task_lock_class]
+    requires = ["schema", "locks", lock_keys::task_lock_class]
 );
 pgrx::extension_sql_file!("../sql/queue.sql", name = "queue", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/ratelimit.sql", name = "ratelimit", requires = ["schema"]);

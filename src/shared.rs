@@ -1,7 +1,8 @@
 //! Shared memory, present only when pg_distlock is listed in
-//! shared_preload_libraries: per-worker-id snowflake state and a fixed-size
-//! rate-limit table split into LWLock-protected partitions. Without preload
-//! `get()` is None and the features fall back to their table-backed paths.
+//! shared_preload_libraries: per-worker-id snowflake state, and two fixed-size
+//! tables split into LWLock-protected partitions (rate-limit state and
+//! lock-call telemetry). Without preload `layout()` is None and the features
+//! fall back to their table-backed paths (telemetry is then off).
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
@@ -13,6 +14,7 @@ use crate::gucs;
 
 pub const SNOWFLAKE_WORKERS: usize = 1024;
 pub const RATE_PARTITIONS: usize = 16;
+pub const STATS_PARTITIONS: usize = 16;
 const TRANCHE: &CStr = c"pg_distlock";
 const SEGMENT: &CStr = c"pg_distlock shared state";
 
@@ -42,15 +44,40 @@ pub struct RateEntry {
     pub tat_us: i64,
 }
 
+/// Telemetry of one advisory-lock key used through distlock.lock/try_lock.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct LockStatEntry {
+    pub in_use: bool,
+    pub database: u32,
+    pub key: i64,
+    pub acquisitions: i64,
+    pub failed_tries: i64,
+    pub timeouts: i64,
+    /// Acquisitions that had to wait.
+    pub waits: i64,
+    pub total_wait_us: i64,
+    pub max_wait_us: i64,
+    /// Backends holding the key through pg_distlock right now.
+    pub holders: i32,
+    /// Since when `holders` has been above zero.
+    pub held_since_us: i64,
+    /// Last time anything happened to the key: the least recently used idle
+    /// entry is the one replaced when a new key finds no free slot.
+    pub last_used_us: i64,
+}
+
 #[repr(C)]
 pub struct Header {
     pub slots_per_partition: usize,
+    pub stats_per_partition: usize,
 }
 
 struct Layout {
     header: *mut Header,
     snowflake: *mut SnowflakeSlot,
     rate: *mut RateEntry,
+    stats: *mut LockStatEntry,
     locks: *mut pg_sys::LWLockPadded,
 }
 
@@ -62,10 +89,15 @@ fn slots_per_partition() -> usize {
     (gucs::RATE_LIMIT_CAPACITY.get().max(16) as usize).div_ceil(RATE_PARTITIONS)
 }
 
+fn stats_per_partition() -> usize {
+    (gucs::LOCK_STATS_CAPACITY.get().max(0) as usize).div_ceil(STATS_PARTITIONS)
+}
+
 fn segment_size() -> usize {
     std::mem::size_of::<Header>()
         + SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>()
         + slots_per_partition() * RATE_PARTITIONS * std::mem::size_of::<RateEntry>()
+        + stats_per_partition() * STATS_PARTITIONS * std::mem::size_of::<LockStatEntry>()
 }
 
 #[pg_guard]
@@ -75,7 +107,10 @@ unsafe extern "C-unwind" fn on_shmem_request() {
             prev();
         }
         pg_sys::RequestAddinShmemSpace(segment_size());
-        pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), RATE_PARTITIONS as i32);
+        pg_sys::RequestNamedLWLockTranche(
+            TRANCHE.as_ptr(),
+            (RATE_PARTITIONS + STATS_PARTITIONS) as i32,
+        );
     }
 }
 
@@ -91,13 +126,24 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         if !found {
             std::ptr::write_bytes(base, 0, size);
             (*(base as *mut Header)).slots_per_partition = slots_per_partition();
+            (*(base as *mut Header)).stats_per_partition = stats_per_partition();
         }
         let header = base as *mut Header;
         let snowflake = base.add(std::mem::size_of::<Header>()) as *mut SnowflakeSlot;
-        let rate = (snowflake as *mut u8).add(SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>())
+        let rate = (snowflake as *mut u8)
+            .add(SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>())
             as *mut RateEntry;
+        let stats = (rate as *mut u8)
+            .add((*header).slots_per_partition * RATE_PARTITIONS * std::mem::size_of::<RateEntry>())
+            as *mut LockStatEntry;
         let locks = pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr());
-        LAYOUT = Some(Layout { header, snowflake, rate, locks });
+        LAYOUT = Some(Layout {
+            header,
+            snowflake,
+            rate,
+            stats,
+            locks,
+        });
     }
 }
 
@@ -129,13 +175,15 @@ pub fn snowflake_slot(worker_id: usize) -> Option<&'static SnowflakeSlot> {
     (worker_id < SNOWFLAKE_WORKERS).then(|| unsafe { &*layout.snowflake.add(worker_id) })
 }
 
-/// Runs `f` on one rate-limit partition under its exclusive LWLock.
-pub fn with_rate_partition<R>(key: &[u8; 16], f: impl FnOnce(&mut [RateEntry]) -> R) -> Option<R> {
-    let layout = layout()?;
-    let partition = (key[0] as usize) % RATE_PARTITIONS;
+/// Runs `f` on `entries` while holding lock number `lock` exclusively.
+unsafe fn with_locked<T, R>(
+    layout: &Layout,
+    lock: usize,
+    entries: &mut [T],
+    f: impl FnOnce(&mut [T]) -> R,
+) -> R {
     unsafe {
-        let per = (*layout.header).slots_per_partition;
-        let lock = std::ptr::addr_of_mut!((*layout.locks.add(partition)).lock);
+        let lock = std::ptr::addr_of_mut!((*layout.locks.add(lock)).lock);
         pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
         struct Release(*mut pg_sys::LWLock);
         impl Drop for Release {
@@ -144,7 +192,44 @@ pub fn with_rate_partition<R>(key: &[u8; 16], f: impl FnOnce(&mut [RateEntry]) -
             }
         }
         let _release = Release(lock);
+        f(entries)
+    }
+}
+
+/// Runs `f` on one rate-limit partition under its exclusive LWLock.
+pub fn with_rate_partition<R>(key: &[u8; 16], f: impl FnOnce(&mut [RateEntry]) -> R) -> Option<R> {
+    let layout = layout()?;
+    let partition = (key[0] as usize) % RATE_PARTITIONS;
+    unsafe {
+        let per = (*layout.header).slots_per_partition;
         let entries = std::slice::from_raw_parts_mut(layout.rate.add(partition * per), per);
-        Some(f(entries))
+        Some(with_locked(layout, partition, entries, f))
+    }
+}
+
+/// How many lock-telemetry partitions hold entries (0 when telemetry is
+/// off or pg_distlock was not preloaded).
+pub fn stats_partitions() -> usize {
+    match layout() {
+        Some(layout) if unsafe { (*layout.header).stats_per_partition } > 0 => STATS_PARTITIONS,
+        _ => 0,
+    }
+}
+
+/// Runs `f` on telemetry partition `partition` under its exclusive LWLock;
+/// None when telemetry is off.
+pub fn with_stats_partition<R>(
+    partition: usize,
+    f: impl FnOnce(&mut [LockStatEntry]) -> R,
+) -> Option<R> {
+    let layout = layout()?;
+    unsafe {
+        let per = (*layout.header).stats_per_partition;
+        if per == 0 {
+            return None;
+        }
+        let partition = partition % STATS_PARTITIONS;
+        let entries = std::slice::from_raw_parts_mut(layout.stats.add(partition * per), per);
+        Some(with_locked(layout, RATE_PARTITIONS + partition, entries, f))
     }
 }

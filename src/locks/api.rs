@@ -1,0 +1,161 @@
+//! The SQL functions. Text keys become `distlock.lock_id(key)`, the same
+//! bigint key space as `pg_advisory_lock(bigint)`.
+
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use super::manager::{self, Hold, Outcome, Wait};
+use super::stats::{self, Event};
+use super::{holds, names};
+use crate::errors::{interval_micros, raise, required};
+
+fn text_key(p_key: Option<&str>) -> (i64, &str) {
+    let name = required(p_key, "p_key");
+    if name.is_empty() {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "p_key must not be empty",
+        );
+    }
+    (crate::hashing::key_for_name(name.as_bytes()), name)
+}
+
+fn wait_for(p_timeout: Option<Interval>) -> Wait {
+    let Some(timeout) = p_timeout else {
+        return Wait::Unbounded;
+    };
+    let micros = interval_micros(&timeout);
+    if micros < 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("p_timeout must not be negative, got {timeout}"),
+        );
+    }
+    if micros == 0 {
+        return Wait::No;
+    }
+    // The lock manager's timeout is in whole milliseconds: round up.
+    Wait::UpTo(((micros + 999) / 1000).min(i32::MAX as i128) as i32)
+}
+
+fn take(
+    key: i64,
+    name: Option<&str>,
+    wait: Wait,
+    shared: Option<bool>,
+    xact: Option<bool>,
+) -> bool {
+    let hold = Hold {
+        key,
+        shared: required(shared, "p_shared"),
+        xact: required(xact, "p_xact"),
+    };
+    if let Some(name) = name {
+        names::remember(key, name);
+    }
+    match manager::acquire(hold, wait) {
+        Outcome::Granted => {
+            let begins_hold = holds::granted(hold);
+            stats::record(
+                key,
+                Event::Acquired {
+                    waited_us: None,
+                    begins_hold,
+                },
+            );
+            true
+        }
+        Outcome::GrantedAfter(waited) => {
+            let begins_hold = holds::granted(hold);
+            stats::record(
+                key,
+                Event::Acquired {
+                    waited_us: Some(waited),
+                    begins_hold,
+                },
+            );
+            true
+        }
+        Outcome::Busy => {
+            stats::record(key, Event::FailedTry);
+            false
+        }
+        Outcome::TimedOut(waited) => {
+            stats::record(key, Event::TimedOut { waited_us: waited });
+            false
+        }
+    }
+}
+
+/// Takes the advisory lock of `p_key` (exclusive, or shared with
+/// `p_shared`; until unlock, or until the transaction ends with `p_xact`),
+/// waiting in the lock manager up to `p_timeout` (NULL: no pg_distlock
+/// limit). False when the wait timed out; the lock is then not held.
+#[pg_extern(name = "lock", volatile, parallel_unsafe)]
+fn lock_text(
+    p_key: Option<&str>,
+    p_timeout: default!(Option<Interval>, "NULL"),
+    p_shared: default!(Option<bool>, false),
+    p_xact: default!(Option<bool>, false),
+) -> bool {
+    let (key, name) = text_key(p_key);
+    take(key, Some(name), wait_for(p_timeout), p_shared, p_xact)
+}
+
+/// `distlock.lock` for a bigint key: the lock of `pg_advisory_lock(p_key)`.
+#[pg_extern(name = "lock", volatile, parallel_unsafe)]
+fn lock_bigint(
+    p_key: Option<i64>,
+    p_timeout: default!(Option<Interval>, "NULL"),
+    p_shared: default!(Option<bool>, false),
+    p_xact: default!(Option<bool>, false),
+) -> bool {
+    take(
+        required(p_key, "p_key"),
+        None,
+        wait_for(p_timeout),
+        p_shared,
+        p_xact,
+    )
+}
+
+/// Takes the lock of `p_key` only if it is free right now.
+#[pg_extern(name = "try_lock", volatile, parallel_unsafe)]
+fn try_lock_text(
+    p_key: Option<&str>,
+    p_shared: default!(Option<bool>, false),
+    p_xact: default!(Option<bool>, false),
+) -> bool {
+    let (key, name) = text_key(p_key);
+    take(key, Some(name), Wait::No, p_shared, p_xact)
+}
+
+#[pg_extern(name = "try_lock", volatile, parallel_unsafe)]
+fn try_lock_bigint(
+    p_key: Option<i64>,
+    p_shared: default!(Option<bool>, false),
+    p_xact: default!(Option<bool>, false),
+) -> bool {
+    take(required(p_key, "p_key"), None, Wait::No, p_shared, p_xact)
+}
+
+/// Releases one session-level hold of `p_key`; false when this session
+/// held none (transaction-level locks end with their transaction).
+#[pg_extern(name = "unlock", volatile, parallel_unsafe)]
+fn unlock_text(p_key: Option<&str>, p_shared: default!(Option<bool>, false)) -> bool {
+    let (key, _) = text_key(p_key);
+    holds::release(key, required(p_shared, "p_shared"))
+}
+
+#[pg_extern(name = "unlock", volatile, parallel_unsafe)]
+fn unlock_bigint(p_key: Option<i64>, p_shared: default!(Option<bool>, false)) -> bool {
+    holds::release(required(p_key, "p_key"), required(p_shared, "p_shared"))
+}
+
+/// Releases every session-level hold this session took with distlock.lock
+/// or try_lock (task claims and plain pg_advisory_lock calls are left
+/// alone). Returns how many holds were released.
+#[pg_extern(volatile, parallel_unsafe)]
+fn unlock_all() -> i64 {
+    holds::release_all()
+}

@@ -1,0 +1,138 @@
+//! What this backend holds through pg_distlock lock calls: unlock_all gives
+//! back exactly these session holds, and telemetry learns when a key stops
+//! being held (unlock, end of transaction, or end of the session).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use pgrx::pg_sys;
+
+use super::manager::{self, Hold};
+use super::stats::{self, Event};
+
+thread_local! {
+    /// Session-level holds per (key, shared): how many times taken.
+    static SESSION: RefCell<HashMap<(i64, bool), u32>> = RefCell::new(HashMap::new());
+    /// All holds per key, session and transaction level together.
+    static PER_KEY: RefCell<HashMap<i64, u32>> = RefCell::new(HashMap::new());
+    static EXIT_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Counts one more hold of `key`; true when it is the backend's first.
+fn add(key: i64) -> bool {
+    PER_KEY.with(|m| {
+        let mut m = m.borrow_mut();
+        let count = m.entry(key).or_insert(0);
+        *count += 1;
+        *count == 1
+    })
+}
+
+/// Counts `n` fewer holds of `key`, telling telemetry when none is left.
+fn remove(key: i64, n: u32) {
+    let ended = PER_KEY.with(|m| {
+        let mut m = m.borrow_mut();
+        match m.get_mut(&key) {
+            Some(count) if *count > n => {
+                *count -= n;
+                false
+            }
+            Some(_) => {
+                m.remove(&key);
+                true
+            }
+            None => false,
+        }
+    });
+    if ended {
+        stats::record(key, Event::HoldEnded);
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn end_holds_at_exit(_code: i32, _arg: pg_sys::Datum) {
+    // The lock manager drops session locks at exit; telemetry must too.
+    let keys: Vec<i64> = PER_KEY.with(|m| m.borrow_mut().drain().map(|(key, _)| key).collect());
+    for key in keys {
+        stats::record(key, Event::HoldEnded);
+    }
+}
+
+fn ensure_exit_callback() {
+    if !EXIT_CALLBACK.get() {
+        unsafe { pg_sys::before_shmem_exit(Some(end_holds_at_exit), pg_sys::Datum::from(0)) };
+        EXIT_CALLBACK.set(true);
+    }
+}
+
+/// Notes a granted hold; returns whether it is the backend's first of the key.
+pub fn granted(hold: Hold) -> bool {
+    ensure_exit_callback();
+    let first = add(hold.key);
+    if hold.xact {
+        // Released by the lock manager when the (sub)transaction ends; only
+        // one of the two actions may count it.
+        let done = Rc::new(Cell::new(false));
+        let at_abort = done.clone();
+        let key = hold.key;
+        crate::xact::on_outcome(
+            Some(Box::new(move || {
+                if !done.replace(true) {
+                    remove(key, 1);
+                }
+            })),
+            Some(Box::new(move || {
+                if !at_abort.replace(true) {
+                    remove(key, 1);
+                }
+            })),
+        );
+    } else {
+        SESSION.with(|m| *m.borrow_mut().entry((hold.key, hold.shared)).or_insert(0) += 1);
+    }
+    first
+}
+
+/// Drops one session hold of (key, shared); false when none was held.
+pub fn release(key: i64, shared: bool) -> bool {
+    let released = manager::release(key, shared);
+    let tracked = SESSION.with(|m| {
+        let mut m = m.borrow_mut();
+        let Some(count) = m.get(&(key, shared)).copied() else {
+            return 0;
+        };
+        if released && count > 1 {
+            m.insert((key, shared), count - 1);
+            return 1;
+        }
+        m.remove(&(key, shared));
+        // Not released: they were dropped behind our back (pg_advisory_unlock_all).
+        if released {
+            1
+        } else {
+            count
+        }
+    });
+    if tracked > 0 {
+        remove(key, tracked);
+    }
+    released
+}
+
+/// Gives back every session hold taken through pg_distlock lock calls;
+/// returns how many holds were released.
+pub fn release_all() -> i64 {
+    let holds: Vec<((i64, bool), u32)> = SESSION.with(|m| m.borrow_mut().drain().collect());
+    let mut released = 0i64;
+    for ((key, shared), count) in holds {
+        for _ in 0..count {
+            if !manager::release(key, shared) {
+                break;
+            }
+            released += 1;
+        }
+        remove(key, count);
+    }
+    released
+}

@@ -1,0 +1,141 @@
+//! Taking and dropping advisory locks through PostgreSQL's lock manager.
+//!
+//! Keys live in the same space as `pg_advisory_lock(bigint)`, so
+//! `distlock.lock(42)` and `pg_advisory_lock(42)` are one lock. Waiting is
+//! the lock manager's own: queue order and deadlock detection are kept.
+//! A bounded wait runs inside an internal subtransaction with the lock
+//! timeout set for just that wait, which is the only safe way to recover
+//! from the timeout error and leave nothing behind.
+
+use pgrx::pg_sys;
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::pg_sys::PgTryBuilder;
+use pgrx::PgSqlErrorCode;
+
+/// How long a lock call may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Try once.
+    No,
+    /// Until granted (the session's lock_timeout and statement_timeout still apply).
+    Unbounded,
+    /// Up to this many milliseconds.
+    UpTo(i32),
+}
+
+/// Lock mode and duration of one hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hold {
+    pub key: i64,
+    pub shared: bool,
+    pub xact: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Granted at once.
+    Granted,
+    /// Granted after waiting this many microseconds.
+    GrantedAfter(i64),
+    /// Not granted: busy and no waiting allowed.
+    Busy,
+    /// Not granted within the allowed time, after waiting this many microseconds.
+    TimedOut(i64),
+}
+
+/// The lock tag `pg_advisory_lock(bigint)` uses for `key` in this database.
+fn tag(key: i64) -> pg_sys::LOCKTAG {
+    pg_sys::LOCKTAG {
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: ((key as u64) >> 32) as u32,
+        locktag_field3: key as u32,
+        locktag_field4: 1,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    }
+}
+
+fn mode(shared: bool) -> pg_sys::LOCKMODE {
+    (if shared {
+        pg_sys::ShareLock
+    } else {
+        pg_sys::ExclusiveLock
+    }) as pg_sys::LOCKMODE
+}
+
+/// Takes one hold of `hold`, waiting as `wait` allows.
+pub fn acquire(hold: Hold, wait: Wait) -> Outcome {
+    let tag = tag(hold.key);
+    let mode = mode(hold.shared);
+    let session = !hold.xact;
+    let first = unsafe { pg_sys::LockAcquire(&tag, mode, session, true) };
+    if first != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL {
+        return Outcome::Granted;
+    }
+    let started = unsafe { pg_sys::GetCurrentTimestamp() };
+    let waited = || unsafe { pg_sys::GetCurrentTimestamp() } - started;
+    match wait {
+        Wait::No => Outcome::Busy,
+        Wait::Unbounded => {
+            unsafe { pg_sys::LockAcquire(&tag, mode, session, false) };
+            Outcome::GrantedAfter(waited())
+        }
+        Wait::UpTo(ms) => {
+            if acquire_within(&tag, mode, session, ms) {
+                Outcome::GrantedAfter(waited())
+            } else {
+                Outcome::TimedOut(waited())
+            }
+        }
+    }
+}
+
+/// Waits up to `ms` for the lock in an internal subtransaction: a lock
+/// timeout is an ERROR, and only aborting a (sub)transaction takes the
+/// backend out of the lock's wait queue cleanly.
+fn acquire_within(tag: &pg_sys::LOCKTAG, mode: pg_sys::LOCKMODE, session: bool, ms: i32) -> bool {
+    let tag = *tag;
+    unsafe {
+        let caller_context = pg_sys::CurrentMemoryContext;
+        let caller_owner = pg_sys::CurrentResourceOwner;
+        let restore = move || {
+            pg_sys::MemoryContextSwitchTo(caller_context);
+            pg_sys::CurrentResourceOwner = caller_owner;
+        };
+        let abort = move || {
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+            restore();
+        };
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(caller_context);
+        let session_timeout = pg_sys::LockTimeout;
+        pg_sys::LockTimeout = ms.max(1);
+        PgTryBuilder::new(move || {
+            pg_sys::LockAcquire(&tag, mode, session, false);
+            pg_sys::ReleaseCurrentSubTransaction();
+            restore();
+            true
+        })
+        .catch_when(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, move |_| {
+            pg_sys::FlushErrorState();
+            abort();
+            false
+        })
+        .catch_others(move |error: CaughtError| {
+            // A deadlock (40P01), a cancel, statement_timeout: the caller
+            // sees it as it would from pg_advisory_lock.
+            pg_sys::FlushErrorState();
+            abort();
+            error.rethrow()
+        })
+        .finally(move || pg_sys::LockTimeout = session_timeout)
+        .execute()
+    }
+}
+
+/// Drops one session-level hold; false (and no WARNING) when none is held.
+pub fn release(key: i64, shared: bool) -> bool {
+    let tag = tag(key);
+    let mode = mode(shared);
+    unsafe { pg_sys::LockHeldByMe(&tag, mode) && pg_sys::LockRelease(&tag, mode, true) }
+}

@@ -1,0 +1,93 @@
+//! key -> name memory for text lock keys, so views can show which name a
+//! key came from and report two names that hash to one key.
+//!
+//! Names go to `distlock.lock_names` once per backend and key, in the
+//! caller's transaction. The table has no unique constraint on purpose: an
+//! insert must never wait for another session's uncommitted insert of the
+//! same name (that would turn try_lock into a wait). A race can leave a
+//! duplicate row, which the views fold away.
+//! Nothing is written where a write would hurt the caller: on a standby, in
+//! a read-only or SERIALIZABLE transaction (a read here could make the
+//! caller's transaction fail with 40001), or without the privilege.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use crate::errors::raise;
+use crate::plans::{first_value, plan, types};
+
+thread_local! {
+    /// Keys whose name this backend knows to be recorded.
+    static RECORDED: RefCell<HashMap<i64, Box<str>>> = RefCell::new(HashMap::new());
+    /// The role whose privilege on lock_names was checked, and the answer.
+    static MAY_RECORD: RefCell<Option<(pg_sys::Oid, bool)>> = const { RefCell::new(None) };
+}
+
+fn already_recorded(key: i64, name: &str) -> bool {
+    RECORDED.with(|r| r.borrow().get(&key).is_some_and(|known| &**known == name))
+}
+
+fn writing_is_harmless() -> bool {
+    unsafe {
+        !pg_sys::RecoveryInProgress()
+            && !pg_sys::XactReadOnly
+            && pg_sys::XactIsoLevel < pg_sys::XACT_SERIALIZABLE as i32
+    }
+}
+
+fn role_may_record(client: &pgrx::spi::SpiClient<'_>) -> bool {
+    let role = unsafe { pg_sys::GetUserId() };
+    if let Some((checked, answer)) = MAY_RECORD.with(|m| *m.borrow()) {
+        if checked == role {
+            return answer;
+        }
+    }
+    let stmt = plan(
+        client,
+        "SELECT pg_catalog.has_table_privilege('distlock.lock_names', 'SELECT, INSERT')",
+        &[],
+    );
+    let answer = client
+        .select(&*stmt, None, &[])
+        .and_then(first_value::<bool>)
+        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+        .unwrap_or(false);
+    MAY_RECORD.with(|m| *m.borrow_mut() = Some((role, answer)));
+    answer
+}
+
+/// Remembers that `name` hashes to `key`, when that is cheap and harmless.
+pub fn remember(key: i64, name: &str) {
+    if already_recorded(key, name) || !writing_is_harmless() {
+        return;
+    }
+    let recorded = Spi::connect_mut(|client| {
+        if !role_may_record(client) {
+            return false;
+        }
+        let stmt = plan(
+            client,
+            include_str!("../../sql/queries/lock_name_record.sql"),
+            &[types::INT8, types::TEXT],
+        );
+        client
+            .update(&*stmt, None, &[key.into(), name.into()])
+            .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+        true
+    });
+    if !recorded {
+        return;
+    }
+    RECORDED.with(|r| r.borrow_mut().insert(key, name.into()));
+    // The row is gone if the caller's transaction rolls back.
+    crate::xact::on_outcome(
+        None,
+        Some(Box::new(move || {
+            RECORDED.with(|r| r.borrow_mut().remove(&key));
+        })),
+    );
+}
