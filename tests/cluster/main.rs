@@ -7,6 +7,7 @@ mod support;
 
 mod contention;
 mod features;
+mod locks;
 mod operations;
 mod pooler;
 mod recovery;
