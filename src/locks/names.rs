@@ -23,8 +23,9 @@ use crate::plans::{first_value, plan, types};
 thread_local! {
     /// Keys whose name this backend knows to be recorded.
     static RECORDED: RefCell<HashMap<i64, Box<str>>> = RefCell::new(HashMap::new());
-    /// The role whose privilege on lock_names was checked, and the answer.
-    static MAY_RECORD: RefCell<Option<(pg_sys::Oid, bool)>> = const { RefCell::new(None) };
+    /// (role, transaction start, answer) of the last privilege check on
+    /// lock_names: a GRANT is noticed from the next transaction on.
+    static MAY_RECORD: RefCell<Option<(pg_sys::Oid, i64, bool)>> = const { RefCell::new(None) };
 }
 
 fn already_recorded(key: i64, name: &str) -> bool {
@@ -41,8 +42,9 @@ fn writing_is_harmless() -> bool {
 
 fn role_may_record(client: &pgrx::spi::SpiClient<'_>) -> bool {
     let role = unsafe { pg_sys::GetUserId() };
-    if let Some((checked, answer)) = MAY_RECORD.with(|m| *m.borrow()) {
-        if checked == role {
+    let transaction = unsafe { pg_sys::GetCurrentTransactionStartTimestamp() };
+    if let Some((checked, when, answer)) = MAY_RECORD.with(|m| *m.borrow()) {
+        if checked == role && when == transaction {
             return answer;
         }
     }
@@ -56,7 +58,7 @@ fn role_may_record(client: &pgrx::spi::SpiClient<'_>) -> bool {
         .and_then(first_value::<bool>)
         .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
         .unwrap_or(false);
-    MAY_RECORD.with(|m| *m.borrow_mut() = Some((role, answer)));
+    MAY_RECORD.with(|m| *m.borrow_mut() = Some((role, transaction, answer)));
     answer
 }
 

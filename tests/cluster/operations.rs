@@ -157,12 +157,34 @@ fn worker_and_monitor_roles_work_with_the_documented_grants() {
     }
     assert_eq!(count(&mut admin, "SELECT 1 FROM distlock.task_execution_log WHERE status <> 'running'"), 3);
     admin.batch_execute("RESET ROLE; SET ROLE distlock_watcher").expect("watcher");
-    for view in ["advisory_locks", "lock_waits", "running_tasks", "task_stats"] {
+    for view in [
+        "advisory_locks", "lock_waits", "running_tasks", "task_stats", "queue_stats", "leases", "leaders",
+        "lock_stats", "lock_key_collisions",
+    ] {
         admin.batch_execute(&format!("SELECT * FROM distlock.{view}")).expect(view);
     }
+
+    // Lock calls work without the lock_names privileges; names are then
+    // skipped, and recorded once the role may write them.
+    admin
+        .batch_execute(
+            "RESET ROLE; GRANT EXECUTE ON FUNCTION distlock.lock(text, interval, boolean, boolean), \
+             distlock.unlock(text, boolean) TO distlock_worker; SET ROLE distlock_worker",
+        )
+        .expect("lock grants");
+    admin.batch_execute("SELECT distlock.lock('role-key'); SELECT distlock.unlock('role-key')").expect("lock calls");
+    admin.batch_execute("RESET ROLE").expect("reset");
+    assert_eq!(count(&mut admin, "SELECT 1 FROM distlock.lock_names WHERE name = 'role-key'"), 0);
+    admin
+        .batch_execute("GRANT SELECT, INSERT ON distlock.lock_names TO distlock_worker; SET ROLE distlock_worker")
+        .expect("name grants");
+    admin.batch_execute("SELECT distlock.lock('role-key'); SELECT distlock.unlock('role-key')").expect("lock calls");
+    admin.batch_execute("RESET ROLE").expect("reset");
+    assert_eq!(count(&mut admin, "SELECT 1 FROM distlock.lock_names WHERE name = 'role-key'"), 1);
     admin.batch_execute("RESET ROLE; SET ROLE distlock_nobody").expect("nobody");
     for call in [
         "SELECT distlock.try_acquire_task_lock(1, 'w')",
+        "SELECT distlock.lock('x')",
         "SELECT * FROM distlock.task_stats",
         "SELECT * FROM distlock.scheduled_tasks",
     ] {
