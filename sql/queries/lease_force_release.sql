@@ -1,1 +1,3 @@
-DELETE FROM distlock.lease_state WHERE name = $1 RETURNING expires_at > $2
+-- Operators are qualified: the calling function does not pin search_path.
+DELETE FROM distlock.lease_state WHERE name OPERATOR(pg_catalog.=) $1
+RETURNING expires_at OPERATOR(pg_catalog.>) $2

@@ -1,2 +1,5 @@
 -- Deletes owner $2's row of lease $1; true when it was still held at $3.
-DELETE FROM distlock.lease_state WHERE name = $1 AND owner = $2 RETURNING expires_at > $3
+-- Operators are qualified: the calling function does not pin search_path.
+DELETE FROM distlock.lease_state
+ WHERE name OPERATOR(pg_catalog.=) $1 AND owner OPERATOR(pg_catalog.=) $2
+RETURNING expires_at OPERATOR(pg_catalog.>) $3

@@ -1,4 +1,8 @@
 //! TTL leases with owner checks and fencing tokens.
+//!
+//! These functions are on the hot path of every heartbeat and fenced write,
+//! so they do not pin search_path (a SET clause costs more than the work);
+//! their SQL qualifies every table, function and operator instead.
 
 use pgrx::prelude::*;
 
@@ -11,7 +15,6 @@ use crate::plans::{first_value, types};
 /// increasing per name, kept across renewals), or NULL when another owner
 /// holds an unexpired lease.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn acquire_lease(p_name: Option<&str>, p_owner: Option<&str>, p_ttl: Option<Interval>) -> Option<i64> {
     let name = name_arg(p_name, "p_name");
     let owner = name_arg(p_owner, "p_owner");
@@ -31,7 +34,6 @@ fn acquire_lease(p_name: Option<&str>, p_owner: Option<&str>, p_ttl: Option<Inte
 /// Extends `p_owner`'s unexpired lease to `p_ttl` from now; false when it
 /// does not hold it (any more).
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn renew_lease(p_name: Option<&str>, p_owner: Option<&str>, p_ttl: Option<Interval>) -> bool {
     let name = name_arg(p_name, "p_name");
     let owner = name_arg(p_owner, "p_owner");
@@ -51,7 +53,6 @@ fn renew_lease(p_name: Option<&str>, p_owner: Option<&str>, p_ttl: Option<Interv
 /// Releases `p_owner`'s lease; true when it still held it. Never touches
 /// another owner's lease.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn release_lease(p_name: Option<&str>, p_owner: Option<&str>) -> bool {
     let name = name_arg(p_name, "p_name");
     let owner = name_arg(p_owner, "p_owner");
@@ -69,7 +70,6 @@ fn release_lease(p_name: Option<&str>, p_owner: Option<&str>) -> bool {
 /// Releases lease `p_name` whoever holds it (for administrators); true when
 /// it was held.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn force_release_lease(p_name: Option<&str>) -> bool {
     let name = name_arg(p_name, "p_name");
     Spi::connect(|client| {
@@ -86,7 +86,6 @@ fn force_release_lease(p_name: Option<&str>) -> bool {
 /// True only for the token of the current, unexpired holder of `p_name`:
 /// call it from a trigger or CHECK to refuse writes from a stale holder.
 #[pg_extern(stable)]
-#[search_path(pg_catalog, pg_temp)]
 fn check_lease_token(p_name: Option<&str>, p_token: Option<i64>) -> bool {
     let name = name_arg(p_name, "p_name");
     let token = required(p_token, "p_token");
