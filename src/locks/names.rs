@@ -2,7 +2,7 @@
 //! key came from and report two names that hash to one key.
 //!
 //! Names go to `distlock.lock_names` once per backend and key, in the
-//! caller's transaction. The table has no unique constraint on purpose: an
+//! caller's transaction; a backend first reads the names already recorded. The table has no unique constraint on purpose: an
 //! insert must never wait for another session's uncommitted insert of the
 //! same name (that would turn try_lock into a wait). A race can leave a
 //! duplicate row, which the views fold away.
@@ -26,7 +26,13 @@ thread_local! {
     /// (role, transaction start, answer) of the last privilege check on
     /// lock_names: a GRANT is noticed from the next transaction on.
     static MAY_RECORD: RefCell<Option<(pg_sys::Oid, i64, bool)>> = const { RefCell::new(None) };
+    /// Whether the names already in the table were read into RECORDED.
+    static PRELOADED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
+
+/// How many known names a backend reads at its first miss: enough for any
+/// fixed set of lock names, bounded for tables of endless one-off names.
+const PRELOAD_LIMIT: i64 = 50_000;
 
 fn already_recorded(key: i64, name: &str) -> bool {
     RECORDED.with(|r| r.borrow().get(&key).is_some_and(|known| &**known == name))
@@ -62,26 +68,50 @@ fn role_may_record(client: &pgrx::spi::SpiClient<'_>) -> bool {
     answer
 }
 
+/// Reads up to PRELOAD_LIMIT recorded names, so that a new backend does
+/// not query the table once per key.
+fn preload(client: &pgrx::spi::SpiClient<'_>) {
+    PRELOADED.set(true);
+    let stmt = plan(
+        client,
+        "SELECT lock_id, name FROM distlock.lock_names LIMIT $1",
+        &[types::INT8],
+    );
+    let rows = client
+        .select(&*stmt, None, &[PRELOAD_LIMIT.into()])
+        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+    RECORDED.with(|r| {
+        let mut recorded = r.borrow_mut();
+        for row in rows {
+            if let (Ok(Some(key)), Ok(Some(name))) = (row.get::<i64>(1), row.get::<String>(2)) {
+                recorded.entry(key).or_insert_with(|| name.into());
+            }
+        }
+    });
+}
+
 /// Remembers that `name` hashes to `key`, when that is cheap and harmless.
 pub fn remember(key: i64, name: &str) {
     if already_recorded(key, name) || !writing_is_harmless() {
         return;
     }
-    let recorded = Spi::connect_mut(|client| {
+    let inserted = Spi::connect_mut(|client| {
         if !role_may_record(client) {
             return false;
         }
-        let stmt = plan(
-            client,
-            include_str!("../../sql/queries/lock_name_record.sql"),
-            &[types::INT8, types::TEXT],
-        );
+        if !PRELOADED.get() {
+            preload(client);
+            if already_recorded(key, name) {
+                return false;
+            }
+        }
+        let stmt = plan(client, include_str!("../../sql/queries/lock_name_record.sql"), &[types::INT8, types::TEXT]);
         client
             .update(&*stmt, None, &[key.into(), name.into()])
             .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
         true
     });
-    if !recorded {
+    if !inserted {
         return;
     }
     RECORDED.with(|r| r.borrow_mut().insert(key, name.into()));
