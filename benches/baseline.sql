@@ -121,6 +121,46 @@ BEGIN
     RETURN ((now_ms - 1609459200000) << 22) | (p_worker_id << 12) | seq;
 END $$;
 
+-- Leases as a competent PL/pgSQL author writes them: one upsert that takes
+-- a free or expired lease, renews the owner's own (keeping its token) and
+-- leaves someone else's alone; release deletes only the owner's row.
+CREATE SEQUENCE recipe.lease_token_seq;
+CREATE TABLE recipe.leases (
+    name        text PRIMARY KEY,
+    owner       text NOT NULL,
+    token       bigint NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL
+);
+
+CREATE FUNCTION recipe.acquire_lease(p_name text, p_owner text, p_ttl interval) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    t timestamptz := clock_timestamp();
+    v_token bigint;
+BEGIN
+    INSERT INTO recipe.leases AS l (name, owner, token, acquired_at, expires_at)
+    VALUES (p_name, p_owner, nextval('recipe.lease_token_seq'), t, t + p_ttl)
+    ON CONFLICT (name) DO UPDATE
+       SET token       = CASE WHEN l.owner = excluded.owner AND l.expires_at > t THEN l.token ELSE excluded.token END,
+           acquired_at = CASE WHEN l.owner = excluded.owner AND l.expires_at > t THEN l.acquired_at ELSE t END,
+           owner       = excluded.owner,
+           expires_at  = excluded.expires_at
+     WHERE l.owner = excluded.owner OR l.expires_at <= t
+    RETURNING token INTO v_token;
+    RETURN v_token;
+END $$;
+
+CREATE FUNCTION recipe.release_lease(p_name text, p_owner text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_held boolean;
+BEGIN
+    DELETE FROM recipe.leases WHERE name = p_name AND owner = p_owner
+    RETURNING expires_at > clock_timestamp() INTO v_held;
+    RETURN coalesce(v_held, false);
+END $$;
+
 -- Times one statement, best of n runs, in milliseconds.
 CREATE FUNCTION recipe.best_ms(p_sql text, p_runs int DEFAULT 3) RETURNS numeric
 LANGUAGE plpgsql AS $$

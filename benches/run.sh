@@ -71,6 +71,14 @@ echo "== pgbench, 8 clients, ${seconds}s each (tps)"
 claim_base=$(tps "$memory_port" claim_release_plpgsql)
 claim_ext=$(tps "$memory_port" claim_release_ext)
 row "claim + release cycle, tps" "$claim_base" "$claim_ext" "$(ratio "$claim_ext" "$claim_base")"
+lease_base=$(tps "$memory_port" lease_plpgsql)
+lease_ext=$(tps "$memory_port" lease_ext)
+row "lease acquire + release, tps" "$lease_base" "$lease_ext" "$(ratio "$lease_ext" "$lease_base")"
+# Steady state: each key's name is recorded once, on first use.
+psql_on "$memory_port" -c "SELECT count(distlock.lock('key-' || g)) + count(distlock.unlock('key-' || g)) FROM generate_series(1, 10000) g" >/dev/null
+lock_raw=$(tps "$memory_port" lock_text_raw)
+lock_ext=$(tps "$memory_port" lock_text_ext)
+row "lock + unlock (text key), tps" "$lock_raw" "$lock_ext" "$(ratio "$lock_ext" "$lock_raw")"
 for keys in 10k hot; do
   base=$(tps "$memory_port" "rate_${keys}_plpgsql")
   memory=$(tps "$memory_port" "rate_${keys}_ext")
@@ -98,7 +106,8 @@ echo
 printf '%-44s %16s %16s %9s\n' "benchmark" "baseline" "pg_distlock" "ratio"
 printf '%s\n' "${rows[@]}"
 echo
-echo "Baselines: benches/baseline.sql (PL/pgSQL recipes; the SQL md5 expression for lock_id)."
+echo "Baselines: benches/baseline.sql (PL/pgSQL recipes; the SQL md5 expression for lock_id);"
+echo "lock + unlock is measured against pg_advisory_lock(hashtext(key)) + pg_advisory_unlock."
 echo "One check per pgbench transaction is bound by the client round trip on this 2-core machine;"
 echo "the 100-per-transaction rows show the server-side cost of a check."
 echo "The PL/pgSQL snowflake generator rewrites one row per ID, which grows quadratically within"

@@ -1,0 +1,3 @@
+\set k random(1, 10000)
+SELECT distlock.lock('key-' || :k);
+SELECT distlock.unlock('key-' || :k);
