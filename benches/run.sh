@@ -44,7 +44,7 @@ tps() {
   "$bin/pgbench" -n -c 8 -j 2 -T "$seconds" -f "benches/pgbench/$2.sql" -h 127.0.0.1 -p "$1" -U postgres bench 2>/dev/null \
     | awk '/^tps = / { printf "%.0f", $3 }'
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1fx", a / b }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 rows=()
 row() { rows+=("$(printf '%-44s %16s %16s %9s' "$1" "$2" "$3" "$4")"); echo "  $1: $2 -> $3 ($4)"; }
 

@@ -214,3 +214,43 @@ fn the_job_queue_works_through_pgbouncer() {
     assert_eq!(count(&mut c, "SELECT 1 FROM done"), 300);
     assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE status = 'completed'"), 300);
 }
+
+/// Transaction-level lock calls are safe behind the pooler: the lock ends
+/// with the transaction, on whichever server connection ran it. A
+/// read-then-write counter loses updates unless the lock serializes it.
+#[test]
+fn transaction_level_lock_calls_serialize_through_pgbouncer() {
+    let db = fresh_db("pooler_xact_lock");
+    connect(&db).batch_execute("CREATE TABLE counter (n int); INSERT INTO counter VALUES (0)").expect("counter");
+    let (clients, rounds) = (12, 15);
+    let workers: Vec<_> = (0..clients)
+        .map(|i| {
+            let db = db.to_string();
+            thread::spawn(move || {
+                let mut client = pooled(&db, &format!("xact-lock-{i}"));
+                for _ in 0..rounds {
+                    let got = scalar(
+                        &mut client,
+                        "BEGIN; SELECT distlock.lock('counter', '30 s', p_xact => true)",
+                    );
+                    assert_eq!(got.as_deref(), Some("t"));
+                    client
+                        .batch_execute("SELECT pg_sleep(0.002); UPDATE counter SET n = (SELECT n FROM counter) + 1; COMMIT")
+                        .expect("update under the lock");
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("client");
+    }
+    let mut c = connect(&db);
+    let n: i32 = c.query_one("SELECT n FROM counter", &[]).expect("n").get(0);
+    assert_eq!(n, clients * rounds, "no lost update");
+    assert_eq!(
+        count(&mut c, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 \
+                       AND ((classid::bigint << 32) | objid::bigint) = distlock.lock_id('counter')"),
+        0,
+        "nothing left held on the pooled server connections"
+    );
+}
