@@ -7,7 +7,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use crate::errors::raise_with_hint;
+use crate::errors::{raise, raise_with_hint};
 use crate::shared::{self, LockStatEntry, STATS_PARTITIONS};
 
 /// How many slots a lookup inspects.
@@ -140,7 +140,9 @@ fn require_telemetry() {
 }
 
 fn micros_to_interval(us: i64) -> Interval {
-    Interval::new(0, 0, us).unwrap_or_else(|_| Interval::new(0, 0, 0).expect("zero interval"))
+    Interval::new(0, 0, us).unwrap_or_else(|e| {
+        raise(PgSqlErrorCode::ERRCODE_INTERVAL_FIELD_OVERFLOW, format!("lock wait of {us} µs: {e}"))
+    })
 }
 
 /// The raw telemetry rows of this database; `distlock.lock_stats` adds names
