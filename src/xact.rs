@@ -46,12 +46,33 @@ struct Hooks {
     before_commit: Option<Action>,
     /// Runs if the (sub)transaction that registered it aborts.
     on_abort: Option<Action>,
+    /// Runs once when it ends, whichever way: commit, PREPARE, or abort of
+    /// the (sub)transaction that registered it. Must not fail.
+    on_end: Option<Action>,
+}
+
+fn push_hooks(before_commit: Option<Action>, on_abort: Option<Action>, on_end: Option<Action>) {
+    let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    HOOKS.with(|h| h.borrow_mut().push(Hooks { subxact, before_commit, on_abort, on_end }));
 }
 
 /// Registers actions for the current subtransaction's outcome.
 pub fn on_outcome(before_commit: Option<Action>, on_abort: Option<Action>) {
-    let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
-    HOOKS.with(|h| h.borrow_mut().push(Hooks { subxact, before_commit, on_abort }));
+    push_hooks(before_commit, on_abort, None);
+}
+
+/// Registers an action for the end of the current subtransaction (or of
+/// the transaction it merges into), however it ends.
+pub fn at_end(action: Action) {
+    push_hooks(None, None, Some(action));
+}
+
+/// Forgets every hook, running the end actions.
+fn end_all() {
+    let hooks = HOOKS.with(|h| std::mem::take(&mut *h.borrow_mut()));
+    for action in hooks.into_iter().filter_map(|hook| hook.on_end) {
+        action();
+    }
 }
 
 fn run_before_commit_hooks() {
@@ -79,8 +100,13 @@ fn run_abort_hooks(only_subxact: Option<pg_sys::SubTransactionId>) {
         *hooks = kept;
         aborted
     });
-    for action in aborted.into_iter().filter_map(|hook| hook.on_abort) {
-        action();
+    for hook in aborted {
+        if let Some(action) = hook.on_abort {
+            action();
+        }
+        if let Some(action) = hook.on_end {
+            action();
+        }
     }
 }
 
@@ -131,14 +157,14 @@ unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: 
     match event {
         XACT_EVENT_PRE_COMMIT | XACT_EVENT_PARALLEL_PRE_COMMIT => run_before_commit_hooks(),
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
-            HOOKS.with(|h| h.borrow_mut().clear());
+            end_all();
             drain_and_unlock(LockAction::ReleaseAtCommit)
         }
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
             run_abort_hooks(None);
             drain_and_unlock(LockAction::Claimed)
         }
-        XACT_EVENT_PREPARE => HOOKS.with(|h| h.borrow_mut().clear()),
+        XACT_EVENT_PREPARE => end_all(),
         XACT_EVENT_PRE_PREPARE => {
             run_before_commit_hooks();
             if PENDING.with(|p| !p.borrow().is_empty()) {

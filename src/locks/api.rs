@@ -54,26 +54,9 @@ fn take(
         names::remember(key, name);
     }
     match manager::acquire(hold, wait) {
-        Outcome::Granted => {
+        Outcome::Granted { waited_us } => {
             let begins_hold = holds::granted(hold);
-            stats::record(
-                key,
-                Event::Acquired {
-                    waited_us: None,
-                    begins_hold,
-                },
-            );
-            true
-        }
-        Outcome::GrantedAfter(waited) => {
-            let begins_hold = holds::granted(hold);
-            stats::record(
-                key,
-                Event::Acquired {
-                    waited_us: Some(waited),
-                    begins_hold,
-                },
-            );
+            stats::record(key, Event::Acquired { waited_us, begins_hold });
             true
         }
         Outcome::Busy => {

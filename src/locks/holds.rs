@@ -4,7 +4,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::rc::Rc;
 
 use pgrx::pg_sys;
 
@@ -71,23 +70,9 @@ pub fn granted(hold: Hold) -> bool {
     ensure_exit_callback();
     let first = add(hold.key);
     if hold.xact {
-        // Released by the lock manager when the (sub)transaction ends; only
-        // one of the two actions may count it.
-        let done = Rc::new(Cell::new(false));
-        let at_abort = done.clone();
+        // The lock manager releases it when the (sub)transaction ends.
         let key = hold.key;
-        crate::xact::on_outcome(
-            Some(Box::new(move || {
-                if !done.replace(true) {
-                    remove(key, 1);
-                }
-            })),
-            Some(Box::new(move || {
-                if !at_abort.replace(true) {
-                    remove(key, 1);
-                }
-            })),
-        );
+        crate::xact::at_end(Box::new(move || remove(key, 1)));
     } else {
         SESSION.with(|m| *m.borrow_mut().entry((hold.key, hold.shared)).or_insert(0) += 1);
     }

@@ -19,7 +19,7 @@ mod tests {
         ));
     }
 
-    /// This backend's holds of a bigint advisory key, as "mode" strings.
+    /// How many granted pg_locks rows this backend has for a bigint advisory key.
     fn my_holds(key_sql: &str) -> i64 {
         one::<i64>(&format!(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted \
@@ -28,6 +28,7 @@ mod tests {
         .expect("count")
     }
 
+    /// The modes in which this backend holds a bigint advisory key.
     fn mode_of(key_sql: &str) -> Option<String> {
         one::<String>(&format!(
             "SELECT string_agg(mode, ',' ORDER BY mode) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 \

@@ -33,10 +33,8 @@ pub struct Hold {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// Granted at once.
-    Granted,
-    /// Granted after waiting this many microseconds.
-    GrantedAfter(i64),
+    /// Granted; `waited_us` is Some when the call had to wait.
+    Granted { waited_us: Option<i64> },
     /// Not granted: busy and no waiting allowed.
     Busy,
     /// Not granted within the allowed time, after waiting this many microseconds.
@@ -70,7 +68,7 @@ pub fn acquire(hold: Hold, wait: Wait) -> Outcome {
     let session = !hold.xact;
     let first = unsafe { pg_sys::LockAcquire(&tag, mode, session, true) };
     if first != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL {
-        return Outcome::Granted;
+        return Outcome::Granted { waited_us: None };
     }
     let started = unsafe { pg_sys::GetCurrentTimestamp() };
     let waited = || unsafe { pg_sys::GetCurrentTimestamp() } - started;
@@ -78,11 +76,11 @@ pub fn acquire(hold: Hold, wait: Wait) -> Outcome {
         Wait::No => Outcome::Busy,
         Wait::Unbounded => {
             unsafe { pg_sys::LockAcquire(&tag, mode, session, false) };
-            Outcome::GrantedAfter(waited())
+            Outcome::Granted { waited_us: Some(waited()) }
         }
         Wait::UpTo(ms) => {
             if acquire_within(&tag, mode, session, ms) {
-                Outcome::GrantedAfter(waited())
+                Outcome::Granted { waited_us: Some(waited()) }
             } else {
                 Outcome::TimedOut(waited())
             }

@@ -18,7 +18,13 @@ fn lock_rows(client: &mut Client, pid: i32, key_sql: &str, granted: bool) -> i64
     )
 }
 
-fn spawn_session(db: &str, name: &'static str) -> (thread::JoinHandle<()>, std::sync::mpsc::Sender<String>, std::sync::mpsc::Receiver<Result<Option<bool>, String>>, i32) {
+/// A statement's first column as bool, or its SQLSTATE.
+type Outcome = Result<Option<bool>, String>;
+
+fn spawn_session(
+    db: &str,
+    name: &'static str,
+) -> (thread::JoinHandle<()>, std::sync::mpsc::Sender<String>, std::sync::mpsc::Receiver<Outcome>, i32) {
     // A session on its own thread that runs the statements it is sent and
     // reports each result (first column as bool, or the SQLSTATE).
     let (to_session, statements) = std::sync::mpsc::channel::<String>();
