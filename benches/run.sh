@@ -15,7 +15,7 @@ table_port=55533
 bin=/usr/lib/postgresql/15/bin
 
 scripts/setup.sh
-cargo pgrx install --release --pg-config "$bin/pg_config" >/dev/null 2>&1
+PG_CONFIG="$bin/pg_config" scripts/install.sh >/dev/null 2>&1
 
 stop() { scripts/cluster.sh stop "$dir/memory"; scripts/cluster.sh stop "$dir/table"; }
 stop

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 scripts/setup.sh
 echo "== building and installing pg_distlock (release)"
-cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
+scripts/install.sh
 
 dir=${DEMO_DIR:-/tmp/pg_distlock_demo}
 port=${DEMO_PORT:-55632}

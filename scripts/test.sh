@@ -34,7 +34,7 @@ echo "== unit tests (cargo pgrx test)"
 cargo pgrx test pg15 --runas postgres --pgdata "$work/pgrx-pgdata"
 
 echo "== installing the release build"
-cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
+scripts/install.sh
 
 echo "== cluster tests"
 cleanup

@@ -18,6 +18,7 @@ mod shared;
 mod snowflake;
 mod sweep;
 mod tasks;
+mod version;
 #[cfg(any(test, feature = "pg_test"))]
 mod test_sql;
 mod xact;

@@ -24,10 +24,12 @@ pub fn plan(client: &SpiClient<'_>, sql: &'static str, arg_types: &[PgOid]) -> R
     if let Some(plan) = PLANS.with(|plans| plans.borrow().get(&key).cloned()) {
         return plan;
     }
-    let prepared = client
-        .prepare_mut(sql, arg_types)
-        .unwrap_or_else(|e| crate::errors::raise(pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pg_distlock could not prepare a statement: {e}")))
-        .keep();
+    let prepared = crate::version::prepare_checked(client, || {
+        client
+            .prepare_mut(sql, arg_types)
+            .unwrap_or_else(|e| crate::errors::raise(pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pg_distlock could not prepare a statement: {e}")))
+            .keep()
+    });
     let plan = Rc::new(prepared);
     PLANS.with(|plans| plans.borrow_mut().insert(key, plan.clone()));
     plan

@@ -11,3 +11,4 @@ mod locks;
 mod operations;
 mod pooler;
 mod recovery;
+mod upgrade;

@@ -1,6 +1,5 @@
 //! Standbys, pg_dump/pg_restore, and the lock_waits view.
 
-use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
@@ -41,15 +40,6 @@ fn claims_are_refused_on_a_standby() {
     assert_eq!(count(&mut standby, "SELECT 1 FROM distlock.advisory_locks"), 0);
 }
 
-fn pg_tool(tool: &str, args: &[&str]) {
-    let status = Command::new(format!("/usr/lib/postgresql/15/bin/{tool}"))
-        .args(["-h", "127.0.0.1", "-p", &primary_port().to_string(), "-U", "postgres"])
-        .args(args)
-        .status()
-        .unwrap_or_else(|e| panic!("{tool}: {e}"));
-    assert!(status.success(), "{tool} {args:?} failed");
-}
-
 #[test]
 fn pg_dump_and_restore_keep_tasks_history_and_token_order() {
     let source = fresh_db("ops_dump_source");
@@ -63,13 +53,13 @@ fn pg_dump_and_restore_keep_tasks_history_and_token_order() {
     .expect("history");
     let max_token: i64 = c.query_one("SELECT max(fencing_token) FROM distlock.task_execution_log", &[]).expect("max").get(0);
     let dump = format!("/tmp/pg_distlock_dump_{}.pgdump", std::process::id());
-    pg_tool("pg_dump", &["-Fc", "-f", &dump, &source]);
+    pg_tool(primary_port(), "pg_dump", &["-Fc", "-f", &dump, &source]);
 
     let target = "ops_dump_target";
     let mut admin = connect("postgres");
     admin.batch_execute(&format!("DROP DATABASE IF EXISTS {target} WITH (FORCE)")).expect("drop");
     admin.batch_execute(&format!("CREATE DATABASE {target}")).expect("create");
-    pg_tool("pg_restore", &["--exit-on-error", "-d", target, &dump]);
+    pg_tool(primary_port(), "pg_restore", &["--exit-on-error", "-d", target, &dump]);
     let _ = std::fs::remove_file(&dump);
 
     let mut restored = connect(target);

@@ -123,3 +123,13 @@ pub fn crash_restart_primary(db: &str) -> Client {
     });
     client.expect("connected")
 }
+
+/// Runs a PostgreSQL client program (pg_dump, pg_restore) against `port`.
+pub fn pg_tool(port: u16, tool: &str, args: &[&str]) {
+    let status = std::process::Command::new(format!("/usr/lib/postgresql/15/bin/{tool}"))
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| panic!("{tool}: {e}"));
+    assert!(status.success(), "{tool} {args:?} failed");
+}

@@ -1,0 +1,268 @@
+//! Upgrading in place: a database created at 0.1.0 and full of state is
+//! updated with ALTER EXTENSION pg_distlock UPDATE while a worker holds a
+//! claim; its state survives and keeps working, its schema equals a fresh
+//! install's, and pg_dump/pg_restore of it works.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use crate::support::*;
+
+const OLDEST_RELEASE: &str = "0.1.0";
+const FINGERPRINT: &str = include_str!("schema_fingerprint.sql");
+
+fn current_version() -> String {
+    let cargo = include_str!("../../Cargo.toml");
+    cargo
+        .lines()
+        .find_map(|line| line.strip_prefix("version = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .expect("version in Cargo.toml")
+        .to_string()
+}
+
+fn new_database(port: u16, name: &str) -> Client {
+    let mut admin = connect_to(port, "postgres", "upgrade-test");
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
+    connect_to(port, name, "upgrade-test")
+}
+
+fn lines(client: &mut Client, sql: &str) -> Vec<String> {
+    client
+        .simple_query(sql)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .into_iter()
+        .filter_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).unwrap_or("NULL").to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn fingerprint(client: &mut Client) -> Vec<String> {
+    lines(client, FINGERPRINT)
+}
+
+/// Lines only one side has, for a readable failure.
+fn difference(left: &[String], right: &[String]) -> String {
+    let only_left: Vec<_> = left.iter().filter(|l| !right.contains(l)).map(|l| format!("- {l}")).collect();
+    let only_right: Vec<_> = right.iter().filter(|l| !left.contains(l)).map(|l| format!("+ {l}")).collect();
+    [only_left, only_right].concat().join("\n")
+}
+
+/// Every row of every distlock table, as text, over the columns the table
+/// had at `columns` (so columns added later do not count as a change).
+fn table_contents(client: &mut Client, columns: &BTreeMap<String, Vec<String>>) -> BTreeMap<String, Vec<String>> {
+    columns
+        .iter()
+        .map(|(table, cols)| {
+            let list = cols.iter().map(|c| format!("t.{c}")).collect::<Vec<_>>().join(", ");
+            let sql = format!("SELECT row({list})::text AS r FROM distlock.{table} t ORDER BY 1");
+            (table.clone(), lines(client, &sql))
+        })
+        .collect()
+}
+
+fn table_columns(client: &mut Client) -> BTreeMap<String, Vec<String>> {
+    let mut columns: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for row in client
+        .query(
+            "SELECT c.relname::text, a.attname::text FROM pg_class c \
+               JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+              WHERE c.relnamespace = 'distlock'::regnamespace AND c.relkind = 'r' \
+              ORDER BY c.relname, a.attnum",
+            &[],
+        )
+        .expect("columns")
+    {
+        columns.entry(row.get(0)).or_default().push(row.get(1));
+    }
+    columns
+}
+
+fn one_i64(client: &mut Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e}")).get(0)
+}
+
+fn one_bool(client: &mut Client, sql: &str) -> bool {
+    client.query_one(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e}")).get(0)
+}
+
+/// Tasks, claims (one left running on `worker`), log rows, queue jobs in
+/// every status, a lease, an election, a semaphore, snowflake marks,
+/// rate-limit rows and lock names, all written through 0.1.0's functions.
+fn populate(c: &mut Client, worker: &mut Client) {
+    c.batch_execute(
+        "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at, timeout) VALUES \
+           ('report', 'etl', '@hourly', now(), '1 hour'), \
+           ('cleanup', 'etl', '@daily', now(), NULL), \
+           ('flaky', 'etl', NULL, now(), NULL);",
+    )
+    .expect("tasks");
+    worker
+        .batch_execute(
+            "SELECT distlock.try_acquire_task_lock(id, 'w1') FROM distlock.scheduled_tasks WHERE task_name = 'cleanup'; \
+             SELECT distlock.release_task_lock(id, 'w1', 'completed') FROM distlock.scheduled_tasks WHERE task_name = 'cleanup'; \
+             SELECT distlock.try_acquire_task_lock(id, 'w1') FROM distlock.scheduled_tasks WHERE task_name = 'flaky'; \
+             SELECT distlock.release_task_lock(id, 'w1', 'failed', 'boom') FROM distlock.scheduled_tasks WHERE task_name = 'flaky';",
+        )
+        .expect("finished runs");
+    let claimed: String = worker
+        .query_one("SELECT task_name FROM distlock.worker_fetch_and_execute_task('w1')", &[])
+        .expect("running claim")
+        .get(0);
+    assert_eq!(claimed, "report");
+
+    // One job per status; priorities decide which job each consume takes.
+    c.batch_execute(
+        "SELECT distlock.enqueue_task('pending-job', '{\"n\": 1}', now(), -10); \
+         SELECT distlock.enqueue_task('completed-job', '{\"n\": 2}', now(), 40); \
+         SELECT * FROM distlock.consume_task('consumer-1'); \
+         SELECT distlock.complete_task(id, 'consumer-1') FROM distlock.task_queue WHERE task_name = 'completed-job'; \
+         SELECT distlock.enqueue_task('failed-job', '{\"n\": 3}', now(), 30); \
+         SELECT * FROM distlock.consume_task('consumer-1'); \
+         SELECT distlock.fail_task(id, 'smtp down', 'consumer-1') FROM distlock.task_queue WHERE task_name = 'failed-job'; \
+         SELECT distlock.enqueue_task('dead-job', '{\"n\": 4}', now(), 20, 1); \
+         SELECT * FROM distlock.consume_task('consumer-1'); \
+         SELECT distlock.fail_task(id, 'bad input', 'consumer-1') FROM distlock.task_queue WHERE task_name = 'dead-job'; \
+         SELECT distlock.enqueue_task('processing-job', '{\"n\": 5}', now(), 10); \
+         SELECT * FROM distlock.consume_task('consumer-1', '1 hour');",
+    )
+    .expect("queue");
+    assert_eq!(
+        lines(c, "SELECT status || ':' || task_name FROM distlock.task_queue ORDER BY status"),
+        ["completed:completed-job", "dead:dead-job", "failed:failed-job", "pending:pending-job", "processing:processing-job"]
+    );
+
+    c.batch_execute(
+        "SELECT distlock.acquire_lease('primary-db', 'node-a', '1 hour'); \
+         SELECT * FROM distlock.try_become_leader('scheduler', 'node-a', '1 hour'); \
+         SELECT distlock.acquire_semaphore('pool', 3, 'node-a', '1 hour'); \
+         SELECT distlock.generate_snowflake_id(7) FROM generate_series(1, 3); \
+         SELECT distlock.check_rate_limit('api:alice', 2, 3600) FROM generate_series(1, 3); \
+         SELECT * FROM distlock.throttle('api:bob', 1, 1, 3600); \
+         SELECT distlock.lock('orders:42'); SELECT distlock.unlock('orders:42');",
+    )
+    .expect("coordination state");
+}
+
+#[test]
+fn a_populated_0_1_0_database_upgrades_in_place() {
+    let port = plain_port();
+    let db = "upgrade_from_0_1_0";
+    let mut c = new_database(port, db);
+    c.batch_execute(&format!("CREATE EXTENSION pg_distlock VERSION '{OLDEST_RELEASE}'")).expect("install 0.1.0");
+    let mut worker = connect_to(port, db, "upgrade-worker");
+    populate(&mut c, &mut worker);
+
+    let last_id = one_i64(&mut c, "SELECT distlock.generate_snowflake_id(7)");
+    let old_columns = table_columns(&mut c);
+    let before = table_contents(&mut c, &old_columns);
+    for table in ["scheduled_tasks", "task_execution_log", "task_queue", "lease_state", "leader_state",
+                  "semaphore_state", "semaphore_holders", "id_generator", "rate_limit_windows",
+                  "rate_limit_gcra", "lock_names"] {
+        assert!(before.get(table).is_some_and(|rows| !rows.is_empty()), "no rows in {table} to upgrade");
+    }
+    let max_task_token = one_i64(&mut c, "SELECT max(fencing_token) FROM distlock.task_execution_log");
+    let lease_token = one_i64(&mut c, "SELECT token FROM distlock.lease_state");
+    let term = one_i64(&mut c, "SELECT term FROM distlock.leader_state");
+
+    // The worker keeps its session (and its claim) across the update.
+    connect_to(port, db, "upgrade-admin").batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
+    assert_eq!(
+        lines(&mut c, "SELECT extversion FROM pg_extension WHERE extname = 'pg_distlock'"),
+        [current_version()]
+    );
+
+    // (a) all state is still there...
+    assert_eq!(table_contents(&mut c, &old_columns), before, "rows changed by the update");
+    // ...and works: the claim taken before the update is released by its holder,
+    worker
+        .batch_execute(
+            "SELECT distlock.release_task_lock(id, 'w1', 'completed') FROM distlock.scheduled_tasks WHERE task_name = 'report'",
+        )
+        .expect("the claim taken at 0.1.0 is released after the update");
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'running'"), 0);
+    // tokens, terms and IDs keep rising,
+    assert!(one_bool(
+        &mut worker,
+        "SELECT distlock.try_acquire_task_lock(id, 'w2') FROM distlock.scheduled_tasks WHERE task_name = 'report'"
+    ));
+    let token = one_i64(&mut worker, "SELECT current_token FROM distlock.scheduled_tasks WHERE task_name = 'report'");
+    assert!(token > max_task_token, "task token {token} after the update <= {max_task_token} before");
+    assert!(one_i64(&mut c, "SELECT distlock.acquire_lease('other', 'node-b', '1 hour')") > lease_token);
+    assert!(one_bool(&mut c, "SELECT distlock.resign_leader('scheduler', 'node-a')"));
+    assert!(one_i64(&mut c, "SELECT term FROM distlock.try_become_leader('scheduler', 'node-b', '1 hour')") > term);
+    assert!(one_i64(&mut c, "SELECT distlock.generate_snowflake_id(7)") > last_id);
+    // the lease, the semaphore, the queue, the rate limits and the names keep their meaning.
+    assert!(one_bool(&mut c, "SELECT distlock.renew_lease('primary-db', 'node-a', '1 hour')"));
+    assert!(!one_bool(&mut c, "SELECT distlock.acquire_semaphore('pool', 1, 'node-b', '1 hour')"));
+    assert!(one_bool(
+        &mut c,
+        "SELECT distlock.complete_task(id, 'consumer-1') FROM distlock.task_queue WHERE task_name = 'processing-job'"
+    ));
+    assert_eq!(lines(&mut c, "SELECT task_name FROM distlock.consume_task('consumer-2')"), ["pending-job"]);
+    assert!(!one_bool(&mut c, "SELECT distlock.check_rate_limit('api:alice', 2, 3600)"));
+    assert!(!one_bool(&mut c, "SELECT allowed FROM distlock.throttle('api:bob', 1, 1, 3600, 2)"));
+    assert!(one_bool(&mut c, "SELECT distlock.lock('orders:42')"));
+    assert_eq!(
+        lines(&mut c, "SELECT key_name FROM distlock.advisory_locks WHERE key = distlock.lock_id('orders:42')"),
+        ["orders:42"]
+    );
+
+    // (b) the upgraded schema is exactly a fresh install's.
+    let upgraded = fingerprint(&mut c);
+    let mut fresh = new_database(port, "upgrade_fresh");
+    fresh.batch_execute("CREATE EXTENSION pg_distlock").expect("fresh install");
+    let fresh_print = fingerprint(&mut fresh);
+    assert!(fresh_print.len() > 300, "the fingerprint reads too little: {} lines", fresh_print.len());
+    assert!(
+        upgraded == fresh_print,
+        "the upgraded schema differs from a fresh install (- upgraded, + fresh):\n{}",
+        difference(&upgraded, &fresh_print)
+    );
+
+    // (c) pg_dump / pg_restore of the upgraded database.
+    drop(worker);
+    let dump = format!("/tmp/pg_distlock_upgrade_{}.pgdump", std::process::id());
+    pg_tool(port, "pg_dump", &["-Fc", "-f", &dump, db]);
+    let restored_db = "upgrade_restored";
+    drop(new_database(port, restored_db));
+    pg_tool(port, "pg_restore", &["--exit-on-error", "-d", restored_db, &dump]);
+    let _ = std::fs::remove_file(&dump);
+    let mut restored = connect_to(port, restored_db, "upgrade-test");
+    assert!(fingerprint(&mut restored) == fresh_print, "a restored upgraded database differs from a fresh install");
+    let columns = table_columns(&mut c);
+    let mut dumped = table_contents(&mut c, &columns);
+    let mut restored_rows = table_contents(&mut restored, &columns);
+    // Rate-limit state is not dumped (documented).
+    for table in ["rate_limit_windows", "rate_limit_gcra"] {
+        dumped.remove(table);
+        restored_rows.remove(table);
+    }
+    assert_eq!(restored_rows, dumped, "pg_restore did not bring back every dumped row");
+}
+
+/// Every C function that 0.1.0's install script binds must still be in the
+/// library, or a database not yet updated would fail to call it.
+#[test]
+fn the_library_exports_every_symbol_of_0_1_0() {
+    let script = include_str!("../../sql/pg_distlock--0.1.0.sql");
+    let pkglibdir = Command::new("/usr/lib/postgresql/15/bin/pg_config").arg("--pkglibdir").output().expect("pg_config");
+    let library = format!("{}/pg_distlock.so", String::from_utf8_lossy(&pkglibdir.stdout).trim());
+    let nm = Command::new("nm").args(["-D", "--defined-only", &library]).output().expect("nm");
+    let exported: std::collections::HashSet<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().last().map(str::to_string))
+        .collect();
+    let mut needed = Vec::new();
+    for part in script.split("'MODULE_PATHNAME', '").skip(1) {
+        let symbol = part.split('\'').next().expect("symbol");
+        needed.push(symbol.to_string());
+        needed.push(format!("pg_finfo_{symbol}"));
+    }
+    assert!(needed.len() > 80, "read only {} symbols from the 0.1.0 script", needed.len());
+    let missing: Vec<_> = needed.iter().filter(|s| !exported.contains(*s)).collect();
+    assert!(missing.is_empty(), "{library} lacks symbols 0.1.0's SQL binds: {missing:?}");
+}
