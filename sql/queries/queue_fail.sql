@@ -12,4 +12,5 @@ UPDATE distlock.task_queue
        lease_expires_at = NULL,
        last_error = $3
  WHERE id = $1 AND status = 'processing' AND worker_id = $2
+   AND ($4::int IS NULL OR attempts = $4)
 RETURNING id

@@ -6,6 +6,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::PgSqlErrorCode;
 
+use super::payload::Payload;
 use super::resolve_worker;
 use crate::errors::{int_in_range, positive_interval, raise};
 use crate::plans::{plan, types};
@@ -14,7 +15,7 @@ const MAX_BATCH: i32 = 1000;
 
 /// One claimed job; the SQL signatures below spell the same columns out,
 /// because pgrx reads them from the function's own tokens.
-type Job = (i64, String, pgrx::JsonB, i32, i32, TimestampWithTimeZone, i32, String);
+type Job = (i64, String, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, String);
 
 /// Returns up to `limit` expired leases to pending (or dead when out of attempts); how many.
 pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
@@ -43,7 +44,7 @@ fn consume(p_batch: i32, p_worker_id: Option<&str>, p_lease: Option<Interval>) -
                     Ok((
                         row.get::<i64>(1)?.unwrap_or_default(),
                         row.get::<String>(2)?.unwrap_or_default(),
-                        row.get::<pgrx::JsonB>(3)?.unwrap_or(pgrx::JsonB(serde_json::Value::Null)),
+                        row.get::<Payload>(3)?,
                         row.get::<i32>(4)?.unwrap_or_default(),
                         row.get::<i32>(5)?.unwrap_or_default(),
                         row.get::<TimestampWithTimeZone>(6)?
@@ -71,7 +72,7 @@ fn consume_task(
     (
         name!(task_id, i64),
         name!(task_name, String),
-        name!(payload, pgrx::JsonB),
+        name!(payload, Option<Payload>),
         name!(attempts, i32),
         name!(max_attempts, i32),
         name!(lease_expires_at, TimestampWithTimeZone),
@@ -94,7 +95,7 @@ fn consume_tasks(
     (
         name!(task_id, i64),
         name!(task_name, String),
-        name!(payload, pgrx::JsonB),
+        name!(payload, Option<Payload>),
         name!(attempts, i32),
         name!(max_attempts, i32),
         name!(lease_expires_at, TimestampWithTimeZone),

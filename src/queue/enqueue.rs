@@ -3,6 +3,7 @@
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
+use super::payload::Payload;
 use crate::errors::{raise, required};
 use crate::plans::{first_value, plan, types};
 
@@ -11,7 +12,7 @@ use crate::plans::{first_value, plan, types};
 #[search_path(pg_catalog, pg_temp)]
 fn enqueue_task(
     p_task_name: Option<&str>,
-    p_payload: default!(Option<pgrx::JsonB>, "'{}'"),
+    p_payload: default!(Option<Payload>, "'{}'"),
     p_run_after: default!(Option<TimestampWithTimeZone>, "now()"),
     p_priority: default!(Option<i32>, 0),
     p_max_attempts: default!(Option<i32>, 5),

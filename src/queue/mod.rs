@@ -4,6 +4,7 @@
 
 mod consume;
 mod enqueue;
+mod payload;
 mod settle;
 #[cfg(any(test, feature = "pg_test"))]
 mod queue_tests;

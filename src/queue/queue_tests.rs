@@ -55,6 +55,28 @@ mod tests {
     }
 
     #[pg_test]
+    fn queue_payload_is_stored_and_returned_exactly() {
+        let payload = r#"{"d": 0.1234567890123456789, "n": 12345678901234567890123}"#;
+        let id = enqueue(&format!("'exact', '{payload}'"));
+        assert_eq!(
+            one::<String>(&format!("SELECT payload::text FROM distlock.task_queue WHERE id = {id}")),
+            Some(payload.into())
+        );
+        assert_eq!(one::<String>("SELECT payload::text FROM distlock.consume_task('w')"), Some(payload.into()));
+    }
+
+    #[pg_test]
+    fn queue_a_payload_beyond_float_range_blocks_nothing() {
+        let huge = enqueue("'huge', '{\"n\": 1e400}', now(), 10");
+        let next = enqueue("'next', '{\"n\": 1}'");
+        assert_eq!(
+            one::<String>("SELECT task_id || ':' || (payload->>'n') FROM distlock.consume_task('w')"),
+            Some(format!("{huge}:{}", "1".to_string() + &"0".repeat(400)))
+        );
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('w')"), Some(next));
+    }
+
+    #[pg_test]
     fn queue_complete_only_by_the_holding_worker() {
         let id = enqueue("'a'");
         assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('w1')"), Some(id));
@@ -106,6 +128,35 @@ mod tests {
         assert_eq!(one::<bool>(&format!("SELECT distlock.extend_task_lease({id}, '1 minute', 'slow')")), Some(false));
         assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({id}, 'x', 'slow')")), Some(false));
         assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'fast')")), Some(true));
+    }
+
+    #[pg_test]
+    fn queue_a_stale_attempt_of_the_same_worker_cannot_settle_the_next() {
+        let id = enqueue("'a'");
+        let first = one::<i32>("SELECT attempts FROM distlock.consume_task('w', '1 millisecond')").expect("attempt");
+        run("SELECT pg_sleep(0.01)");
+        let second = one::<i32>("SELECT attempts FROM distlock.consume_task('w')").expect("attempt");
+        assert_eq!((first, second), (1, 2));
+        // The first consumer, late, names its own attempt: refused.
+        assert_eq!(one::<bool>(&format!("SELECT distlock.extend_task_lease({id}, '1 hour', 'w', {first})")), Some(false));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({id}, 'late', 'w', {first})")), Some(false));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w', {first})")), Some(false));
+        assert_eq!(
+            one::<String>(&format!("SELECT status || '/' || attempts FROM distlock.task_queue WHERE id = {id}")),
+            Some("processing/2".into())
+        );
+        assert_eq!(one::<bool>(&format!("SELECT distlock.extend_task_lease({id}, '1 hour', 'w', {second})")), Some(true));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w', {second})")), Some(true));
+        // Without an attempt the simple forms still settle whatever the worker holds.
+        let other = enqueue("'b'");
+        one::<i64>("SELECT task_id FROM distlock.consume_task('w')");
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({other}, 'w')")), Some(true));
+    }
+
+    #[pg_test(error = "p_attempt must not be NULL")]
+    fn queue_null_attempt_is_an_error() {
+        let id = enqueue("'a'");
+        run(&format!("SELECT distlock.complete_task({id}, 'w', NULL::int)"));
     }
 
     #[pg_test]

@@ -1,6 +1,11 @@
 //! Ending or extending a job's lease. Each succeeds only for the worker that
 //! holds the job now: a consumer whose lease expired and whose job went back
 //! to the queue (or to another consumer) gets false and changes nothing.
+//!
+//! A worker id alone cannot tell two attempts of one job apart when the
+//! same worker id takes the job again after its lease expired, so each
+//! function also has a form that takes the attempt number consume_task
+//! returned (`attempts`): it acts only on that attempt.
 
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -9,15 +14,23 @@ use super::{raise_unknown_job, resolve_worker};
 use crate::errors::{positive_interval, raise, required};
 use crate::plans::{plan, types};
 
-/// Runs one of the settle statements for (job, worker, extra); true when it
-/// changed the job, false when the caller no longer holds it, ERROR when
-/// the job does not exist.
-fn settle(sql: &'static str, job_id: i64, p_worker_id: Option<&str>, extra: pgrx::datum::DatumWithOid<'_>, extra_type: pgrx::pg_sys::PgOid) -> bool {
+/// Runs one of the settle statements for (job, worker, extra, attempt);
+/// true when it changed the job, false when the caller no longer holds it
+/// (or holds a later attempt than `attempt`), ERROR when the job does not
+/// exist.
+fn settle(
+    sql: &'static str,
+    job_id: i64,
+    p_worker_id: Option<&str>,
+    attempt: Option<i32>,
+    extra: pgrx::datum::DatumWithOid<'_>,
+    extra_type: pgrx::pg_sys::PgOid,
+) -> bool {
     Spi::connect(|client| {
         let worker = resolve_worker(client, p_worker_id);
-        let stmt = plan(client, sql, &[types::INT8, types::TEXT, extra_type]);
+        let stmt = plan(client, sql, &[types::INT8, types::TEXT, extra_type, types::INT4]);
         let changed = client
-            .select(&*stmt, None, &[job_id.into(), worker.as_str().into(), extra])
+            .select(&*stmt, None, &[job_id.into(), worker.as_str().into(), extra, attempt.into()])
             .map(|rows| !rows.is_empty())
             .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
         if !changed {
@@ -34,19 +47,42 @@ fn settle(sql: &'static str, job_id: i64, p_worker_id: Option<&str>, extra: pgrx
     })
 }
 
-/// Marks this worker's job completed.
-#[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
-fn complete_task(p_task_id: Option<i64>, p_worker_id: default!(Option<&str>, "NULL")) -> bool {
+fn complete(p_task_id: Option<i64>, p_worker_id: Option<&str>, attempt: Option<i32>) -> bool {
     let job_id = required(p_task_id, "p_task_id");
-    // The statement takes no third value; pass a typed NULL to keep one shape.
+    // The statement takes no extra value; pass a typed NULL to keep one shape.
     settle(
         include_str!("../../sql/queries/queue_complete.sql"),
         job_id,
         p_worker_id,
+        attempt,
         pgrx::datum::DatumWithOid::null::<bool>(),
         types::BOOL,
     )
+}
+
+fn fail(p_task_id: Option<i64>, p_error: Option<&str>, p_worker_id: Option<&str>, attempt: Option<i32>) -> bool {
+    let job_id = required(p_task_id, "p_task_id");
+    settle(include_str!("../../sql/queries/queue_fail.sql"), job_id, p_worker_id, attempt, p_error.into(), types::TEXT)
+}
+
+fn extend(p_task_id: Option<i64>, p_lease: Option<Interval>, p_worker_id: Option<&str>, attempt: Option<i32>) -> bool {
+    let job_id = required(p_task_id, "p_task_id");
+    let lease = positive_interval(p_lease, "p_lease");
+    settle(include_str!("../../sql/queries/queue_extend.sql"), job_id, p_worker_id, attempt, lease.into(), types::INTERVAL)
+}
+
+/// Marks this worker's job completed.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn complete_task(p_task_id: Option<i64>, p_worker_id: default!(Option<&str>, "NULL")) -> bool {
+    complete(p_task_id, p_worker_id, None)
+}
+
+/// Marks attempt `p_attempt` of this worker's job completed.
+#[pg_extern(name = "complete_task")]
+#[search_path(pg_catalog, pg_temp)]
+fn complete_attempt(p_task_id: Option<i64>, p_worker_id: Option<&str>, p_attempt: Option<i32>) -> bool {
+    complete(p_task_id, p_worker_id, Some(required(p_attempt, "p_attempt")))
 }
 
 /// Records a failed attempt: retried after exponential backoff with jitter,
@@ -58,8 +94,19 @@ fn fail_task(
     p_error: default!(Option<&str>, "NULL"),
     p_worker_id: default!(Option<&str>, "NULL"),
 ) -> bool {
-    let job_id = required(p_task_id, "p_task_id");
-    settle(include_str!("../../sql/queries/queue_fail.sql"), job_id, p_worker_id, p_error.into(), types::TEXT)
+    fail(p_task_id, p_error, p_worker_id, None)
+}
+
+/// Records that attempt `p_attempt` of this worker's job failed.
+#[pg_extern(name = "fail_task")]
+#[search_path(pg_catalog, pg_temp)]
+fn fail_attempt(
+    p_task_id: Option<i64>,
+    p_error: Option<&str>,
+    p_worker_id: Option<&str>,
+    p_attempt: Option<i32>,
+) -> bool {
+    fail(p_task_id, p_error, p_worker_id, Some(required(p_attempt, "p_attempt")))
 }
 
 /// Extends this worker's lease on a job to `p_lease` from now.
@@ -70,7 +117,17 @@ fn extend_task_lease(
     p_lease: Option<Interval>,
     p_worker_id: default!(Option<&str>, "NULL"),
 ) -> bool {
-    let job_id = required(p_task_id, "p_task_id");
-    let lease = positive_interval(p_lease, "p_lease");
-    settle(include_str!("../../sql/queries/queue_extend.sql"), job_id, p_worker_id, lease.into(), types::INTERVAL)
+    extend(p_task_id, p_lease, p_worker_id, None)
+}
+
+/// Extends the lease of attempt `p_attempt` of this worker's job.
+#[pg_extern(name = "extend_task_lease")]
+#[search_path(pg_catalog, pg_temp)]
+fn extend_attempt_lease(
+    p_task_id: Option<i64>,
+    p_lease: Option<Interval>,
+    p_worker_id: Option<&str>,
+    p_attempt: Option<i32>,
+) -> bool {
+    extend(p_task_id, p_lease, p_worker_id, Some(required(p_attempt, "p_attempt")))
 }

@@ -1,1 +1,0 @@
-INSERT INTO distlock.rate_limit_gcra (key, tat) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING
