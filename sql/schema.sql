@@ -104,6 +104,12 @@ BEGIN
         RAISE EXCEPTION 'retry_delay of task "%" must be positive, got %', NEW.task_name, NEW.retry_delay
             USING ERRCODE = 'check_violation';
     END IF;
+    -- Retries wait at most an hour, so a longer first delay means nothing,
+    -- and doubling a huge one would overflow the interval type.
+    IF NEW.retry_delay > interval '1 hour' THEN
+        RAISE EXCEPTION 'retry_delay of task "%" must be at most 1 hour, got %', NEW.task_name, NEW.retry_delay
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF NEW.schedule_cron IS NULL THEN
         RETURN NEW;
     END IF;

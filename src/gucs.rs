@@ -34,9 +34,16 @@ pub fn register() {
     );
     // A postmaster-level setting can only be defined while preloading; it
     // sizes shared memory, which exists only then anyway.
-    if !unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
-        return;
+    if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        register_preload_only();
     }
+    // A misspelled distlock.* setting is an error rather than a silently
+    // ignored placeholder (placeholders made before the library loaded are
+    // removed with a WARNING).
+    unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"distlock".as_ptr()) };
+}
+
+fn register_preload_only() {
     GucRegistry::define_int_guc(
         c"distlock.rate_limit_capacity",
         c"Rate-limit keys held in shared memory when pg_distlock is preloaded.",
@@ -77,14 +84,32 @@ pub fn snowflake_epoch_ms() -> i64 {
     parsed
 }
 
+/// 2100-01-01 UTC: with the 41-bit range after it, every ID's timestamp
+/// stays far inside PostgreSQL's timestamptz range.
+const LATEST_SNOWFLAKE_EPOCH_MS: i64 = 4_102_444_800_000;
+
 fn parse_epoch() -> i64 {
     let text = SNOWFLAKE_EPOCH.get();
     let text = text.as_deref().and_then(|c| c.to_str().ok()).unwrap_or("");
     match text.trim().parse::<i64>() {
-        Ok(ms) if ms >= 0 => ms,
+        Ok(ms) if (0..=LATEST_SNOWFLAKE_EPOCH_MS).contains(&ms) => ms,
         _ => raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("distlock.snowflake_epoch must be milliseconds since 1970-01-01, got \"{text}\""),
+            format!(
+                "distlock.snowflake_epoch must be milliseconds from 0 (1970-01-01) to \
+                 {LATEST_SNOWFLAKE_EPOCH_MS} (2100-01-01), got \"{text}\""
+            ),
         ),
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test(error = "invalid configuration parameter name \"distlock.snowflake_epok\"")]
+    fn gucs_a_misspelled_distlock_setting_is_an_error() {
+        Spi::run("SET distlock.snowflake_epok = '0'").expect("refused");
     }
 }

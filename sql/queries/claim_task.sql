@@ -2,19 +2,23 @@
 -- latest committed row version, that the task is enabled (and due when $2),
 -- hands out the next fencing token and logs the run.
 -- $1 task id, $2 only if due, $3 worker id, $4 lock id, $5 holder backend start.
-WITH task AS (
+-- The claim's time is its own (clock_timestamp), not its transaction's start.
+WITH claimed AS (
+    SELECT pg_catalog.clock_timestamp() AS at
+),
+task AS (
     UPDATE distlock.scheduled_tasks
-       SET last_run_at = pg_catalog.now(),
+       SET last_run_at = (SELECT c.at FROM claimed c),
            current_token = pg_catalog.nextval('distlock.fencing_token_seq')
      WHERE id = $1
        AND is_enabled
-       AND (NOT $2 OR next_run_at <= pg_catalog.now())
- RETURNING id, current_token, consecutive_failures, next_run_at
+       AND (NOT $2 OR next_run_at <= (SELECT c.at FROM claimed c))
+ RETURNING id, current_token, consecutive_failures, next_run_at, last_run_at
 )
 INSERT INTO distlock.task_execution_log
-       (task_id, worker_id, status, lock_id, holder_pid, holder_backend_start,
+       (task_id, worker_id, status, started_at, lock_id, holder_pid, holder_backend_start,
         fencing_token, attempt, scheduled_for)
-SELECT id, $3, 'running', $4, pg_catalog.pg_backend_pid(), $5,
+SELECT id, $3, 'running', last_run_at, $4, pg_catalog.pg_backend_pid(), $5,
        current_token, consecutive_failures + 1, next_run_at
   FROM task
 RETURNING id, fencing_token

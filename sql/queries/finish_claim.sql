@@ -1,15 +1,21 @@
 -- Ends running claim $1 (a log row) with status $2 (completed, failed,
 -- timed_out or abandoned) and error $3, and schedules the task's next run.
 -- Returns the task id, or no row when the claim is not running (any more).
+-- Times are the release's own (clock_timestamp, read once), not the start of
+-- its transaction: a release inside the claiming transaction must still log
+-- the run's duration and schedule from when the run ended.
 --   completed            -> next cron slot (none without a cron)
 --   failed, timed_out    -> retry after retry_delay * 2^(failures so far),
 --                           capped at 1 hour, with 50-100% jitter; once
 --                           max_retries retries have failed, the next cron slot
 --   abandoned            -> unchanged: the holder vanished, run the slot again
-WITH finished AS (
+WITH released AS (
+    SELECT pg_catalog.clock_timestamp() AS at
+),
+finished AS (
     UPDATE distlock.task_execution_log l
        SET status = $2,
-           completed_at = pg_catalog.now(),
+           completed_at = (SELECT r.at FROM released r),
            error_message = $3
      WHERE l.id = $1
        -- Still running, re-checked on the latest row version (a sweep may
@@ -33,13 +39,13 @@ UPDATE distlock.scheduled_tasks t
        next_run_at = CASE
            WHEN $2 = 'abandoned' THEN t.next_run_at
            WHEN $2 IN ('failed', 'timed_out') AND t.consecutive_failures < t.max_retries THEN
-               pg_catalog.now()
-               + LEAST(t.retry_delay * pg_catalog.power(2, LEAST(t.consecutive_failures, 20)),
+               r.at
+               + LEAST(LEAST(t.retry_delay, interval '1 hour') * pg_catalog.power(2, LEAST(t.consecutive_failures, 20)),
                        interval '1 hour')
                * (0.5 + pg_catalog.random() / 2)
            WHEN t.schedule_cron IS NULL THEN NULL
-           ELSE distlock.cron_next(t.schedule_cron, pg_catalog.now())
+           ELSE distlock.cron_next(t.schedule_cron, r.at)
        END
-  FROM finished f
+  FROM finished f, released r
  WHERE t.id = f.task_id
 RETURNING t.id

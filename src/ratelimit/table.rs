@@ -53,11 +53,9 @@ pub fn window(key: &str, now_us: i64) -> Option<Window> {
 }
 
 fn locked_tat(client: &mut SpiClient<'_>, key: &str, now_us: i64) -> i64 {
-    let ensure = plan(client, include_str!("../../sql/queries/rl_gcra_ensure.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
-    client.update(&*ensure, None, &[key.into(), to_timestamp(now_us).into()]).unwrap_or_else(|e| internal(e));
-    let lock = plan(client, include_str!("../../sql/queries/rl_gcra_lock.sql"), &[types::TEXT]);
+    let lock = plan(client, include_str!("../../sql/queries/rl_gcra_lock.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
     client
-        .update(&*lock, None, &[key.into()])
+        .update(&*lock, None, &[key.into(), to_timestamp(now_us).into()])
         .and_then(first_value::<TimestampWithTimeZone>)
         .unwrap_or_else(|e| internal(e))
         .map_or(now_us, |tat| tat.into_inner())

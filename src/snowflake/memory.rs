@@ -29,6 +29,7 @@ fn load(client: &SpiClient<'_>, slot: &SnowflakeSlot, worker_id: i32) {
         .and_then(first_value::<i64>)
         .unwrap_or_else(|e| internal(e))
         .unwrap_or(0);
+    let mark = super::checked_mark(worker_id, mark);
     slot.state.fetch_max(pack(mark, MAX_SEQUENCE), Ordering::AcqRel);
     slot.reserved_until.fetch_max(mark, Ordering::AcqRel);
     slot.loaded.store(true, Ordering::Release);

@@ -44,6 +44,27 @@ pub fn step(current: u64, now_ms: i64) -> Result<u64, i64> {
     }
 }
 
+/// The latest millisecond the layout can encode with the current epoch.
+fn last_encodable_ms() -> i64 {
+    snowflake_epoch_ms() + (1i64 << TIMESTAMP_BITS) - 1
+}
+
+/// A worker id's persisted mark, checked before anything adds to it: a mark
+/// written by hand past the 41-bit range would overflow (22003).
+pub fn checked_mark(worker_id: i32, mark: i64) -> i64 {
+    let last = last_encodable_ms();
+    if !(0..=last).contains(&mark) {
+        raise(
+            PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+            format!(
+                "distlock.id_generator.last_ms of worker id {worker_id} is {mark}, outside 0..{last} \
+                 (the 41-bit range of distlock.snowflake_epoch)"
+            ),
+        );
+    }
+    mark
+}
+
 fn compose(ms: i64, worker_id: i32, sequence: u64) -> i64 {
     let epoch = snowflake_epoch_ms();
     let since_epoch = ms - epoch;
@@ -86,9 +107,18 @@ fn id_argument(p_id: Option<i64>) -> i64 {
 /// When the ID was generated.
 #[pg_extern(stable, parallel_safe)]
 fn snowflake_timestamp(p_id: Option<i64>) -> TimestampWithTimeZone {
-    let ms = snowflake_epoch_ms() + (id_argument(p_id) >> 22);
-    TimestampWithTimeZone::try_from(ms * 1000 - 946_684_800_000_000)
-        .unwrap_or_else(|_| raise(PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW, "snowflake timestamp out of range"))
+    // The epoch is bounded (see gucs.rs), so this cannot overflow; checked
+    // all the same, since an overflow here would be a wrong answer, not an error.
+    const UNIX_TO_POSTGRES_EPOCH_US: i64 = 946_684_800_000_000;
+    let id = id_argument(p_id);
+    snowflake_epoch_ms()
+        .checked_add(id >> 22)
+        .and_then(|ms| ms.checked_mul(1000))
+        .and_then(|us| us.checked_sub(UNIX_TO_POSTGRES_EPOCH_US))
+        .and_then(|us| TimestampWithTimeZone::try_from(us).ok())
+        .unwrap_or_else(|| {
+            raise(PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW, format!("the timestamp of snowflake ID {id} is out of range"))
+        })
 }
 
 /// The worker id the ID was generated for.

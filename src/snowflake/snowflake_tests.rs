@@ -53,6 +53,12 @@ mod tests {
         assert!((id >> 22) + 1_609_459_200_000 > mark, "the first ID is above the mark");
     }
 
+    #[pg_test(error = "distlock.id_generator.last_ms of worker id 11 is 9223372036854775807, outside 0..3808482455551 (the 41-bit range of distlock.snowflake_epoch)")]
+    fn snowflake_a_mark_beyond_the_layout_is_an_error_not_an_overflow() {
+        Spi::run("INSERT INTO distlock.id_generator (worker_id, last_ms) VALUES (11, 9223372036854775807)").expect("mark");
+        Spi::run("SELECT distlock.generate_snowflake_id(11)").expect("refused");
+    }
+
     #[pg_test(error = "clock moved backwards")]
     fn snowflake_clock_far_behind_the_mark_is_an_error() {
         Spi::run(

@@ -38,7 +38,7 @@ fn lock_and_start(worker_id: i32) -> u64 {
     // IDs issued by a transaction that rolled back are not in the mark; they
     // all predate our lock, so starting strictly after the moment we got it
     // (and after the mark) can never repeat them.
-    let start = (mark + 1).max(now_ms() + 1);
+    let start = (super::checked_mark(worker_id, mark) + 1).max(now_ms() + 1);
     wait_until(start, worker_id);
     let state = pack(start, 0);
     LOCKED.with(|l| l.borrow_mut().insert(worker_id, state));

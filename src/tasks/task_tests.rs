@@ -55,12 +55,38 @@ mod tests {
     }
 
     #[pg_test]
+    fn tasks_claim_and_release_use_their_own_time_not_the_transactions() {
+        // A #[pg_test] is one transaction: now() stays at its start.
+        let id = due_task("t1", Some("* * * * *"));
+        run("SELECT pg_sleep(0.05)");
+        assert!(claim(id, "w1"));
+        run("SELECT pg_sleep(0.05)");
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT l.started_at >= now() + interval '50 milliseconds' \
+                    AND l.completed_at - l.started_at >= interval '50 milliseconds' \
+                    AND t.last_run_at = l.started_at \
+                    AND t.next_run_at = distlock.cron_next('* * * * *', l.completed_at) \
+                   FROM distlock.task_execution_log l JOIN distlock.scheduled_tasks t ON t.id = l.task_id \
+                  WHERE l.task_id = {id}"
+            )),
+            Some(true)
+        );
+    }
+
+    #[pg_test]
     fn tasks_disabled_task_is_not_claimed() {
         let id = due_task("t1", None);
         run(&format!("UPDATE distlock.scheduled_tasks SET is_enabled = false WHERE id = {id}"));
         assert!(!claim(id, "w1"));
         assert_eq!(count("SELECT 1 FROM distlock.task_execution_log"), 0);
         assert_eq!(count("SELECT 1 FROM distlock.task_lock_holders WHERE pid = pg_backend_pid()"), 0);
+    }
+
+    #[pg_test(error = "retry_delay of task \"slow\" must be at most 1 hour, got 02:00:00")]
+    fn tasks_retry_delay_over_an_hour_is_refused() {
+        run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, retry_delay) VALUES ('slow', 'x', '2 hours')");
     }
 
     #[pg_test(error = "task 987654 does not exist")]

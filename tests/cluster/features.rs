@@ -230,3 +230,36 @@ fn bump_version_rejects_a_lost_update_between_two_sessions() {
     };
     assert_eq!((balance, version), (70, 2));
 }
+
+/// Puts a server setting back when the test ends, pass or fail.
+struct SystemSetting {
+    port: u16,
+    name: &'static str,
+}
+
+impl Drop for SystemSetting {
+    fn drop(&mut self) {
+        let mut admin = connect_to(self.port, "postgres", "cluster-test");
+        let _ = admin.batch_execute(&format!("ALTER SYSTEM RESET {}; SELECT pg_reload_conf();", self.name));
+    }
+}
+
+#[test]
+fn snowflake_epoch_out_of_range_is_refused_not_overflowed() {
+    let port = plain_port();
+    let db = fresh_db_on(port, "sf_epoch_range");
+    let _reset = SystemSetting { port, name: "distlock.snowflake_epoch" };
+    connect_to(port, "postgres", "cluster-test")
+        .batch_execute("ALTER SYSTEM SET distlock.snowflake_epoch = '9223372036854775807'; SELECT pg_reload_conf();")
+        .expect("set epoch");
+    eventually("the bad epoch to be refused with 22023", Duration::from_secs(10), || {
+        let mut c = connect_to(port, &db, "cluster-test");
+        match c.query_one("SELECT distlock.snowflake_timestamp(1)", &[]) {
+            Ok(_) => false, // the reload has not reached new sessions yet
+            Err(e) => {
+                assert_eq!(e.code().map(|c| c.code()), Some("22023"), "{e}");
+                true
+            }
+        }
+    });
+}
