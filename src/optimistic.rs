@@ -50,7 +50,28 @@ fn set_version(tuple: &mut PgHeapTuple<'_, AllocatedByRust>, column: &str, width
     result.unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
 }
 
-/// "(id)=(42)" for the old row, from the table's primary key (or its ctid).
+/// Whether the current user may see these columns' values, by PostgreSQL's
+/// own rule for key values in error messages (BuildIndexValueDescription):
+/// not under row-level security, and SELECT on the table or on every column.
+unsafe fn may_see_values(relation: pg_sys::Relation, attnums: &[pg_sys::AttrNumber]) -> bool {
+    unsafe {
+        let relid = (*relation).rd_id;
+        let user = pg_sys::GetUserId();
+        if pg_sys::check_enable_rls(relid, pg_sys::InvalidOid, true) == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32 {
+            return false;
+        }
+        if pg_sys::pg_class_aclcheck(relid, user, pg_sys::ACL_SELECT as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK {
+            return true;
+        }
+        attnums.iter().all(|&attnum| {
+            pg_sys::pg_attribute_aclcheck(relid, attnum, user, pg_sys::ACL_SELECT as pg_sys::AclMode)
+                == pg_sys::AclResult::ACLCHECK_OK
+        })
+    }
+}
+
+/// " (id)=(42)" for the old row, from the table's primary key (or its
+/// ctid); empty when the user may not see the key's values.
 fn describe_key(trigger: &PgTrigger<'_>) -> String {
     unsafe {
         let data = trigger.trigger_data();
@@ -61,7 +82,7 @@ fn describe_key(trigger: &PgTrigger<'_>) -> String {
         if pk_index == pg_sys::InvalidOid {
             let ctid = (*tuple).t_self;
             return format!(
-                "(ctid)=(({},{}))",
+                " (ctid)=(({},{}))",
                 pgrx::itemptr::item_pointer_get_block_number(&ctid),
                 pgrx::itemptr::item_pointer_get_offset_number(&ctid)
             );
@@ -69,6 +90,10 @@ fn describe_key(trigger: &PgTrigger<'_>) -> String {
         let index = pg_sys::index_open(pk_index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         let key_count = (*(*index).rd_index).indnkeyatts as usize;
         let attnums = (*(*index).rd_index).indkey.values.as_slice(key_count);
+        if !may_see_values(relation, attnums) {
+            pg_sys::index_close(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            return String::new();
+        }
         let mut names = Vec::with_capacity(key_count);
         let mut values = Vec::with_capacity(key_count);
         for &attnum in attnums {
@@ -87,7 +112,7 @@ fn describe_key(trigger: &PgTrigger<'_>) -> String {
             });
         }
         pg_sys::index_close(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        format!("({})=({})", names.join(", "), values.join(", "))
+        format!(" ({})=({})", names.join(", "), values.join(", "))
     }
 }
 
@@ -129,7 +154,7 @@ fn bump_version<'a>(
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
             format!(
-                "stale update of {table} {}: version {given} was read, but the row is at version {current}",
+                "stale update of {table}{}: version {given} was read, but the row is at version {current}",
                 describe_key(trigger)
             ),
             "Re-read the row and apply the change again.",
@@ -168,6 +193,20 @@ mod tests {
         setup("version");
         Spi::run("UPDATE accounts SET balance = 90, version = 1 WHERE id = 42").expect("first writer");
         Spi::run("UPDATE accounts SET balance = 70, version = 1 WHERE id = 42").expect("second writer");
+    }
+
+    #[pg_test(error = "stale update of public.accounts: version 1 was read, but the row is at version 2")]
+    fn optimistic_key_values_are_not_shown_to_a_role_that_cannot_read_them() {
+        setup("version");
+        Spi::run(
+            "UPDATE accounts SET balance = 90 WHERE id = 42; \
+             CREATE ROLE blind_writer; \
+             GRANT UPDATE ON accounts TO blind_writer; \
+             GRANT SELECT (version) ON accounts TO blind_writer; \
+             SET LOCAL ROLE blind_writer",
+        )
+        .expect("setup");
+        Spi::run("UPDATE accounts SET version = 1 WHERE version = 2").expect("stale");
     }
 
     #[pg_test]

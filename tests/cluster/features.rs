@@ -234,13 +234,18 @@ fn bump_version_rejects_a_lost_update_between_two_sessions() {
 /// Puts a server setting back when the test ends, pass or fail.
 struct SystemSetting {
     port: u16,
+    db: String,
     name: &'static str,
 }
 
 impl Drop for SystemSetting {
     fn drop(&mut self) {
-        let mut admin = connect_to(self.port, "postgres", "cluster-test");
-        let _ = admin.batch_execute(&format!("ALTER SYSTEM RESET {}; SELECT pg_reload_conf();", self.name));
+        let mut admin = connect_to(self.port, &self.db, "cluster-test");
+        // ALTER SYSTEM knows a library's settings only once it is loaded.
+        let _ = admin.batch_execute("SELECT distlock.lock_id('load the library')");
+        // ALTER SYSTEM refuses to run in a multi-statement batch.
+        let _ = admin.batch_execute(&format!("ALTER SYSTEM RESET {}", self.name));
+        let _ = admin.batch_execute("SELECT pg_reload_conf()");
     }
 }
 
@@ -248,10 +253,11 @@ impl Drop for SystemSetting {
 fn snowflake_epoch_out_of_range_is_refused_not_overflowed() {
     let port = plain_port();
     let db = fresh_db_on(port, "sf_epoch_range");
-    let _reset = SystemSetting { port, name: "distlock.snowflake_epoch" };
-    connect_to(port, "postgres", "cluster-test")
-        .batch_execute("ALTER SYSTEM SET distlock.snowflake_epoch = '9223372036854775807'; SELECT pg_reload_conf();")
-        .expect("set epoch");
+    let _reset = SystemSetting { port, db: db.clone(), name: "distlock.snowflake_epoch" };
+    let mut admin = connect_to(port, &db, "cluster-test");
+    admin.batch_execute("SELECT distlock.lock_id('load the library')").expect("load");
+    admin.batch_execute("ALTER SYSTEM SET distlock.snowflake_epoch = '9223372036854775807'").expect("set epoch");
+    admin.batch_execute("SELECT pg_reload_conf()").expect("reload");
     eventually("the bad epoch to be refused with 22023", Duration::from_secs(10), || {
         let mut c = connect_to(port, &db, "cluster-test");
         match c.query_one("SELECT distlock.snowflake_timestamp(1)", &[]) {
