@@ -11,7 +11,8 @@ GRANT USAGE ON SCHEMA distlock TO pg_monitor;
 GRANT SELECT ON distlock.advisory_locks, distlock.lock_waits,
                 distlock.running_tasks, distlock.task_stats,
                 distlock.queue_stats, distlock.leases, distlock.leaders,
-                distlock.lock_stats, distlock.lock_key_collisions TO pg_monitor;
+                distlock.lock_stats, distlock.lock_key_collisions,
+                distlock.blocked_tasks TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.task_lock_class() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.lock_stats_entries() TO pg_monitor;
 

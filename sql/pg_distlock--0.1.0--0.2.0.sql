@@ -38,8 +38,13 @@ AS $$
 DECLARE
     next_slot timestamptz;
 BEGIN
-    IF NEW.task_name IS NULL OR btrim(NEW.task_name) = '' THEN
-        RAISE EXCEPTION 'task_name must not be empty, got "%"', NEW.task_name USING ERRCODE = 'check_violation';
+    -- The rule every name obeys (src/text.rs): not blank, at most 1000 bytes.
+    IF NEW.task_name IS NULL OR btrim(NEW.task_name, E' \t\n\r\f\v') = '' THEN
+        RAISE EXCEPTION 'task_name must not be blank, got "%"', NEW.task_name USING ERRCODE = 'check_violation';
+    END IF;
+    IF octet_length(NEW.task_name) > 1000 THEN
+        RAISE EXCEPTION 'task_name must be at most 1000 bytes, got % bytes', octet_length(NEW.task_name)
+            USING ERRCODE = 'check_violation';
     END IF;
     IF NEW.task_type IS NULL OR btrim(NEW.task_type) = '' THEN
         RAISE EXCEPTION 'task_type of task "%" must not be empty, got "%"', NEW.task_name, NEW.task_type
@@ -78,3 +83,100 @@ BEGIN
     RETURN NEW;
 END
 $$;
+
+-- Queue: task names and worker ids obey the one rule for names (not blank,
+-- at most 1000 bytes, checked by the functions before writing), so the
+-- columns lose their narrower varchar limits. varchar -> text rewrites
+-- nothing; queue_stats depends on task_name, so it is rebuilt, and every
+-- privilege on it, users' grants included, is given back.
+CREATE TEMPORARY TABLE distlock_queue_stats_acl AS
+SELECT a.grantee, a.privilege_type, a.is_grantable
+  FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+ WHERE c.oid OPERATOR(pg_catalog.=) 'distlock.queue_stats'::pg_catalog.regclass;
+
+DROP VIEW distlock.queue_stats;
+
+ALTER TABLE distlock.task_queue
+    ALTER COLUMN task_name TYPE text,
+    ALTER COLUMN worker_id TYPE text;
+
+CREATE VIEW distlock.queue_stats AS
+SELECT q.task_name,
+       q.status,
+       count(*) AS jobs,
+       pg_catalog.now() - min(q.created_at) FILTER (WHERE q.status = 'pending') AS oldest_pending_age,
+       min(q.run_after) FILTER (WHERE q.status IN ('pending', 'failed')) AS next_run_after,
+       count(*) FILTER (WHERE q.status = 'processing'
+                          AND q.lease_expires_at <= pg_catalog.now()) AS expired_leases
+  FROM distlock.task_queue q
+ GROUP BY q.task_name, q.status;
+
+COMMENT ON VIEW distlock.queue_stats IS
+    'Jobs per task name and status, with the age of the oldest pending job.';
+
+DO $$
+DECLARE
+    item record;
+BEGIN
+    REVOKE ALL ON distlock.queue_stats FROM PUBLIC;
+    FOR item IN SELECT * FROM distlock_queue_stats_acl LOOP
+        EXECUTE pg_catalog.format('GRANT %s ON distlock.queue_stats TO %s%s',
+            item.privilege_type,
+            CASE WHEN item.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
+            CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+
+DROP TABLE distlock_queue_stats_acl;
+
+-- Retention: functions that delete what only grew (finished jobs, expired
+-- leases, leaderships and semaphore slots, lock names), for pg_cron.
+CREATE FUNCTION distlock.prune_jobs(p_older_than interval DEFAULT '7 days')
+RETURNS bigint
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c AS 'MODULE_PATHNAME', 'prune_jobs_wrapper';
+
+CREATE FUNCTION distlock.prune_leases(p_older_than interval DEFAULT '1 day')
+RETURNS bigint
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c AS 'MODULE_PATHNAME', 'prune_leases_wrapper';
+
+CREATE FUNCTION distlock.prune_lock_names(p_older_than interval DEFAULT '30 days')
+RETURNS bigint
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c AS 'MODULE_PATHNAME', 'prune_lock_names_wrapper';
+
+REVOKE ALL ON FUNCTION distlock.prune_jobs(interval),
+                       distlock.prune_leases(interval),
+                       distlock.prune_lock_names(interval) FROM PUBLIC;
+
+-- Tasks: task locks held with no committed claim (an uncommitted claim or a
+-- foreign advisory lock on a task key) are shown; the sweep reads this view
+-- to end claims left in transactions that never finish.
+CREATE VIEW distlock.blocked_tasks AS
+SELECT h.task_id,
+       t.task_name,
+       h.pid,
+       a.usename,
+       a.application_name,
+       a.client_addr,
+       a.backend_start,
+       a.state,
+       a.xact_start,
+       pg_catalog.now() - a.xact_start AS in_transaction_for,
+       t.timeout,
+       a.query
+  FROM distlock.task_lock_holders h
+  JOIN distlock.scheduled_tasks t ON t.id = h.task_id
+  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
+ WHERE NOT EXISTS (SELECT 1 FROM distlock.task_execution_log r
+                    WHERE r.task_id = h.task_id
+                      AND r.status = 'running'
+                      AND r.holder_pid = h.pid);
+
+COMMENT ON VIEW distlock.blocked_tasks IS
+    'Task locks held without a committed running claim (an uncommitted claim or a foreign advisory lock).';
+
+GRANT SELECT ON distlock.blocked_tasks TO pg_monitor;

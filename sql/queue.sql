@@ -4,10 +4,10 @@
 
 CREATE TABLE distlock.task_queue (
     id               bigserial PRIMARY KEY,
-    task_name        varchar(100) NOT NULL,
+    task_name        text NOT NULL,
     payload          jsonb NOT NULL DEFAULT '{}',
     status           varchar(20) NOT NULL DEFAULT 'pending',
-    worker_id        varchar(50),
+    worker_id        text,
     created_at       timestamptz NOT NULL DEFAULT now(),
     started_at       timestamptz,
     completed_at     timestamptz,

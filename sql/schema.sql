@@ -85,8 +85,13 @@ AS $$
 DECLARE
     next_slot timestamptz;
 BEGIN
-    IF NEW.task_name IS NULL OR btrim(NEW.task_name) = '' THEN
-        RAISE EXCEPTION 'task_name must not be empty, got "%"', NEW.task_name USING ERRCODE = 'check_violation';
+    -- The rule every name obeys (src/text.rs): not blank, at most 1000 bytes.
+    IF NEW.task_name IS NULL OR btrim(NEW.task_name, E' \t\n\r\f\v') = '' THEN
+        RAISE EXCEPTION 'task_name must not be blank, got "%"', NEW.task_name USING ERRCODE = 'check_violation';
+    END IF;
+    IF octet_length(NEW.task_name) > 1000 THEN
+        RAISE EXCEPTION 'task_name must be at most 1000 bytes, got % bytes', octet_length(NEW.task_name)
+            USING ERRCODE = 'check_violation';
     END IF;
     IF NEW.task_type IS NULL OR btrim(NEW.task_type) = '' THEN
         RAISE EXCEPTION 'task_type of task "%" must not be empty, got "%"', NEW.task_name, NEW.task_type

@@ -129,3 +129,32 @@ SELECT t.id AS task_id,
 
 COMMENT ON VIEW distlock.task_stats IS
     'Per task: runs by outcome, durations of completed runs, and its schedule.';
+
+-- Task locks held with no committed running claim behind them: a claim made
+-- in a transaction that has not committed (its log row is invisible), or a
+-- foreign pg_advisory_lock(distlock.task_lock_class(), task_id). Either way
+-- the task is not claimed while the lock is held. The sweep ends the first
+-- kind once the holder's transaction is older than the task's timeout.
+CREATE VIEW distlock.blocked_tasks AS
+SELECT h.task_id,
+       t.task_name,
+       h.pid,
+       a.usename,
+       a.application_name,
+       a.client_addr,
+       a.backend_start,
+       a.state,
+       a.xact_start,
+       pg_catalog.now() - a.xact_start AS in_transaction_for,
+       t.timeout,
+       a.query
+  FROM distlock.task_lock_holders h
+  JOIN distlock.scheduled_tasks t ON t.id = h.task_id
+  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
+ WHERE NOT EXISTS (SELECT 1 FROM distlock.task_execution_log r
+                    WHERE r.task_id = h.task_id
+                      AND r.status = 'running'
+                      AND r.holder_pid = h.pid);
+
+COMMENT ON VIEW distlock.blocked_tasks IS
+    'Task locks held without a committed running claim (an uncommitted claim or a foreign advisory lock).';

@@ -29,18 +29,6 @@ pub fn required<T>(value: Option<T>, argument: &str) -> T {
     }
 }
 
-/// A worker id: not NULL (22004) and not blank (22023).
-pub fn worker_id<'a>(value: Option<&'a str>, argument: &str) -> &'a str {
-    let worker = required(value, argument);
-    if worker.trim().is_empty() {
-        raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("{argument} must not be empty, got \"{worker}\""),
-        );
-    }
-    worker
-}
-
 /// Claims are refused on a standby: advisory locks are not replicated, so a
 /// lock taken there would protect nothing.
 pub fn require_primary(action: &str) {
@@ -82,4 +70,40 @@ pub fn int_in_range(value: Option<i32>, argument: &str, range: std::ops::RangeIn
         );
     }
     n
+}
+
+/// Turns an SPI or datum-conversion failure into ERROR XX000. SQL errors
+/// inside a statement already arrive as PostgreSQL ERRORs; what reaches here
+/// is pgrx failing to run or read a statement, a bug in pg_distlock, so the
+/// message says where it happened.
+pub trait OrRaise<T> {
+    fn or_raise(self) -> T;
+}
+
+impl<T, E: std::fmt::Display> OrRaise<T> for Result<T, E> {
+    #[track_caller]
+    fn or_raise(self) -> T {
+        match self {
+            Ok(value) => value,
+            Err(e) => {
+                let at = std::panic::Location::caller();
+                raise(
+                    PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    format!("pg_distlock: SPI failed at {}:{}: {e}", at.file(), at.line()),
+                )
+            }
+        }
+    }
+}
+
+/// A non-NULL interval not below zero (a retention), or ERROR 22004 / 22023.
+pub fn retention_interval(value: Option<pgrx::datum::Interval>, argument: &str) -> pgrx::datum::Interval {
+    let interval = required(value, argument);
+    if interval_micros(&interval) < 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{argument} must not be negative, got {interval}"),
+        );
+    }
+    interval
 }

@@ -17,6 +17,7 @@ mod schedule;
 mod shared;
 mod snowflake;
 mod sweep;
+mod text;
 mod tasks;
 mod version;
 #[cfg(any(test, feature = "pg_test"))]

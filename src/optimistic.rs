@@ -14,7 +14,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::{AllocatedByRust, PgSqlErrorCode};
 
-use crate::errors::{raise, raise_with_hint};
+use crate::errors::{raise, raise_with_hint, OrRaise};
 
 const DEFAULT_COLUMN: &str = "version";
 
@@ -31,7 +31,7 @@ fn get_version(tuple: &PgHeapTuple<'_, impl pgrx::WhoAllocated>, column: &str, w
         IntWidth::Int4 => tuple.get_by_name::<i32>(column).map(|v| v.map(i64::from)),
         IntWidth::Int8 => tuple.get_by_name::<i64>(column),
     };
-    value.unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+    value.or_raise()
 }
 
 fn version_overflow(column: &str, value: i64) -> ! {
@@ -47,7 +47,7 @@ fn set_version(tuple: &mut PgHeapTuple<'_, AllocatedByRust>, column: &str, width
         IntWidth::Int4 => tuple.set_by_name(column, i32::try_from(value).unwrap_or_else(|_| version_overflow(column, value))),
         IntWidth::Int8 => tuple.set_by_name(column, value),
     };
-    result.unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+    result.or_raise();
 }
 
 /// Whether the current user may see these columns' values, by PostgreSQL's

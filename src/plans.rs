@@ -12,6 +12,7 @@ use std::rc::Rc;
 
 use pgrx::pg_sys::PgOid;
 use pgrx::datum::{FromDatum, IntoDatum};
+use crate::errors::OrRaise;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult, SpiTupleTable};
 
 thread_local! {
@@ -27,12 +28,19 @@ pub fn plan(client: &SpiClient<'_>, sql: &'static str, arg_types: &[PgOid]) -> R
     let prepared = crate::version::prepare_checked(client, || {
         client
             .prepare_mut(sql, arg_types)
-            .unwrap_or_else(|e| crate::errors::raise(pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("pg_distlock could not prepare a statement: {e}")))
+            .or_raise()
             .keep()
     });
     let plan = Rc::new(prepared);
     PLANS.with(|plans| plans.borrow_mut().insert(key, plan.clone()));
     plan
+}
+
+/// Runs the kept retention DELETE `sql`, whose one argument is the age
+/// (an interval) beyond which rows go; returns how many it deleted.
+pub fn delete_older_than(client: &mut pgrx::spi::SpiClient<'_>, sql: &'static str, older_than: pgrx::datum::Interval) -> i64 {
+    let stmt = plan(client, sql, &[types::INTERVAL]);
+    client.update(&*stmt, None, &[older_than.into()]).map(|deleted| deleted.len() as i64).or_raise()
 }
 
 /// The first column of the first row, or None when there is no row.
@@ -55,4 +63,5 @@ pub mod types {
     pub const JSONB: PgOid = PgOid::BuiltIn(BuiltinOid::JSONBOID);
     pub const INTERVAL: PgOid = PgOid::BuiltIn(BuiltinOid::INTERVALOID);
     pub const INT8_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::INT8ARRAYOID);
+    pub const TEXT_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::TEXTARRAYOID);
 }

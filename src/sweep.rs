@@ -7,31 +7,29 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::PgSqlErrorCode;
 
-use crate::errors::{raise, require_primary, required};
+use crate::errors::{raise, require_primary, required, OrRaise};
 use crate::plans::{plan, types};
 use crate::tasks::finish_claim;
+use crate::text::Text;
 use crate::xact;
 
 struct RunningClaim {
     log_id: i64,
     task_id: i32,
-    worker_id: String,
+    worker_id: Text,
     holder_pid: i32,
     holder_alive: bool,
     overdue: bool,
     timeout: String,
 }
 
-fn internal(e: pgrx::spi::SpiError) -> ! {
-    raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
-}
 
 fn lock_running_claims(client: &SpiClient<'_>) -> Vec<i64> {
     let stmt = plan(client, include_str!("../sql/queries/lock_running_claims.sql"), &[]);
     client
         .select(&*stmt, None, &[])
         .and_then(|rows| rows.map(|row| row.get::<i64>(1).map(Option::unwrap_or_default)).collect())
-        .unwrap_or_else(|e| internal(e))
+        .or_raise()
 }
 
 fn assess(client: &SpiClient<'_>, log_ids: Vec<i64>, timeout_minutes: i32) -> Vec<RunningClaim> {
@@ -56,7 +54,7 @@ fn assess(client: &SpiClient<'_>, log_ids: Vec<i64>, timeout_minutes: i32) -> Ve
             })
             .collect()
         })
-        .unwrap_or_else(|e| internal(e))
+        .or_raise()
 }
 
 fn holder_holds_lock(client: &SpiClient<'_>, task_id: i32, pid: i32) -> bool {
@@ -68,7 +66,7 @@ fn holder_holds_lock(client: &SpiClient<'_>, task_id: i32, pid: i32) -> bool {
     client
         .select(&*stmt, None, &[task_id.into(), pid.into()])
         .and_then(|rows| rows.first().get_one::<bool>())
-        .unwrap_or_else(|e| internal(e))
+        .or_raise()
         .unwrap_or(false)
 }
 
@@ -98,25 +96,72 @@ fn free_lock_of(client: &SpiClient<'_>, claim: &RunningClaim) -> bool {
         crate::tasks::forget_held_claim(claim.task_id);
         return true;
     }
-    if !may_terminate(claim.holder_pid) {
+    terminate_holder(client, claim.task_id, claim.holder_pid)
+}
+
+/// Ends backend `pid`, which holds task `task_id`'s lock (no other session
+/// can release a session-level lock); true when it no longer holds it.
+fn terminate_holder(client: &SpiClient<'_>, task_id: i32, pid: i32) -> bool {
+    if !may_terminate(pid) {
         ereport!(
             WARNING,
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
             format!(
                 "pg_distlock sweep may not terminate backend {} holding task {}; its lock stays held",
-                claim.holder_pid, claim.task_id
+                pid, task_id
             )
         );
-        return !holder_holds_lock(client, claim.task_id, claim.holder_pid);
+        return !holder_holds_lock(client, task_id, pid);
     }
     let stmt = plan(client, include_str!("../sql/queries/terminate_backend.sql"), &[types::INT4]);
-    client.select(&*stmt, None, &[claim.holder_pid.into()]).unwrap_or_else(|e| internal(e));
-    !holder_holds_lock(client, claim.task_id, claim.holder_pid)
+    client.select(&*stmt, None, &[pid.into()]).or_raise();
+    !holder_holds_lock(client, task_id, pid)
+}
+
+/// Terminates holders of task locks whose claim was made in a transaction
+/// that has stayed open past the task's timeout: its log row was never
+/// committed, so nothing else shows the claim, and only ending the session
+/// gives the task back. The claim rolls back, so the due slot runs again.
+fn end_uncommitted_claims(client: &SpiClient<'_>, timeout_minutes: i32) -> Vec<(i32, Text, bool)> {
+    let stmt = plan(client, include_str!("../sql/queries/stale_uncommitted_claims.sql"), &[types::INT4]);
+    let stale: Vec<(i32, i32, Text, Text)> = client
+        .select(&*stmt, None, &[timeout_minutes.into()])
+        .and_then(|rows| {
+            rows.map(|row| {
+                Ok((
+                    row.get(1)?.unwrap_or_default(),
+                    row.get(2)?.unwrap_or_default(),
+                    row.get(3)?.unwrap_or_default(),
+                    row.get(4)?.unwrap_or_default(),
+                ))
+            })
+            .collect()
+        })
+        .or_raise();
+    let me = unsafe { pg_sys::MyProcPid };
+    stale
+        .into_iter()
+        .filter(|(_, pid, _, _)| *pid != me)
+        .map(|(task_id, pid, holder, timeout)| {
+            ereport!(
+                WARNING,
+                PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+                format!(
+                    "pg_distlock sweep: backend {pid} ({holder}) has held the lock of task {task_id} in a \
+                     transaction open longer than {timeout} with no committed claim; terminating it"
+                )
+            );
+            let released = terminate_holder(client, task_id, pid);
+            (task_id, holder, released)
+        })
+        .collect()
 }
 
 /// Recovers running claims whose holder backend is gone (`abandoned`) or
 /// that ran longer than their task's timeout, or `p_timeout_minutes` when
-/// the task has none (`timed_out`; the holder backend is terminated).
+/// the task has none (`timed_out`; the holder backend is terminated), and
+/// claims left uncommitted in a transaction open longer than that (the
+/// holder is terminated; the claim rolls back).
 /// Also returns expired job-queue leases to the queue and deletes expired
 /// table-mode rate-limit state.
 /// Safe to run concurrently and often, e.g. every minute from pg_cron.
@@ -126,7 +171,7 @@ fn check_and_recover_timeout_tasks(
     p_timeout_minutes: default!(Option<i32>, 30),
 ) -> TableIterator<
     'static,
-    (name!(task_id, i32), name!(worker_id, String), name!(lock_released, bool)),
+    (name!(task_id, i32), name!(worker_id, Text), name!(lock_released, bool)),
 > {
     require_primary("recover tasks");
     let timeout_minutes = required(p_timeout_minutes, "p_timeout_minutes");
@@ -141,22 +186,22 @@ fn check_and_recover_timeout_tasks(
         // queue_stats truthful when no consumer is polling.
         crate::queue::reap_expired_leases(client, 10_000);
         crate::ratelimit::prune_expired(client);
+        let mut recovered = end_uncommitted_claims(client, timeout_minutes);
         let locked = lock_running_claims(client);
         if locked.is_empty() {
-            return Vec::new();
+            return recovered;
         }
-        let mut recovered = Vec::new();
         for claim in assess(client, locked, timeout_minutes) {
             let lock_released = if !claim.holder_alive {
                 let reason = format!("holder backend {} is gone", claim.holder_pid);
-                finish_claim(client, claim.log_id, "abandoned", Some(&reason));
+                finish_claim(client, claim.log_id, "abandoned", Some(&Text::from(reason.as_str())));
                 !holder_holds_lock(client, claim.task_id, claim.holder_pid)
             } else if claim.overdue {
                 let reason = format!(
                     "ran longer than {}; holder backend {} terminated",
                     claim.timeout, claim.holder_pid
                 );
-                finish_claim(client, claim.log_id, "timed_out", Some(&reason));
+                finish_claim(client, claim.log_id, "timed_out", Some(&Text::from(reason.as_str())));
                 free_lock_of(client, &claim)
             } else {
                 continue;

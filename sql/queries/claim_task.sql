@@ -10,15 +10,15 @@ task AS (
     UPDATE distlock.scheduled_tasks
        SET last_run_at = (SELECT c.at FROM claimed c),
            current_token = pg_catalog.nextval('distlock.fencing_token_seq')
-     WHERE id = $1
+     WHERE id OPERATOR(pg_catalog.=) $1
        AND is_enabled
-       AND (NOT $2 OR next_run_at <= (SELECT c.at FROM claimed c))
+       AND (NOT $2 OR next_run_at OPERATOR(pg_catalog.<=) (SELECT c.at FROM claimed c))
  RETURNING id, current_token, consecutive_failures, next_run_at, last_run_at
 )
 INSERT INTO distlock.task_execution_log
        (task_id, worker_id, status, started_at, lock_id, holder_pid, holder_backend_start,
         fencing_token, attempt, scheduled_for)
 SELECT id, $3, 'running', last_run_at, $4, pg_catalog.pg_backend_pid(), $5,
-       current_token, consecutive_failures + 1, next_run_at
+       current_token, consecutive_failures OPERATOR(pg_catalog.+) 1, next_run_at
   FROM task
 RETURNING id, fencing_token

@@ -1,1 +1,1 @@
-SELECT current_token FROM distlock.scheduled_tasks WHERE id = $1
+SELECT current_token FROM distlock.scheduled_tasks WHERE id OPERATOR(pg_catalog.=) $1

@@ -3,5 +3,5 @@
 SELECT id, task_name, task_type
   FROM distlock.scheduled_tasks
  WHERE is_enabled
-   AND next_run_at <= pg_catalog.now()
+   AND next_run_at OPERATOR(pg_catalog.<=) pg_catalog.now()
  ORDER BY next_run_at, id

@@ -17,7 +17,7 @@ finished AS (
        SET status = $2,
            completed_at = (SELECT r.at FROM released r),
            error_message = $3
-     WHERE l.id = $1
+     WHERE l.id OPERATOR(pg_catalog.=) $1
        -- Still running, re-checked on the latest row version (a sweep may
        -- have ended it). Tested as completed_at IS NULL, which every writer
        -- keeps equivalent, so that the planner takes the primary key rather
@@ -28,24 +28,28 @@ finished AS (
 )
 UPDATE distlock.scheduled_tasks t
    SET last_status = $2,
-       current_token = CASE WHEN t.current_token = f.fencing_token THEN NULL
+       current_token = CASE WHEN t.current_token OPERATOR(pg_catalog.=) f.fencing_token THEN NULL
                             ELSE t.current_token END,
        consecutive_failures = CASE
-           WHEN $2 = 'abandoned' THEN t.consecutive_failures
-           WHEN $2 IN ('failed', 'timed_out') AND t.consecutive_failures < t.max_retries
-               THEN t.consecutive_failures + 1
+           WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.consecutive_failures
+           WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
+                AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries
+               THEN t.consecutive_failures OPERATOR(pg_catalog.+) 1
            ELSE 0
        END,
        next_run_at = CASE
-           WHEN $2 = 'abandoned' THEN t.next_run_at
-           WHEN $2 IN ('failed', 'timed_out') AND t.consecutive_failures < t.max_retries THEN
+           WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.next_run_at
+           WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
+                AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries THEN
                r.at
-               + LEAST(LEAST(t.retry_delay, interval '1 hour') * pg_catalog.power(2, LEAST(t.consecutive_failures, 20)),
-                       interval '1 hour')
-               * (0.5 + pg_catalog.random() / 2)
+               OPERATOR(pg_catalog.+)
+               (LEAST(LEAST(t.retry_delay, interval '1 hour')
+                      OPERATOR(pg_catalog.*) pg_catalog.power(2, LEAST(t.consecutive_failures, 20)),
+                      interval '1 hour')
+                OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog./) 2)))
            WHEN t.schedule_cron IS NULL THEN NULL
            ELSE distlock.cron_next(t.schedule_cron, r.at)
        END
   FROM finished f, released r
- WHERE t.id = f.task_id
+ WHERE t.id OPERATOR(pg_catalog.=) f.task_id
 RETURNING t.id

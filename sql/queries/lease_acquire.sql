@@ -1,6 +1,5 @@
 -- Lease $1 for owner $2 at time $3 for $4: taken when free or expired,
 -- renewed (same token) when $2 already holds it; no row when someone else does.
--- Operators are qualified: the calling functions do not pin search_path.
 INSERT INTO distlock.lease_state AS l (name, owner, token, acquired_at, renewed_at, expires_at)
 VALUES ($1, $2, pg_catalog.nextval('distlock.lease_token_seq'), $3, $3, $3 OPERATOR(pg_catalog.+) $4)
 ON CONFLICT (name) DO UPDATE

@@ -1,3 +1,2 @@
--- Operators are qualified: the calling function does not pin search_path.
 DELETE FROM distlock.lease_state WHERE name OPERATOR(pg_catalog.=) $1
 RETURNING expires_at OPERATOR(pg_catalog.>) $2

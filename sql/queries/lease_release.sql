@@ -1,5 +1,4 @@
 -- Deletes owner $2's row of lease $1; true when it was still held at $3.
--- Operators are qualified: the calling function does not pin search_path.
 DELETE FROM distlock.lease_state
  WHERE name OPERATOR(pg_catalog.=) $1 AND owner OPERATOR(pg_catalog.=) $2
 RETURNING expires_at OPERATOR(pg_catalog.>) $3

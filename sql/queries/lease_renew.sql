@@ -1,4 +1,3 @@
--- Operators are qualified: the calling function does not pin search_path.
 UPDATE distlock.lease_state
    SET renewed_at = $3, expires_at = $3 OPERATOR(pg_catalog.+) $4
  WHERE name OPERATOR(pg_catalog.=) $1 AND owner OPERATOR(pg_catalog.=) $2

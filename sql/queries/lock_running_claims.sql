@@ -3,6 +3,6 @@
 -- version and dropped here, so it is never processed twice.
 SELECT id
   FROM distlock.task_execution_log
- WHERE status = 'running'
+ WHERE status OPERATOR(pg_catalog.=) 'running'
  ORDER BY id
    FOR UPDATE SKIP LOCKED

@@ -1,7 +1,7 @@
 SELECT status
   FROM distlock.task_execution_log
- WHERE task_id = $1
-   AND holder_pid = pg_catalog.pg_backend_pid()
-   AND holder_backend_start = $2
+ WHERE task_id OPERATOR(pg_catalog.=) $1
+   AND holder_pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
+   AND holder_backend_start OPERATOR(pg_catalog.=) $2
  ORDER BY id DESC
  LIMIT 1

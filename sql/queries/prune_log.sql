@@ -1,3 +1,3 @@
 DELETE FROM distlock.task_execution_log
- WHERE status <> 'running'
-   AND completed_at < pg_catalog.now() - $1
+ WHERE status OPERATOR(pg_catalog.<>) 'running'
+   AND completed_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $1)

@@ -4,7 +4,8 @@ UPDATE distlock.task_queue
    SET status = 'completed',
        completed_at = pg_catalog.clock_timestamp(),
        lease_expires_at = NULL
- WHERE id = $1 AND status = 'processing' AND worker_id = $2
-   AND ($4::int IS NULL OR attempts = $4)
+ WHERE id OPERATOR(pg_catalog.=) $1 AND status OPERATOR(pg_catalog.=) 'processing'
+   AND worker_id OPERATOR(pg_catalog.=) $2
+   AND ($4::int IS NULL OR attempts OPERATOR(pg_catalog.=) $4)
    AND $3::boolean IS NULL
 RETURNING id

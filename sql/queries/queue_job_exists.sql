@@ -1,1 +1,1 @@
-SELECT true FROM distlock.task_queue WHERE id = $1
+SELECT true FROM distlock.task_queue WHERE id OPERATOR(pg_catalog.=) $1

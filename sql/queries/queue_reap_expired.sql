@@ -4,16 +4,17 @@
 WITH expired AS (
     SELECT id
       FROM distlock.task_queue
-     WHERE status = 'processing'
-       AND lease_expires_at <= pg_catalog.clock_timestamp()
+     WHERE status OPERATOR(pg_catalog.=) 'processing'
+       AND lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
      ORDER BY lease_expires_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
 )
 UPDATE distlock.task_queue q
-   SET status = CASE WHEN q.attempts >= q.max_attempts THEN 'dead' ELSE 'pending' END,
-       completed_at = CASE WHEN q.attempts >= q.max_attempts THEN pg_catalog.clock_timestamp() END,
+   SET status = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN 'dead' ELSE 'pending' END,
+       completed_at = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN pg_catalog.clock_timestamp() END,
        lease_expires_at = NULL,
-       last_error = 'lease expired (worker ' || COALESCE(q.worker_id, '?') || ')'
+       last_error = 'lease expired (worker ' OPERATOR(pg_catalog.||) COALESCE(q.worker_id, '?')
+                    OPERATOR(pg_catalog.||) ')'
   FROM expired
- WHERE q.id = expired.id
+ WHERE q.id OPERATOR(pg_catalog.=) expired.id

@@ -1,8 +1,6 @@
 -- Admits one request for key $1 at time $2 into a window of $3 microseconds
 -- allowing $4 requests. The upsert locks the key's row, so concurrent calls
 -- queue on it: exactly $4 of them get a row back per window.
--- Operators are schema-qualified: check_rate_limit does not pin search_path
--- (pinning would double the cost of a shared-memory check).
 INSERT INTO distlock.rate_limit_windows AS w
        (key, window_start, window_end, max_requests, request_count)
 VALUES ($1, $2, $2 OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => $3 OPERATOR(pg_catalog./) 1e6), $4, 1)

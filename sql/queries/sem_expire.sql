@@ -1,1 +1,2 @@
-DELETE FROM distlock.semaphore_holders WHERE name = $1 AND expires_at <= $2
+DELETE FROM distlock.semaphore_holders
+ WHERE name OPERATOR(pg_catalog.=) $1 AND expires_at OPERATOR(pg_catalog.<=) $2

@@ -1,1 +1,1 @@
-SELECT true FROM distlock.scheduled_tasks WHERE id = $1
+SELECT true FROM distlock.scheduled_tasks WHERE id OPERATOR(pg_catalog.=) $1

@@ -5,7 +5,7 @@
 mod tests {
     use pgrx::prelude::*;
 
-    use crate::test_sql::{one};
+    use crate::test_sql::{one, run};
 
     fn expire() {
         Spi::run("SELECT pg_sleep(0.02)").expect("let a 10 ms lease expire");
@@ -76,7 +76,7 @@ mod tests {
         one::<i64>("SELECT distlock.acquire_lease(NULL, 'a', '1 minute')");
     }
 
-    #[pg_test(error = "p_owner must not be empty, got \"\"")]
+    #[pg_test(error = "p_owner must not be blank, got \"\"")]
     fn coordination_empty_owner() {
         one::<i64>("SELECT distlock.acquire_lease('x', '', '1 minute')");
     }
@@ -99,5 +99,28 @@ mod tests {
     #[pg_test(error = "p_token must not be NULL")]
     fn coordination_null_token() {
         one::<bool>("SELECT distlock.check_lease_token('x', NULL)");
+    }
+
+    #[pg_test]
+    fn coordination_prune_leases_deletes_long_expired_rows_and_idle_semaphores() {
+        let first = one::<i64>("SELECT distlock.acquire_lease('old', 'a', '1 minute')").expect("token");
+        one::<i64>("SELECT distlock.acquire_lease('live', 'a', '1 hour')");
+        one::<bool>("SELECT is_leader FROM distlock.try_become_leader('old-group', 'n', '1 minute')");
+        one::<bool>("SELECT distlock.acquire_semaphore('old-sem', 2, 'a', '1 minute')");
+        one::<bool>("SELECT distlock.acquire_semaphore('live-sem', 2, 'a', '1 hour')");
+        run("UPDATE distlock.lease_state SET expires_at = now() - interval '2 days' WHERE name = 'old'; \
+             UPDATE distlock.leader_state SET expires_at = now() - interval '2 days' WHERE group_name = 'old-group'; \
+             UPDATE distlock.semaphore_holders SET expires_at = now() - interval '2 days' WHERE name = 'old-sem'");
+        // lease + leadership + semaphore slot + the semaphore left without holders
+        assert_eq!(one::<i64>("SELECT distlock.prune_leases()"), Some(4), "default retention is 1 day");
+        assert_eq!(
+            one::<String>("SELECT string_agg(name, ',' ORDER BY name) FROM distlock.leases"),
+            Some("live,live-sem".into())
+        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.leader_state"), Some(0));
+        assert_eq!(one::<String>("SELECT string_agg(name, ',') FROM distlock.semaphore_state"), Some("live-sem".into()));
+        let next = one::<i64>("SELECT distlock.acquire_lease('old', 'b', '1 minute')").expect("token");
+        assert!(next > first, "a pruned name's next token {next} is still above {first}");
+        assert_eq!(one::<i64>("SELECT distlock.prune_leases('1 day')"), Some(0), "nothing expired long enough");
     }
 }

@@ -1,20 +1,21 @@
 //! Leader election: a lease per group whose token is the leader's term.
 
+use crate::text::{self, Text};
 use pgrx::prelude::*;
 use pgrx::spi::SpiTupleTable;
 
-use super::{first_bool, name_arg, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL};
+use super::{first_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL};
 use crate::errors::{positive_interval, require_primary};
 use crate::plans::types;
 
-type Leadership = (Option<i64>, Option<String>, Option<TimestampWithTimeZone>);
+type Leadership = (Option<i64>, Option<Text>, Option<TimestampWithTimeZone>);
 
 fn read_leadership(rows: SpiTupleTable<'_>) -> pgrx::spi::SpiResult<Option<Leadership>> {
     if rows.is_empty() {
         return Ok(None);
     }
     let row = rows.first();
-    Ok(Some((row.get::<i64>(1)?, row.get::<String>(2)?, row.get::<TimestampWithTimeZone>(3)?)))
+    Ok(Some((row.get::<i64>(1)?, row.get::<Text>(2)?, row.get::<TimestampWithTimeZone>(3)?)))
 }
 
 /// Campaigns for (or renews) leadership of `p_group` as `p_node` for
@@ -23,20 +24,20 @@ fn read_leadership(rows: SpiTupleTable<'_>) -> pgrx::spi::SpiResult<Option<Leade
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn try_become_leader(
-    p_group: Option<&str>,
-    p_node: Option<&str>,
+    p_group: Option<Text>,
+    p_node: Option<Text>,
     p_ttl: Option<Interval>,
 ) -> TableIterator<
     'static,
     (
         name!(is_leader, bool),
         name!(term, Option<i64>),
-        name!(leader, Option<String>),
+        name!(leader, Option<Text>),
         name!(expires_at, Option<TimestampWithTimeZone>),
     ),
 > {
-    let group = name_arg(p_group, "p_group");
-    let node = name_arg(p_node, "p_node");
+    let group = text::name(p_group, "p_group");
+    let node = text::name(p_node, "p_node");
     let ttl = positive_interval(p_ttl, "p_ttl");
     require_primary("elect leaders");
     let at = now();
@@ -45,7 +46,7 @@ fn try_become_leader(
             client,
             include_str!("../../sql/queries/leader_campaign.sql"),
             &NAME_OWNER_NOW_TTL,
-            &[group.into(), node.into(), at.into(), ttl.into()],
+            &[(&group).into(), (&node).into(), at.into(), ttl.into()],
             read_leadership,
         );
         match elected {
@@ -56,7 +57,7 @@ fn try_become_leader(
                     client,
                     include_str!("../../sql/queries/leader_current.sql"),
                     &[types::TEXT],
-                    &[group.into()],
+                    &[(&group).into()],
                     read_leadership,
                 )
                 .unwrap_or((None, None, None)),
@@ -69,15 +70,15 @@ fn try_become_leader(
 /// Steps `p_node` down as leader of `p_group`; true when it was the live leader.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn resign_leader(p_group: Option<&str>, p_node: Option<&str>) -> bool {
-    let group = name_arg(p_group, "p_group");
-    let node = name_arg(p_node, "p_node");
+fn resign_leader(p_group: Option<Text>, p_node: Option<Text>) -> bool {
+    let group = text::name(p_group, "p_group");
+    let node = text::name(p_node, "p_node");
     Spi::connect(|client| {
         run(
             client,
             include_str!("../../sql/queries/leader_resign.sql"),
             &NAME_OWNER_NOW,
-            &[group.into(), node.into(), now().into()],
+            &[(&group).into(), (&node).into(), now().into()],
             first_bool,
         )
     })

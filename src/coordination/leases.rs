@@ -4,9 +4,10 @@
 //! so they do not pin search_path (a SET clause costs more than the work);
 //! their SQL qualifies every table, function and operator instead.
 
+use crate::text::{self, Text};
 use pgrx::prelude::*;
 
-use super::{first_bool, name_arg, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL};
+use super::{first_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL};
 use crate::errors::{positive_interval, require_primary, required};
 use crate::plans::{first_value, types};
 
@@ -15,9 +16,9 @@ use crate::plans::{first_value, types};
 /// increasing per name, kept across renewals), or NULL when another owner
 /// holds an unexpired lease.
 #[pg_extern]
-fn acquire_lease(p_name: Option<&str>, p_owner: Option<&str>, p_ttl: Option<Interval>) -> Option<i64> {
-    let name = name_arg(p_name, "p_name");
-    let owner = name_arg(p_owner, "p_owner");
+fn acquire_lease(p_name: Option<Text>, p_owner: Option<Text>, p_ttl: Option<Interval>) -> Option<i64> {
+    let name = text::name(p_name, "p_name");
+    let owner = text::name(p_owner, "p_owner");
     let ttl = positive_interval(p_ttl, "p_ttl");
     require_primary("take leases");
     Spi::connect(|client| {
@@ -25,7 +26,7 @@ fn acquire_lease(p_name: Option<&str>, p_owner: Option<&str>, p_ttl: Option<Inte
             client,
             include_str!("../../sql/queries/lease_acquire.sql"),
             &NAME_OWNER_NOW_TTL,
-            &[name.into(), owner.into(), now().into(), ttl.into()],
+            &[(&name).into(), (&owner).into(), now().into(), ttl.into()],
             first_value::<i64>,
         )
     })
@@ -34,9 +35,9 @@ fn acquire_lease(p_name: Option<&str>, p_owner: Option<&str>, p_ttl: Option<Inte
 /// Extends `p_owner`'s unexpired lease to `p_ttl` from now; false when it
 /// does not hold it (any more).
 #[pg_extern]
-fn renew_lease(p_name: Option<&str>, p_owner: Option<&str>, p_ttl: Option<Interval>) -> bool {
-    let name = name_arg(p_name, "p_name");
-    let owner = name_arg(p_owner, "p_owner");
+fn renew_lease(p_name: Option<Text>, p_owner: Option<Text>, p_ttl: Option<Interval>) -> bool {
+    let name = text::name(p_name, "p_name");
+    let owner = text::name(p_owner, "p_owner");
     let ttl = positive_interval(p_ttl, "p_ttl");
     require_primary("renew leases");
     Spi::connect(|client| {
@@ -44,7 +45,7 @@ fn renew_lease(p_name: Option<&str>, p_owner: Option<&str>, p_ttl: Option<Interv
             client,
             include_str!("../../sql/queries/lease_renew.sql"),
             &NAME_OWNER_NOW_TTL,
-            &[name.into(), owner.into(), now().into(), ttl.into()],
+            &[(&name).into(), (&owner).into(), now().into(), ttl.into()],
             |rows| Ok(!rows.is_empty()),
         )
     })
@@ -53,15 +54,15 @@ fn renew_lease(p_name: Option<&str>, p_owner: Option<&str>, p_ttl: Option<Interv
 /// Releases `p_owner`'s lease; true when it still held it. Never touches
 /// another owner's lease.
 #[pg_extern]
-fn release_lease(p_name: Option<&str>, p_owner: Option<&str>) -> bool {
-    let name = name_arg(p_name, "p_name");
-    let owner = name_arg(p_owner, "p_owner");
+fn release_lease(p_name: Option<Text>, p_owner: Option<Text>) -> bool {
+    let name = text::name(p_name, "p_name");
+    let owner = text::name(p_owner, "p_owner");
     Spi::connect(|client| {
         run(
             client,
             include_str!("../../sql/queries/lease_release.sql"),
             &NAME_OWNER_NOW,
-            &[name.into(), owner.into(), now().into()],
+            &[(&name).into(), (&owner).into(), now().into()],
             first_bool,
         )
     })
@@ -70,14 +71,14 @@ fn release_lease(p_name: Option<&str>, p_owner: Option<&str>) -> bool {
 /// Releases lease `p_name` whoever holds it (for administrators); true when
 /// it was held.
 #[pg_extern]
-fn force_release_lease(p_name: Option<&str>) -> bool {
-    let name = name_arg(p_name, "p_name");
+fn force_release_lease(p_name: Option<Text>) -> bool {
+    let name = text::name(p_name, "p_name");
     Spi::connect(|client| {
         run(
             client,
             include_str!("../../sql/queries/lease_force_release.sql"),
             &[types::TEXT, types::TIMESTAMPTZ],
-            &[name.into(), now().into()],
+            &[(&name).into(), now().into()],
             first_bool,
         )
     })
@@ -86,15 +87,15 @@ fn force_release_lease(p_name: Option<&str>) -> bool {
 /// True only for the token of the current, unexpired holder of `p_name`:
 /// call it from a trigger or CHECK to refuse writes from a stale holder.
 #[pg_extern(stable)]
-fn check_lease_token(p_name: Option<&str>, p_token: Option<i64>) -> bool {
-    let name = name_arg(p_name, "p_name");
+fn check_lease_token(p_name: Option<Text>, p_token: Option<i64>) -> bool {
+    let name = text::name(p_name, "p_name");
     let token = required(p_token, "p_token");
     Spi::connect(|client| {
         run(
             client,
             include_str!("../../sql/queries/lease_check.sql"),
             &[types::TEXT, types::INT8, types::TIMESTAMPTZ],
-            &[name.into(), token.into(), now().into()],
+            &[(&name).into(), token.into(), now().into()],
             first_bool,
         )
     })

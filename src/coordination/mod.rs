@@ -4,28 +4,16 @@
 
 mod election;
 mod leases;
+mod retention;
 mod semaphore;
 #[cfg(any(test, feature = "pg_test"))]
 mod coordination_tests;
 
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiTupleTable};
-use pgrx::PgSqlErrorCode;
 
-use crate::errors::{raise, required};
+use crate::errors::OrRaise;
 use crate::plans::{plan, types};
-
-/// A non-NULL, non-blank text argument (22004 / 22023).
-fn name_arg<'a>(value: Option<&'a str>, argument: &str) -> &'a str {
-    let text = required(value, argument);
-    if text.trim().is_empty() {
-        raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("{argument} must not be empty, got \"{text}\""),
-        );
-    }
-    text
-}
 
 fn now() -> TimestampWithTimeZone {
     TimestampWithTimeZone::try_from(unsafe { pgrx::pg_sys::GetCurrentTimestamp() })
@@ -45,7 +33,7 @@ fn run<'c, R>(
     client
         .select(&*stmt, None, args)
         .and_then(read)
-        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+        .or_raise()
 }
 
 /// The first column of the first row as a bool (false without a row).

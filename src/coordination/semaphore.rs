@@ -1,8 +1,9 @@
 //! N-holder leases.
 
+use crate::text::{self, Text};
 use pgrx::prelude::*;
 
-use super::{first_bool, name_arg, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL};
+use super::{first_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL};
 use crate::errors::{int_in_range, positive_interval, require_primary};
 use crate::plans::types;
 
@@ -11,14 +12,14 @@ use crate::plans::types;
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn acquire_semaphore(
-    p_name: Option<&str>,
+    p_name: Option<Text>,
     p_max: Option<i32>,
-    p_owner: Option<&str>,
+    p_owner: Option<Text>,
     p_ttl: Option<Interval>,
 ) -> bool {
-    let name = name_arg(p_name, "p_name");
+    let name = text::name(p_name, "p_name");
     let max = int_in_range(p_max, "p_max", 1..=i32::MAX);
-    let owner = name_arg(p_owner, "p_owner");
+    let owner = text::name(p_owner, "p_owner");
     let ttl = positive_interval(p_ttl, "p_ttl");
     require_primary("take semaphores");
     let at = now();
@@ -28,21 +29,21 @@ fn acquire_semaphore(
             client,
             include_str!("../../sql/queries/sem_lock.sql"),
             &[types::TEXT, types::INT4],
-            &[name.into(), max.into()],
+            &[(&name).into(), max.into()],
             |_| Ok(()),
         );
         run(
             client,
             include_str!("../../sql/queries/sem_expire.sql"),
             &[types::TEXT, types::TIMESTAMPTZ],
-            &[name.into(), at.into()],
+            &[(&name).into(), at.into()],
             |_| Ok(()),
         );
         let renewed = run(
             client,
             include_str!("../../sql/queries/sem_renew.sql"),
             &NAME_OWNER_NOW_TTL,
-            &[name.into(), owner.into(), at.into(), ttl.into()],
+            &[(&name).into(), (&owner).into(), at.into(), ttl.into()],
             |rows| Ok(!rows.is_empty()),
         );
         renewed
@@ -50,7 +51,7 @@ fn acquire_semaphore(
                 client,
                 include_str!("../../sql/queries/sem_take.sql"),
                 &[types::TEXT, types::TEXT, types::TIMESTAMPTZ, types::INTERVAL, types::INT8],
-                &[name.into(), owner.into(), at.into(), ttl.into(), (max as i64).into()],
+                &[(&name).into(), (&owner).into(), at.into(), ttl.into(), (max as i64).into()],
                 |rows| Ok(!rows.is_empty()),
             )
     })
@@ -59,15 +60,15 @@ fn acquire_semaphore(
 /// Gives back `p_owner`'s place in semaphore `p_name`; true when it held one.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn release_semaphore(p_name: Option<&str>, p_owner: Option<&str>) -> bool {
-    let name = name_arg(p_name, "p_name");
-    let owner = name_arg(p_owner, "p_owner");
+fn release_semaphore(p_name: Option<Text>, p_owner: Option<Text>) -> bool {
+    let name = text::name(p_name, "p_name");
+    let owner = text::name(p_owner, "p_owner");
     Spi::connect(|client| {
         run(
             client,
             include_str!("../../sql/queries/sem_release.sql"),
             &NAME_OWNER_NOW,
-            &[name.into(), owner.into(), now().into()],
+            &[(&name).into(), (&owner).into(), now().into()],
             first_bool,
         )
     })

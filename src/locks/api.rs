@@ -1,6 +1,7 @@
 //! The SQL functions. Text keys become `distlock.lock_id(key)`, the same
 //! bigint key space as `pg_advisory_lock(bigint)`.
 
+use crate::text::{self, Text};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
@@ -9,15 +10,9 @@ use super::stats::{self, Event};
 use super::{holds, names};
 use crate::errors::{interval_micros, raise, required};
 
-fn text_key(p_key: Option<&str>) -> (i64, &str) {
-    let name = required(p_key, "p_key");
-    if name.is_empty() {
-        raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            "p_key must not be empty",
-        );
-    }
-    (crate::hashing::key_for_name(name.as_bytes()), name)
+fn text_key(p_key: Option<Text>) -> (i64, Text) {
+    let name = text::name(p_key, "p_key");
+    (crate::hashing::key_for_name(name.bytes()), name)
 }
 
 fn wait_for(p_timeout: Option<Interval>) -> Wait {
@@ -40,7 +35,7 @@ fn wait_for(p_timeout: Option<Interval>) -> Wait {
 
 fn take(
     key: i64,
-    name: Option<&str>,
+    name: Option<Text>,
     wait: Wait,
     shared: Option<bool>,
     xact: Option<bool>,
@@ -51,7 +46,7 @@ fn take(
         xact: required(xact, "p_xact"),
     };
     if let Some(name) = name {
-        names::remember(key, name);
+        names::remember(key, &name);
     }
     match manager::acquire(hold, wait) {
         Outcome::Granted { waited_us } => {
@@ -76,7 +71,7 @@ fn take(
 /// limit). False when the wait timed out; the lock is then not held.
 #[pg_extern(name = "lock", volatile, parallel_unsafe)]
 fn lock_text(
-    p_key: Option<&str>,
+    p_key: Option<Text>,
     p_timeout: default!(Option<Interval>, "NULL"),
     p_shared: default!(Option<bool>, false),
     p_xact: default!(Option<bool>, false),
@@ -105,7 +100,7 @@ fn lock_bigint(
 /// Takes the lock of `p_key` only if it is free right now.
 #[pg_extern(name = "try_lock", volatile, parallel_unsafe)]
 fn try_lock_text(
-    p_key: Option<&str>,
+    p_key: Option<Text>,
     p_shared: default!(Option<bool>, false),
     p_xact: default!(Option<bool>, false),
 ) -> bool {
@@ -125,7 +120,7 @@ fn try_lock_bigint(
 /// Releases one session-level hold of `p_key`; false when this session
 /// held none (transaction-level locks end with their transaction).
 #[pg_extern(name = "unlock", volatile, parallel_unsafe)]
-fn unlock_text(p_key: Option<&str>, p_shared: default!(Option<bool>, false)) -> bool {
+fn unlock_text(p_key: Option<Text>, p_shared: default!(Option<bool>, false)) -> bool {
     let (key, _) = text_key(p_key);
     holds::release(key, required(p_shared, "p_shared"))
 }

@@ -216,4 +216,20 @@ mod tests {
         assert_sqlstate("distlock.reset_lock_stats()", "55000");
         assert_sqlstate("(SELECT count(*) FROM distlock.lock_stats)", "55000");
     }
+
+    #[pg_test]
+    fn locks_prune_lock_names_keeps_names_of_held_keys_and_recent_ones() {
+        assert_eq!(one::<bool>("SELECT distlock.try_lock('held-name')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.try_lock('free-name')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.unlock('free-name')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.try_lock('recent-name')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.unlock('recent-name')"), Some(true));
+        run("UPDATE distlock.lock_names SET first_seen = now() - interval '31 days' WHERE name <> 'recent-name'");
+        assert_eq!(one::<i64>("SELECT distlock.prune_lock_names()"), Some(1), "default retention is 30 days");
+        assert_eq!(
+            one::<String>("SELECT string_agg(name, ',' ORDER BY name) FROM distlock.lock_names"),
+            Some("held-name,recent-name".into())
+        );
+        assert_eq!(one::<bool>("SELECT distlock.unlock('held-name')"), Some(true));
+    }
 }

@@ -15,14 +15,14 @@ use std::collections::HashMap;
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::PgSqlErrorCode;
 
-use crate::errors::raise;
-use crate::plans::{first_value, plan, types};
+use crate::errors::OrRaise;
+use crate::text::Text;
+use crate::plans::{delete_older_than, first_value, plan, types};
 
 thread_local! {
     /// Keys whose name this backend knows to be recorded.
-    static RECORDED: RefCell<HashMap<i64, Box<str>>> = RefCell::new(HashMap::new());
+    static RECORDED: RefCell<HashMap<i64, Text>> = RefCell::new(HashMap::new());
     /// (role, transaction start, answer) of the last privilege check on
     /// lock_names: a GRANT is noticed from the next transaction on.
     static MAY_RECORD: RefCell<Option<(pg_sys::Oid, i64, bool)>> = const { RefCell::new(None) };
@@ -34,8 +34,8 @@ thread_local! {
 /// fixed set of lock names, bounded for tables of endless one-off names.
 const PRELOAD_LIMIT: i64 = 50_000;
 
-fn already_recorded(key: i64, name: &str) -> bool {
-    RECORDED.with(|r| r.borrow().get(&key).is_some_and(|known| &**known == name))
+fn already_recorded(key: i64, name: &Text) -> bool {
+    RECORDED.with(|r| r.borrow().get(&key).is_some_and(|known| known == name))
 }
 
 fn writing_is_harmless() -> bool {
@@ -62,7 +62,7 @@ fn role_may_record(client: &pgrx::spi::SpiClient<'_>) -> bool {
     let answer = client
         .select(&*stmt, None, &[])
         .and_then(first_value::<bool>)
-        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+        .or_raise()
         .unwrap_or(false);
     MAY_RECORD.with(|m| *m.borrow_mut() = Some((role, transaction, answer)));
     answer
@@ -79,19 +79,19 @@ fn preload(client: &pgrx::spi::SpiClient<'_>) {
     );
     let rows = client
         .select(&*stmt, None, &[PRELOAD_LIMIT.into()])
-        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+        .or_raise();
     RECORDED.with(|r| {
         let mut recorded = r.borrow_mut();
         for row in rows {
-            if let (Ok(Some(key)), Ok(Some(name))) = (row.get::<i64>(1), row.get::<String>(2)) {
-                recorded.entry(key).or_insert_with(|| name.into());
+            if let (Ok(Some(key)), Ok(Some(name))) = (row.get::<i64>(1), row.get::<Text>(2)) {
+                recorded.entry(key).or_insert(name);
             }
         }
     });
 }
 
 /// Remembers that `name` hashes to `key`, when that is cheap and harmless.
-pub fn remember(key: i64, name: &str) {
+pub fn remember(key: i64, name: &Text) {
     if already_recorded(key, name) || !writing_is_harmless() {
         return;
     }
@@ -108,13 +108,13 @@ pub fn remember(key: i64, name: &str) {
         let stmt = plan(client, include_str!("../../sql/queries/lock_name_record.sql"), &[types::INT8, types::TEXT]);
         client
             .update(&*stmt, None, &[key.into(), name.into()])
-            .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+            .or_raise();
         true
     });
     if !inserted {
         return;
     }
-    RECORDED.with(|r| r.borrow_mut().insert(key, name.into()));
+    RECORDED.with(|r| r.borrow_mut().insert(key, name.clone()));
     // The row is gone if the caller's transaction rolls back.
     crate::xact::on_outcome(
         None,
@@ -122,4 +122,15 @@ pub fn remember(key: i64, name: &str) {
             RECORDED.with(|r| r.borrow_mut().remove(&key));
         })),
     );
+}
+
+/// Deletes names first seen more than `p_older_than` ago whose key nobody
+/// holds or waits for now; returns how many. A backend that recorded a
+/// name remembers it until it disconnects and does not record it again, so
+/// a long-lived session's later locks on a pruned name show no name.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn prune_lock_names(p_older_than: default!(Option<Interval>, "'30 days'")) -> i64 {
+    let older_than = crate::errors::retention_interval(p_older_than, "p_older_than");
+    Spi::connect_mut(|client| delete_older_than(client, include_str!("../../sql/queries/lock_names_prune.sql"), older_than))
 }

@@ -2,20 +2,20 @@
 //! each with a lease. An expired lease makes its job claimable again, so a
 //! crashed consumer's job never stays stuck, with no sweep needed.
 
+use crate::text::Text;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
-use pgrx::PgSqlErrorCode;
 
 use super::payload::Payload;
 use super::resolve_worker;
-use crate::errors::{int_in_range, positive_interval, raise};
+use crate::errors::{int_in_range, positive_interval, OrRaise};
 use crate::plans::{plan, types};
 
 const MAX_BATCH: i32 = 1000;
 
 /// One claimed job; the SQL signatures below spell the same columns out,
 /// because pgrx reads them from the function's own tokens.
-type Job = (i64, String, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, String);
+type Job = (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text);
 
 /// Returns up to `limit` expired leases to pending (or dead when out of attempts); how many.
 pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
@@ -23,10 +23,10 @@ pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
     client
         .select(&*stmt, None, &[limit.into()])
         .map(|rows| rows.len())
-        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+        .or_raise()
 }
 
-fn consume(p_batch: i32, p_worker_id: Option<&str>, p_lease: Option<Interval>) -> Vec<Job> {
+fn consume(p_batch: i32, p_worker_id: Option<Text>, p_lease: Option<Interval>) -> Vec<Job> {
     let lease = positive_interval(p_lease, "p_lease");
     crate::errors::require_primary("consume jobs");
     Spi::connect(|client| {
@@ -38,12 +38,12 @@ fn consume(p_batch: i32, p_worker_id: Option<&str>, p_lease: Option<Interval>) -
             &[types::INT8, types::TEXT, types::INTERVAL],
         );
         client
-            .select(&*stmt, None, &[(p_batch as i64).into(), worker.as_str().into(), lease.into()])
+            .select(&*stmt, None, &[(p_batch as i64).into(), (&worker).into(), lease.into()])
             .and_then(|rows| {
                 rows.map(|row| {
                     Ok((
                         row.get::<i64>(1)?.unwrap_or_default(),
-                        row.get::<String>(2)?.unwrap_or_default(),
+                        row.get::<Text>(2)?.unwrap_or_default(),
                         row.get::<Payload>(3)?,
                         row.get::<i32>(4)?.unwrap_or_default(),
                         row.get::<i32>(5)?.unwrap_or_default(),
@@ -55,7 +55,7 @@ fn consume(p_batch: i32, p_worker_id: Option<&str>, p_lease: Option<Interval>) -
                 })
                 .collect()
             })
-            .unwrap_or_else(|e: pgrx::spi::SpiError| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+            .or_raise()
     })
 }
 
@@ -65,19 +65,19 @@ fn consume(p_batch: i32, p_worker_id: Option<&str>, p_lease: Option<Interval>) -
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn consume_task(
-    p_worker_id: default!(Option<&str>, "NULL"),
+    p_worker_id: default!(Option<Text>, "NULL"),
     p_lease: default!(Option<Interval>, "'5 minutes'"),
 ) -> TableIterator<
     'static,
     (
         name!(task_id, i64),
-        name!(task_name, String),
+        name!(task_name, Text),
         name!(payload, Option<Payload>),
         name!(attempts, i32),
         name!(max_attempts, i32),
         name!(lease_expires_at, TimestampWithTimeZone),
         name!(priority, i32),
-        name!(worker_id, String),
+        name!(worker_id, Text),
     ),
 > {
     TableIterator::new(consume(1, p_worker_id, p_lease))
@@ -88,19 +88,19 @@ fn consume_task(
 #[search_path(pg_catalog, pg_temp)]
 fn consume_tasks(
     p_batch: Option<i32>,
-    p_worker_id: default!(Option<&str>, "NULL"),
+    p_worker_id: default!(Option<Text>, "NULL"),
     p_lease: default!(Option<Interval>, "'5 minutes'"),
 ) -> TableIterator<
     'static,
     (
         name!(task_id, i64),
-        name!(task_name, String),
+        name!(task_name, Text),
         name!(payload, Option<Payload>),
         name!(attempts, i32),
         name!(max_attempts, i32),
         name!(lease_expires_at, TimestampWithTimeZone),
         name!(priority, i32),
-        name!(worker_id, String),
+        name!(worker_id, Text),
     ),
 > {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);

@@ -1,35 +1,24 @@
 //! Adding jobs.
 
+use crate::text::{self, Text};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 use super::payload::Payload;
-use crate::errors::{raise, required};
+use crate::errors::{raise, required, OrRaise};
 use crate::plans::{first_value, plan, types};
 
 /// Queues a job; returns its id.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn enqueue_task(
-    p_task_name: Option<&str>,
+    p_task_name: Option<Text>,
     p_payload: default!(Option<Payload>, "'{}'"),
     p_run_after: default!(Option<TimestampWithTimeZone>, "now()"),
     p_priority: default!(Option<i32>, 0),
     p_max_attempts: default!(Option<i32>, 5),
 ) -> i64 {
-    let task_name = required(p_task_name, "p_task_name");
-    if task_name.trim().is_empty() {
-        raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("p_task_name must not be empty, got \"{task_name}\""),
-        );
-    }
-    if task_name.chars().count() > 100 {
-        raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("p_task_name must be at most 100 characters, got \"{task_name}\""),
-        );
-    }
+    let task_name = text::name(p_task_name, "p_task_name");
     let payload = required(p_payload, "p_payload");
     let run_after = required(p_run_after, "p_run_after");
     let priority = required(p_priority, "p_priority");
@@ -44,10 +33,10 @@ fn enqueue_task(
             .update(
                 &*stmt,
                 None,
-                &[task_name.into(), payload.into(), run_after.into(), priority.into(), max_attempts.into()],
+                &[(&task_name).into(), payload.into(), run_after.into(), priority.into(), max_attempts.into()],
             )
             .and_then(first_value::<i64>)
-            .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
-            .unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "enqueue returned no id"))
+            .or_raise()
+            .unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "pg_distlock: enqueue returned no id"))
     })
 }

@@ -5,50 +5,29 @@
 mod consume;
 mod enqueue;
 mod payload;
+mod retention;
 mod settle;
 #[cfg(any(test, feature = "pg_test"))]
 mod queue_tests;
 
 pub use consume::reap_expired_leases;
 
+use crate::text::{self, Text};
 use pgrx::spi::SpiClient;
 use pgrx::PgSqlErrorCode;
 
-use crate::errors::raise;
-use crate::plans::first_value;
-
-/// Longest worker id the table stores (task_queue.worker_id is varchar(50)).
-const MAX_WORKER_ID: usize = 50;
+use crate::errors::{raise, OrRaise};
+use crate::plans::{first_value, plan};
 
 /// The worker id to record: the argument, or else the session's
 /// application_name, or else its client address.
-fn resolve_worker(client: &SpiClient<'_>, p_worker_id: Option<&str>) -> String {
+fn resolve_worker(client: &SpiClient<'_>, p_worker_id: Option<Text>) -> Text {
     match p_worker_id {
-        Some(worker) => {
-            if worker.trim().is_empty() {
-                raise(
-                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                    format!("p_worker_id must not be empty, got \"{worker}\""),
-                );
-            }
-            if worker.chars().count() > MAX_WORKER_ID {
-                raise(
-                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                    format!("p_worker_id must be at most {MAX_WORKER_ID} characters, got \"{worker}\""),
-                );
-            }
-            worker.to_string()
-        }
+        Some(worker) => text::checked_name(worker, "p_worker_id"),
         None => client
-            .select(
-                "SELECT pg_catalog.left(COALESCE(NULLIF(pg_catalog.current_setting('application_name'), ''), \
-                 pg_catalog.host(pg_catalog.inet_client_addr()), \
-                 'pid-' || pg_catalog.pg_backend_pid()), 50)",
-                None,
-                &[],
-            )
-            .and_then(first_value::<String>)
-            .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+            .select(&*plan(client, include_str!("../../sql/queries/queue_default_worker.sql"), &[]), None, &[])
+            .and_then(first_value::<Text>)
+            .or_raise()
             .unwrap_or_else(|| "unknown".into()),
     }
 }

@@ -228,7 +228,7 @@ mod tests {
         run("SELECT * FROM distlock.consume_tasks(0)");
     }
 
-    #[pg_test(error = "p_task_name must not be empty, got \" \"")]
+    #[pg_test(error = "p_task_name must not be blank, got \" \"")]
     fn queue_blank_name_is_an_error() {
         enqueue("' '");
     }
@@ -253,8 +253,35 @@ mod tests {
         run("SELECT distlock.fail_task(NULL)");
     }
 
-    #[pg_test(error = "p_worker_id must be at most 50 characters, got \"wwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwww\"")]
+    #[pg_test(error = "p_worker_id must be at most 1000 bytes, got 1001 bytes")]
     fn queue_overlong_worker_is_an_error() {
-        run(&format!("SELECT * FROM distlock.consume_task('{}')", "w".repeat(51)));
+        run(&format!("SELECT * FROM distlock.consume_task('{}')", "w".repeat(1001)));
+    }
+
+    #[pg_test]
+    fn queue_prune_jobs_deletes_only_jobs_finished_before_the_retention() {
+        let old_done = enqueue("'prune'");
+        let old_dead = enqueue("'prune', '{}', now(), 0, 1");
+        let recent_done = enqueue("'prune'");
+        let old_pending = enqueue("'prune'");
+        let old_failed = enqueue("'prune'");
+        run(&format!(
+            "UPDATE distlock.task_queue SET status = 'completed', completed_at = now() - interval '8 days' WHERE id = {old_done}; \
+             UPDATE distlock.task_queue SET status = 'dead', completed_at = now() - interval '8 days', attempts = 1 WHERE id = {old_dead}; \
+             UPDATE distlock.task_queue SET status = 'completed', completed_at = now() - interval '6 days' WHERE id = {recent_done}; \
+             UPDATE distlock.task_queue SET created_at = now() - interval '30 days' WHERE id = {old_pending}; \
+             UPDATE distlock.task_queue SET status = 'failed', attempts = 1, created_at = now() - interval '30 days' WHERE id = {old_failed}"
+        ));
+        assert_eq!(one::<i64>("SELECT distlock.prune_jobs()"), Some(2), "default retention is 7 days");
+        assert_eq!(
+            one::<String>("SELECT string_agg(id::text, ',' ORDER BY id) FROM distlock.task_queue WHERE task_name = 'prune'"),
+            Some(format!("{recent_done},{old_pending},{old_failed}"))
+        );
+        assert_eq!(one::<i64>("SELECT distlock.prune_jobs('0 seconds')"), Some(1), "the recent completed job");
+    }
+
+    #[pg_test(error = "p_older_than must not be negative, got -00:00:01")]
+    fn queue_prune_jobs_refuses_a_negative_retention() {
+        one::<i64>("SELECT distlock.prune_jobs('-1 second')");
     }
 }

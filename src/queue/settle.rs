@@ -7,11 +7,11 @@
 //! function also has a form that takes the attempt number consume_task
 //! returned (`attempts`): it acts only on that attempt.
 
+use crate::text::Text;
 use pgrx::prelude::*;
-use pgrx::PgSqlErrorCode;
 
 use super::{raise_unknown_job, resolve_worker};
-use crate::errors::{positive_interval, raise, required};
+use crate::errors::{positive_interval, required, OrRaise};
 use crate::plans::{plan, types};
 
 /// Runs one of the settle statements for (job, worker, extra, attempt);
@@ -21,7 +21,7 @@ use crate::plans::{plan, types};
 fn settle(
     sql: &'static str,
     job_id: i64,
-    p_worker_id: Option<&str>,
+    p_worker_id: Option<Text>,
     attempt: Option<i32>,
     extra: pgrx::datum::DatumWithOid<'_>,
     extra_type: pgrx::pg_sys::PgOid,
@@ -30,15 +30,15 @@ fn settle(
         let worker = resolve_worker(client, p_worker_id);
         let stmt = plan(client, sql, &[types::INT8, types::TEXT, extra_type, types::INT4]);
         let changed = client
-            .select(&*stmt, None, &[job_id.into(), worker.as_str().into(), extra, attempt.into()])
+            .select(&*stmt, None, &[job_id.into(), (&worker).into(), extra, attempt.into()])
             .map(|rows| !rows.is_empty())
-            .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+            .or_raise();
         if !changed {
             let exists = plan(client, include_str!("../../sql/queries/queue_job_exists.sql"), &[types::INT8]);
             let found = client
                 .select(&*exists, None, &[job_id.into()])
                 .map(|rows| !rows.is_empty())
-                .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+                .or_raise();
             if !found {
                 raise_unknown_job(job_id);
             }
@@ -47,7 +47,7 @@ fn settle(
     })
 }
 
-fn complete(p_task_id: Option<i64>, p_worker_id: Option<&str>, attempt: Option<i32>) -> bool {
+fn complete(p_task_id: Option<i64>, p_worker_id: Option<Text>, attempt: Option<i32>) -> bool {
     let job_id = required(p_task_id, "p_task_id");
     // The statement takes no extra value; pass a typed NULL to keep one shape.
     settle(
@@ -60,12 +60,12 @@ fn complete(p_task_id: Option<i64>, p_worker_id: Option<&str>, attempt: Option<i
     )
 }
 
-fn fail(p_task_id: Option<i64>, p_error: Option<&str>, p_worker_id: Option<&str>, attempt: Option<i32>) -> bool {
+fn fail(p_task_id: Option<i64>, p_error: Option<Text>, p_worker_id: Option<Text>, attempt: Option<i32>) -> bool {
     let job_id = required(p_task_id, "p_task_id");
     settle(include_str!("../../sql/queries/queue_fail.sql"), job_id, p_worker_id, attempt, p_error.into(), types::TEXT)
 }
 
-fn extend(p_task_id: Option<i64>, p_lease: Option<Interval>, p_worker_id: Option<&str>, attempt: Option<i32>) -> bool {
+fn extend(p_task_id: Option<i64>, p_lease: Option<Interval>, p_worker_id: Option<Text>, attempt: Option<i32>) -> bool {
     let job_id = required(p_task_id, "p_task_id");
     let lease = positive_interval(p_lease, "p_lease");
     settle(include_str!("../../sql/queries/queue_extend.sql"), job_id, p_worker_id, attempt, lease.into(), types::INTERVAL)
@@ -74,14 +74,14 @@ fn extend(p_task_id: Option<i64>, p_lease: Option<Interval>, p_worker_id: Option
 /// Marks this worker's job completed.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn complete_task(p_task_id: Option<i64>, p_worker_id: default!(Option<&str>, "NULL")) -> bool {
+fn complete_task(p_task_id: Option<i64>, p_worker_id: default!(Option<Text>, "NULL")) -> bool {
     complete(p_task_id, p_worker_id, None)
 }
 
 /// Marks attempt `p_attempt` of this worker's job completed.
 #[pg_extern(name = "complete_task")]
 #[search_path(pg_catalog, pg_temp)]
-fn complete_attempt(p_task_id: Option<i64>, p_worker_id: Option<&str>, p_attempt: Option<i32>) -> bool {
+fn complete_attempt(p_task_id: Option<i64>, p_worker_id: Option<Text>, p_attempt: Option<i32>) -> bool {
     complete(p_task_id, p_worker_id, Some(required(p_attempt, "p_attempt")))
 }
 
@@ -91,8 +91,8 @@ fn complete_attempt(p_task_id: Option<i64>, p_worker_id: Option<&str>, p_attempt
 #[search_path(pg_catalog, pg_temp)]
 fn fail_task(
     p_task_id: Option<i64>,
-    p_error: default!(Option<&str>, "NULL"),
-    p_worker_id: default!(Option<&str>, "NULL"),
+    p_error: default!(Option<Text>, "NULL"),
+    p_worker_id: default!(Option<Text>, "NULL"),
 ) -> bool {
     fail(p_task_id, p_error, p_worker_id, None)
 }
@@ -102,8 +102,8 @@ fn fail_task(
 #[search_path(pg_catalog, pg_temp)]
 fn fail_attempt(
     p_task_id: Option<i64>,
-    p_error: Option<&str>,
-    p_worker_id: Option<&str>,
+    p_error: Option<Text>,
+    p_worker_id: Option<Text>,
     p_attempt: Option<i32>,
 ) -> bool {
     fail(p_task_id, p_error, p_worker_id, Some(required(p_attempt, "p_attempt")))
@@ -115,7 +115,7 @@ fn fail_attempt(
 fn extend_task_lease(
     p_task_id: Option<i64>,
     p_lease: Option<Interval>,
-    p_worker_id: default!(Option<&str>, "NULL"),
+    p_worker_id: default!(Option<Text>, "NULL"),
 ) -> bool {
     extend(p_task_id, p_lease, p_worker_id, None)
 }
@@ -126,7 +126,7 @@ fn extend_task_lease(
 fn extend_attempt_lease(
     p_task_id: Option<i64>,
     p_lease: Option<Interval>,
-    p_worker_id: Option<&str>,
+    p_worker_id: Option<Text>,
     p_attempt: Option<i32>,
 ) -> bool {
     extend(p_task_id, p_lease, p_worker_id, Some(required(p_attempt, "p_attempt")))

@@ -7,6 +7,7 @@ use pgrx::PgSqlErrorCode;
 
 use super::logic::Window;
 use crate::errors::raise_with_hint;
+use crate::text::Text;
 use crate::shared::{self, RateEntry};
 
 /// How many slots a lookup inspects before declaring the partition full.
@@ -20,11 +21,11 @@ pub enum Kind {
 
 /// Shared memory is server-wide; the database is part of the key, as each
 /// database has its own table-mode state too.
-pub fn hash_key(kind: Kind, key: &str) -> [u8; 16] {
+pub fn hash_key(kind: Kind, key: &Text) -> [u8; 16] {
     let mut hasher = Md5::new();
     hasher.update([kind as u8]);
     hasher.update(unsafe { pgrx::pg_sys::MyDatabaseId }.to_u32().to_le_bytes());
-    hasher.update(key.as_bytes());
+    hasher.update(key.bytes());
     hasher.finalize().into()
 }
 

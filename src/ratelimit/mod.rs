@@ -17,6 +17,7 @@ mod ratelimit_tests;
 
 pub use table::prune_expired;
 
+use crate::text::{self, Text};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
@@ -28,14 +29,6 @@ const MICROS_PER_SECOND: i64 = 1_000_000;
 
 fn now_us() -> i64 {
     unsafe { pgrx::pg_sys::GetCurrentTimestamp() }
-}
-
-fn rate_key(p_key: Option<&str>) -> &str {
-    let key = required(p_key, "p_key");
-    if key.is_empty() {
-        raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, "p_key must not be empty");
-    }
-    key
 }
 
 fn positive(value: Option<i32>, argument: &str) -> i32 {
@@ -66,8 +59,8 @@ fn ceil_ms(us: i64) -> i64 {
 /// `p_window_seconds`; a window opens at the first call after the previous
 /// one ended.
 #[pg_extern]
-fn check_rate_limit(p_key: Option<&str>, p_max_requests: Option<i32>, p_window_seconds: Option<i32>) -> bool {
-    let key = rate_key(p_key);
+fn check_rate_limit(p_key: Option<Text>, p_max_requests: Option<i32>, p_window_seconds: Option<i32>) -> bool {
+    let key = &text::name(p_key, "p_key");
     let max_requests = positive(p_max_requests, "p_max_requests");
     let length_us = positive(p_window_seconds, "p_window_seconds") as i64 * MICROS_PER_SECOND;
     let now = now_us();
@@ -88,7 +81,7 @@ fn check_rate_limit(p_key: Option<&str>, p_max_requests: Option<i32>, p_window_s
 /// `p_period_seconds`. `p_quantity` 0 peeks without consuming.
 #[pg_extern]
 fn throttle(
-    p_key: Option<&str>,
+    p_key: Option<Text>,
     p_max_burst: Option<i32>,
     p_count_per_period: Option<i32>,
     p_period_seconds: Option<f64>,
@@ -103,7 +96,7 @@ fn throttle(
         name!(reset_after_ms, i64),
     ),
 > {
-    let key = rate_key(p_key);
+    let key = &text::name(p_key, "p_key");
     let max_burst = required(p_max_burst, "p_max_burst");
     if max_burst < 0 {
         raise(
@@ -145,7 +138,7 @@ fn throttle(
 /// its bounds. No row when the key has no open window.
 #[pg_extern]
 fn rate_limit_status(
-    p_key: Option<&str>,
+    p_key: Option<Text>,
 ) -> TableIterator<
     'static,
     (
@@ -155,7 +148,7 @@ fn rate_limit_status(
         name!(window_end, TimestampWithTimeZone),
     ),
 > {
-    let key = rate_key(p_key);
+    let key = &text::name(p_key, "p_key");
     let now = now_us();
     let window: Option<Window> = if crate::shared::available() {
         memory::peek(&memory::hash_key(Kind::Window, key), now).map(|e| memory::window_of(&e))
@@ -169,8 +162,8 @@ fn rate_limit_status(
 
 /// Forgets all rate-limit state of `p_key` (windows and GCRA); true if it had any.
 #[pg_extern]
-fn reset_rate_limit(p_key: Option<&str>) -> bool {
-    let key = rate_key(p_key);
+fn reset_rate_limit(p_key: Option<Text>) -> bool {
+    let key = &text::name(p_key, "p_key");
     let now = now_us();
     if crate::shared::available() {
         let window = memory::forget(&memory::hash_key(Kind::Window, key), now);

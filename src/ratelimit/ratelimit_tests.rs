@@ -98,7 +98,7 @@ mod tests {
         Spi::run("SELECT distlock.check_rate_limit(NULL, 1, 1)").expect("call");
     }
 
-    #[pg_test(error = "p_key must not be empty")]
+    #[pg_test(error = "p_key must not be blank, got \"\"")]
     fn ratelimit_empty_key() {
         Spi::run("SELECT distlock.check_rate_limit('', 1, 1)").expect("call");
     }

@@ -2,18 +2,16 @@
 
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
-use pgrx::PgSqlErrorCode;
+
+use crate::text::Text;
 
 use super::logic::{Gcra, Verdict, Window};
 use super::to_timestamp;
-use crate::errors::raise;
+use crate::errors::OrRaise;
 use crate::plans::{first_value, plan, types};
 
-fn internal(e: pgrx::spi::SpiError) -> ! {
-    raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
-}
 
-pub fn admit(key: &str, now_us: i64, length_us: i64, max_requests: i32) -> bool {
+pub fn admit(key: &Text, now_us: i64, length_us: i64, max_requests: i32) -> bool {
     crate::errors::require_primary("record rate-limit state");
     Spi::connect_mut(|client| {
         let stmt = plan(
@@ -24,25 +22,25 @@ pub fn admit(key: &str, now_us: i64, length_us: i64, max_requests: i32) -> bool 
         client
             .update(&*stmt, None, &[key.into(), to_timestamp(now_us).into(), length_us.into(), max_requests.into()])
             .map(|rows| !rows.is_empty())
-            .unwrap_or_else(|e| internal(e))
+            .or_raise()
     })
 }
 
-pub fn window(key: &str, now_us: i64) -> Option<Window> {
+pub fn window(key: &Text, now_us: i64) -> Option<Window> {
     Spi::connect(|client| {
         let stmt = plan(
             client,
             include_str!("../../sql/queries/rl_window_status.sql"),
             &[types::TEXT, types::TIMESTAMPTZ],
         );
-        let rows = client.select(&*stmt, None, &[key.into(), to_timestamp(now_us).into()]).unwrap_or_else(|e| internal(e));
+        let rows = client.select(&*stmt, None, &[key.into(), to_timestamp(now_us).into()]).or_raise();
         if rows.is_empty() {
             return None;
         }
         let row = rows.first();
-        let (count, max_requests) = row.get_two::<i32, i32>().unwrap_or_else(|e| internal(e));
-        let start = row.get::<TimestampWithTimeZone>(3).unwrap_or_else(|e| internal(e))?;
-        let end = row.get::<TimestampWithTimeZone>(4).unwrap_or_else(|e| internal(e))?;
+        let (count, max_requests) = row.get_two::<i32, i32>().or_raise();
+        let start = row.get::<TimestampWithTimeZone>(3).or_raise()?;
+        let end = row.get::<TimestampWithTimeZone>(4).or_raise()?;
         Some(Window {
             start_us: start.into_inner(),
             length_us: end.into_inner() - start.into_inner(),
@@ -52,35 +50,35 @@ pub fn window(key: &str, now_us: i64) -> Option<Window> {
     })
 }
 
-fn locked_tat(client: &mut SpiClient<'_>, key: &str, now_us: i64) -> i64 {
+fn locked_tat(client: &mut SpiClient<'_>, key: &Text, now_us: i64) -> i64 {
     let lock = plan(client, include_str!("../../sql/queries/rl_gcra_lock.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
     client
         .update(&*lock, None, &[key.into(), to_timestamp(now_us).into()])
         .and_then(first_value::<TimestampWithTimeZone>)
-        .unwrap_or_else(|e| internal(e))
+        .or_raise()
         .map_or(now_us, |tat| tat.into_inner())
 }
 
-pub fn throttle(key: &str, now_us: i64, gcra: &Gcra, quantity: i32) -> Verdict {
+pub fn throttle(key: &Text, now_us: i64, gcra: &Gcra, quantity: i32) -> Verdict {
     crate::errors::require_primary("record rate-limit state");
     Spi::connect_mut(|client| {
         let tat = locked_tat(client, key, now_us);
         let verdict = gcra.throttle(Some(tat), now_us, quantity);
         if let Some(new_tat) = verdict.new_tat_us.filter(|t| *t != tat) {
             let store = plan(client, include_str!("../../sql/queries/rl_gcra_store.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
-            client.update(&*store, None, &[key.into(), to_timestamp(new_tat).into()]).unwrap_or_else(|e| internal(e));
+            client.update(&*store, None, &[key.into(), to_timestamp(new_tat).into()]).or_raise();
         }
         verdict
     })
 }
 
-pub fn reset(key: &str, now_us: i64) -> bool {
+pub fn reset(key: &Text, now_us: i64) -> bool {
     Spi::connect_mut(|client| {
         let stmt = plan(client, include_str!("../../sql/queries/rl_reset.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
         client
             .update(&*stmt, None, &[key.into(), to_timestamp(now_us).into()])
             .and_then(first_value::<bool>)
-            .unwrap_or_else(|e| internal(e))
+            .or_raise()
             .unwrap_or(false)
     })
 }
@@ -88,5 +86,5 @@ pub fn reset(key: &str, now_us: i64) -> bool {
 /// Deletes expired table state (called by the sweep).
 pub fn prune_expired(client: &SpiClient<'_>) {
     let stmt = plan(client, include_str!("../../sql/queries/rl_prune.sql"), &[]);
-    client.select(&*stmt, None, &[]).unwrap_or_else(|e| internal(e));
+    client.select(&*stmt, None, &[]).or_raise();
 }

@@ -5,11 +5,10 @@ use std::sync::atomic::Ordering;
 
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
-use pgrx::PgSqlErrorCode;
 
 use super::clock::{now_ms, wait_until};
 use super::{pack, step, MAX_SEQUENCE};
-use crate::errors::raise;
+use crate::errors::OrRaise;
 use crate::plans::{first_value, plan, types};
 use crate::shared::{self, SnowflakeSlot};
 
@@ -17,9 +16,6 @@ use crate::shared::{self, SnowflakeSlot};
 /// worker id may wait up to this long for the clock to pass the reservation.
 const RESERVATION_MS: i64 = 100;
 
-fn internal(e: pgrx::spi::SpiError) -> ! {
-    raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
-}
 
 /// After a restart: resume above the persisted mark.
 fn load(client: &SpiClient<'_>, slot: &SnowflakeSlot, worker_id: i32) {
@@ -27,7 +23,7 @@ fn load(client: &SpiClient<'_>, slot: &SnowflakeSlot, worker_id: i32) {
     let mark = client
         .select(&*stmt, None, &[worker_id.into()])
         .and_then(first_value::<i64>)
-        .unwrap_or_else(|e| internal(e))
+        .or_raise()
         .unwrap_or(0);
     let mark = super::checked_mark(worker_id, mark);
     slot.state.fetch_max(pack(mark, MAX_SEQUENCE), Ordering::AcqRel);
@@ -46,14 +42,14 @@ fn reserve(client: &SpiClient<'_>, slot: &'static SnowflakeSlot, worker_id: i32,
     let wrote = if ms > reserved {
         // Not covered at all: this ID must not be returned before its mark is written.
         let stmt = plan(client, include_str!("../../sql/queries/sf_store_mark.sql"), &[types::INT4, types::INT8]);
-        client.select(&*stmt, None, &[worker_id.into(), target.into()]).unwrap_or_else(|e| internal(e));
+        client.select(&*stmt, None, &[worker_id.into(), target.into()]).or_raise();
         true
     } else {
         let stmt = plan(client, include_str!("../../sql/queries/sf_try_store_mark.sql"), &[types::INT4, types::INT8]);
         client
             .select(&*stmt, None, &[worker_id.into(), target.into()])
             .map(|rows| !rows.is_empty())
-            .unwrap_or_else(|e| internal(e))
+            .or_raise()
     };
     if wrote {
         slot.reserved_until.fetch_max(target, Ordering::AcqRel);

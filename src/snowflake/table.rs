@@ -7,11 +7,10 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use pgrx::prelude::*;
-use pgrx::PgSqlErrorCode;
 
 use super::clock::{now_ms, wait_until};
 use super::{pack, step, unpack};
-use crate::errors::raise;
+use crate::errors::OrRaise;
 use crate::plans::{first_value, plan, types};
 
 thread_local! {
@@ -19,20 +18,17 @@ thread_local! {
     static LOCKED: RefCell<HashMap<i32, u64>> = RefCell::new(HashMap::new());
 }
 
-fn internal(e: pgrx::spi::SpiError) -> ! {
-    raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
-}
 
 /// Locks the worker id's row and returns the first state of this transaction.
 fn lock_and_start(worker_id: i32) -> u64 {
     let mark = Spi::connect_mut(|client| {
         let ensure = plan(client, include_str!("../../sql/queries/sf_ensure_row.sql"), &[types::INT4]);
-        client.update(&*ensure, None, &[worker_id.into()]).unwrap_or_else(|e| internal(e));
+        client.update(&*ensure, None, &[worker_id.into()]).or_raise();
         let lock = plan(client, include_str!("../../sql/queries/sf_lock_mark.sql"), &[types::INT4]);
         client
             .update(&*lock, None, &[worker_id.into()])
             .and_then(first_value::<i64>)
-            .unwrap_or_else(|e| internal(e))
+            .or_raise()
             .unwrap_or(0)
     });
     // IDs issued by a transaction that rolled back are not in the mark; they
@@ -58,7 +54,7 @@ fn write_mark(worker_id: i32) {
     };
     Spi::connect_mut(|client| {
         let stmt = plan(client, include_str!("../../sql/queries/sf_store_mark.sql"), &[types::INT4, types::INT8]);
-        client.update(&*stmt, None, &[worker_id.into(), unpack(state).0.into()]).unwrap_or_else(|e| internal(e));
+        client.update(&*stmt, None, &[worker_id.into(), unpack(state).0.into()]).or_raise();
     });
 }
 

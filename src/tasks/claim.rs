@@ -1,10 +1,11 @@
 //! Taking one task: lock first, then re-check and log under the lock.
 
+use crate::text::{self, Text};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::PgSqlErrorCode;
 
-use crate::errors::{raise, require_primary, required, worker_id};
+use crate::errors::{raise, require_primary, required, OrRaise};
 use crate::lock_keys::{task_lock_id, try_lock_task, unlock_task, TryLock};
 use crate::plans::{plan, types};
 use crate::xact;
@@ -25,7 +26,7 @@ pub enum Claim {
 /// The lock is taken before the task row is read again, and that read
 /// follows the row to its latest committed version, so a claim can never
 /// act on a due slot that a just-committed release has already finished.
-pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &str, only_if_due: bool) -> Claim {
+pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: bool) -> Claim {
     match try_lock_task(task_id) {
         TryLock::Busy => return Claim::Busy,
         TryLock::AlreadyHeld => return Claim::AlreadyHeldHere,
@@ -50,10 +51,10 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &str, only_if_due: bo
             ],
         )
         .and_then(|rows| if rows.is_empty() { Ok(None) } else { rows.first().get_two::<i64, i64>().map(Some) })
-        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+        .or_raise();
     match claimed {
         Some((Some(log_id), Some(fencing_token))) => {
-            super::held::claimed(task_id, super::held::Held { log_id, worker: worker.to_string() });
+            super::held::claimed(task_id, super::held::Held { log_id, worker: worker.clone() });
             Claim::Claimed { fencing_token }
         }
         _ => {
@@ -69,7 +70,7 @@ pub fn task_exists(client: &SpiClient<'_>, task_id: i32) -> bool {
     client
         .select(&*stmt, None, &[task_id.into()])
         .map(|rows| !rows.is_empty())
-        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+        .or_raise()
 }
 
 pub fn raise_unknown_task(task_id: i32) -> ! {
@@ -81,11 +82,11 @@ pub fn raise_unknown_task(task_id: i32) -> ! {
 /// it, it is disabled, or this session already runs it.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn try_acquire_task_lock(p_task_id: Option<i32>, p_worker_id: Option<&str>) -> bool {
+fn try_acquire_task_lock(p_task_id: Option<i32>, p_worker_id: Option<Text>) -> bool {
     require_primary("claim tasks");
     let task_id = required(p_task_id, "p_task_id");
-    let worker = worker_id(p_worker_id, "p_worker_id");
-    Spi::connect(|client| match claim(client, task_id, worker, false) {
+    let worker = text::name(p_worker_id, "p_worker_id");
+    Spi::connect(|client| match claim(client, task_id, &worker, false) {
         Claim::Claimed { .. } => true,
         Claim::NotEligible if !task_exists(client, task_id) => raise_unknown_task(task_id),
         Claim::NotEligible | Claim::Busy | Claim::AlreadyHeldHere => false,

@@ -2,9 +2,8 @@
 //! belong to, and are refused once that claim is no longer the current one.
 
 use pgrx::prelude::*;
-use pgrx::PgSqlErrorCode;
 
-use crate::errors::{raise, required};
+use crate::errors::{required, OrRaise};
 use crate::plans::{first_value, plan, types};
 
 /// True only for the token of the claim that currently runs the task.
@@ -18,7 +17,7 @@ fn check_fencing_token(p_task_id: Option<i32>, p_token: Option<i64>) -> bool {
         let current = client
             .select(&*stmt, None, &[task_id.into()])
             .and_then(first_value::<i64>)
-            .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+            .or_raise();
         current == Some(token)
     })
 }

@@ -1,11 +1,11 @@
 //! Workers asking for due tasks.
 
+use crate::text::{self, Text};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
-use pgrx::PgSqlErrorCode;
 
 use super::claim::{claim, Claim};
-use crate::errors::{int_in_range, raise, require_primary, worker_id};
+use crate::errors::{int_in_range, require_primary, OrRaise};
 use crate::plans::plan;
 
 const MAX_TASKS_PER_CALL: i32 = 1000;
@@ -13,35 +13,33 @@ const CANDIDATE_BATCH: i64 = 32;
 
 pub struct Claimed {
     pub task_id: i32,
-    pub task_name: String,
-    pub task_type: String,
+    pub task_name: Text,
+    pub task_type: Text,
     pub fencing_token: i64,
 }
 
 /// Claims up to `max` due tasks, earliest `next_run_at` first, skipping
 /// tasks that other sessions hold.
-fn claim_due_tasks(client: &SpiClient<'_>, worker: &str, max: usize) -> Vec<Claimed> {
+fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize) -> Vec<Claimed> {
     let stmt = plan(client, include_str!("../../sql/queries/due_tasks.sql"), &[]);
     let mut cursor = client
         .try_open_cursor(&*stmt, &[])
-        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()));
+        .or_raise();
     let mut claimed = Vec::new();
     while claimed.len() < max {
-        let batch: Vec<(i32, String, String)> = cursor
+        let batch: Vec<(i32, Text, Text)> = cursor
             .fetch(CANDIDATE_BATCH)
             .and_then(|rows| {
                 rows.map(|row| {
                     Ok((
                         row.get::<i32>(1)?.unwrap_or_default(),
-                        row.get::<String>(2)?.unwrap_or_default(),
-                        row.get::<String>(3)?.unwrap_or_default(),
+                        row.get::<Text>(2)?.unwrap_or_default(),
+                        row.get::<Text>(3)?.unwrap_or_default(),
                     ))
                 })
                 .collect()
             })
-            .unwrap_or_else(|e: pgrx::spi::SpiError| {
-                raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
-            });
+            .or_raise();
         if batch.is_empty() {
             break;
         }
@@ -62,20 +60,20 @@ fn claim_due_tasks(client: &SpiClient<'_>, worker: &str, max: usize) -> Vec<Clai
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn worker_fetch_and_execute_task(
-    p_worker_id: Option<&str>,
+    p_worker_id: Option<Text>,
 ) -> TableIterator<
     'static,
     (
         name!(task_id, Option<i32>),
-        name!(task_name, Option<String>),
-        name!(task_type, Option<String>),
+        name!(task_name, Option<Text>),
+        name!(task_type, Option<Text>),
         name!(acquired, bool),
         name!(fencing_token, Option<i64>),
     ),
 > {
     require_primary("claim tasks");
-    let worker = worker_id(p_worker_id, "p_worker_id");
-    let row = match Spi::connect(|client| claim_due_tasks(client, worker, 1)).pop() {
+    let worker = text::name(p_worker_id, "p_worker_id");
+    let row = match Spi::connect(|client| claim_due_tasks(client, &worker, 1)).pop() {
         Some(c) => (Some(c.task_id), Some(c.task_name), Some(c.task_type), true, Some(c.fencing_token)),
         None => (None, None, None, false, None),
     };
@@ -86,21 +84,21 @@ fn worker_fetch_and_execute_task(
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn try_acquire_multiple_tasks(
-    p_worker_id: Option<&str>,
+    p_worker_id: Option<Text>,
     p_max_tasks: default!(Option<i32>, 3),
 ) -> TableIterator<
     'static,
     (
         name!(task_id, i32),
-        name!(task_name, String),
+        name!(task_name, Text),
         name!(acquired, bool),
         name!(fencing_token, i64),
     ),
 > {
     require_primary("claim tasks");
-    let worker = worker_id(p_worker_id, "p_worker_id");
+    let worker = text::name(p_worker_id, "p_worker_id");
     let max = int_in_range(p_max_tasks, "p_max_tasks", 1..=MAX_TASKS_PER_CALL);
-    let claimed = Spi::connect(|client| claim_due_tasks(client, worker, max as usize));
+    let claimed = Spi::connect(|client| claim_due_tasks(client, &worker, max as usize));
     TableIterator::new(
         claimed.into_iter().map(|c| (c.task_id, c.task_name, true, c.fencing_token)),
     )

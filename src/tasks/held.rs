@@ -9,12 +9,13 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+use crate::text::Text;
 use crate::xact;
 
 #[derive(Debug, Clone)]
 pub struct Held {
     pub log_id: i64,
-    pub worker: String,
+    pub worker: Text,
 }
 
 thread_local! {

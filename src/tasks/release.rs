@@ -1,18 +1,19 @@
 //! Finishing a claim.
 
+use crate::text::{self, Text};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::PgSqlErrorCode;
 
 use super::claim::{raise_unknown_task, task_exists};
-use crate::errors::{raise, raise_with_hint, required, worker_id};
+use crate::errors::{raise, raise_with_hint, required, OrRaise};
 use crate::lock_keys::{holds_task_lock, unlock_task};
 use crate::plans::{first_value, plan, types};
 use crate::xact;
 
 /// Ends running claim `log_id` with `status` and schedules the task's next
 /// run (see sql/queries/finish_claim.sql); false when it was not running.
-pub fn finish_claim(client: &SpiClient<'_>, log_id: i64, status: &str, error: Option<&str>) -> bool {
+pub fn finish_claim(client: &SpiClient<'_>, log_id: i64, status: &str, error: Option<&Text>) -> bool {
     let stmt = plan(
         client,
         include_str!("../../sql/queries/finish_claim.sql"),
@@ -21,7 +22,7 @@ pub fn finish_claim(client: &SpiClient<'_>, log_id: i64, status: &str, error: Op
     client
         .select(&*stmt, None, &[log_id.into(), status.into(), error.into()])
         .map(|rows| !rows.is_empty())
-        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+        .or_raise()
 }
 
 fn my_last_claim_status(client: &SpiClient<'_>, task_id: i32) -> Option<String> {
@@ -33,7 +34,7 @@ fn my_last_claim_status(client: &SpiClient<'_>, task_id: i32) -> Option<String> 
     client
         .select(&*stmt, None, &[task_id.into(), super::backend_start().into()])
         .and_then(first_value::<String>)
-        .unwrap_or_else(|e| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))
+        .or_raise()
 }
 
 /// Why this session has no running claim of `task_id` to release.
@@ -72,19 +73,20 @@ fn raise_not_releasable(client: &SpiClient<'_>, task_id: i32) -> ! {
 #[search_path(pg_catalog, pg_temp)]
 fn release_task_lock(
     p_task_id: Option<i32>,
-    p_worker_id: Option<&str>,
-    p_status: Option<&str>,
-    p_error_message: default!(Option<&str>, "NULL"),
+    p_worker_id: Option<Text>,
+    p_status: Option<Text>,
+    p_error_message: default!(Option<Text>, "NULL"),
 ) {
     let task_id = required(p_task_id, "p_task_id");
-    let worker = worker_id(p_worker_id, "p_worker_id");
-    let status = required(p_status, "p_status");
-    if status != "completed" && status != "failed" {
-        raise(
+    let worker = text::name(p_worker_id, "p_worker_id");
+    let status = match required(p_status, "p_status") {
+        s if s == "completed" => "completed",
+        s if s == "failed" => "failed",
+        s => raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("p_status must be 'completed' or 'failed', got \"{status}\""),
-        );
-    }
+            format!("p_status must be 'completed' or 'failed', got \"{s}\""),
+        ),
+    };
     Spi::connect(|client| {
         let Some(held) = super::held::get(task_id) else {
             raise_not_releasable(client, task_id);
@@ -95,7 +97,7 @@ fn release_task_lock(
                 format!("task {task_id} is claimed by worker \"{}\", not \"{worker}\"", held.worker),
             );
         }
-        if !finish_claim(client, held.log_id, status, p_error_message) {
+        if !finish_claim(client, held.log_id, status, p_error_message.as_ref()) {
             raise_not_releasable(client, task_id);
         }
         super::held::released(task_id);

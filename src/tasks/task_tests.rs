@@ -100,7 +100,7 @@ mod tests {
         run(&format!("SELECT distlock.try_acquire_task_lock({id}, NULL)"));
     }
 
-    #[pg_test(error = "p_worker_id must not be empty, got \"  \"")]
+    #[pg_test(error = "p_worker_id must not be blank, got \"  \"")]
     fn tasks_blank_worker_is_an_error() {
         let id = due_task("t1", None);
         claim(id, "  ");

@@ -8,6 +8,7 @@ mod support;
 mod contention;
 mod features;
 mod locks;
+mod names;
 mod operations;
 mod pooler;
 mod recovery;

@@ -190,3 +190,67 @@ fn concurrent_sweeps_never_recover_the_same_claim_twice() {
     let mut c = connect(&db);
     assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'abandoned'"), 60);
 }
+
+#[test]
+fn a_claim_left_uncommitted_in_an_open_transaction_is_ended_by_the_sweep() {
+    let db = fresh_db("recovery_uncommitted");
+    one_task(&db, "UPDATE distlock.scheduled_tasks SET timeout = '1 second';");
+    let mut hung = connect_to(primary_port(), &db, "hung-app");
+    let hung_pid = backend_pid(&mut hung);
+    hung.batch_execute("BEGIN").expect("begin");
+    assert_eq!(claim_one(&mut hung, "hung"), Some(1), "claimed inside the open transaction");
+
+    let mut sweeper = connect(&db);
+    assert_eq!(
+        count(&mut sweeper, "SELECT 1 FROM distlock.running_tasks"),
+        0,
+        "the claim's log row is not committed, so no running claim shows it"
+    );
+    assert_eq!(
+        count(&mut sweeper, &format!("SELECT 1 FROM distlock.blocked_tasks WHERE task_id = 1 AND pid = {hung_pid}")),
+        1,
+        "blocked_tasks shows the lock held without a committed claim"
+    );
+    assert_eq!(claim_one(&mut sweeper, "other"), None, "the task is blocked meanwhile");
+    assert!(sweep(&mut sweeper).is_empty(), "a young transaction is left alone");
+
+    eventually("the open transaction to pass the task's timeout", Duration::from_secs(10), || {
+        count(&mut sweeper, "SELECT 1 FROM distlock.blocked_tasks WHERE in_transaction_for > timeout") == 1
+    });
+    assert_eq!(sweep(&mut sweeper), vec![(1, "hung-app".to_string(), true)]);
+    assert!(backend_gone(&mut sweeper, hung_pid), "the holder was terminated");
+    assert!(hung.execute("SELECT 1", &[]).is_err(), "the hung session is gone");
+    assert_eq!(count(&mut sweeper, "SELECT 1 FROM distlock.task_execution_log"), 0, "its claim rolled back");
+    assert_eq!(claim_one(&mut sweeper, "other"), Some(1), "the due slot is claimed again");
+}
+
+#[test]
+fn a_foreign_holder_of_a_task_key_is_shown_and_not_mistaken_for_a_claim() {
+    let db = fresh_db("recovery_foreign");
+    one_task(&db, "UPDATE distlock.scheduled_tasks SET timeout = '1 millisecond';");
+    let mut foreign = connect_to(primary_port(), &db, "foreign-app");
+    let foreign_pid = backend_pid(&mut foreign);
+    foreign
+        .batch_execute("SELECT pg_advisory_lock(distlock.task_lock_class(), 1)")
+        .expect("a plain advisory lock on the task's key");
+
+    let mut worker = connect(&db);
+    assert_eq!(claim_one(&mut worker, "w"), None, "the task cannot be claimed");
+    let shown: (i32, String, String) = {
+        let row = worker
+            .query_one("SELECT pid, application_name, state FROM distlock.blocked_tasks WHERE task_id = 1", &[])
+            .expect("blocked_tasks shows the holder");
+        (row.get(0), row.get(1), row.get(2))
+    };
+    assert_eq!(shown, (foreign_pid, "foreign-app".to_string(), "idle".to_string()));
+    assert_eq!(
+        count(&mut worker, "SELECT 1 FROM distlock.advisory_locks WHERE is_task_lock AND task_id = 1 AND held_for IS NULL"),
+        1
+    );
+    // Outside a transaction there is no age to judge it by: the sweep leaves
+    // it, though the task's timeout (1 ms) has long passed.
+    assert!(sweep(&mut worker).is_empty(), "a session lock outside a transaction is not terminated");
+    foreign.batch_execute("SELECT pg_advisory_unlock(distlock.task_lock_class(), 1)").expect("unlock");
+    assert_eq!(count(&mut worker, "SELECT 1 FROM distlock.blocked_tasks"), 0);
+    assert_eq!(claim_one(&mut worker, "w"), Some(1));
+}
