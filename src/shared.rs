@@ -22,10 +22,12 @@ const SEGMENT: &CStr = c"pg_distlock shared state";
 pub struct SnowflakeSlot {
     /// (Unix milliseconds << 12) | sequence of the last ID issued.
     pub state: AtomicU64,
-    /// Unix milliseconds up to which issued IDs are covered by distlock.id_generator.
+    /// Unix milliseconds up to which issued IDs are covered by the marks file.
     pub reserved_until: AtomicI64,
-    /// Whether id_generator's mark was read since the server started.
+    /// Whether the persisted mark was read since the server started.
     pub loaded: AtomicBool,
+    /// Set while one backend writes this worker id's mark.
+    pub persisting: AtomicBool,
 }
 
 #[repr(C)]

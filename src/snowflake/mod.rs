@@ -5,6 +5,7 @@
 //! id's row in distlock.id_generator, locked once per transaction.
 
 mod clock;
+mod marks;
 mod memory;
 mod table;
 #[cfg(any(test, feature = "pg_test"))]

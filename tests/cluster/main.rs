@@ -12,4 +12,5 @@ mod names;
 mod operations;
 mod pooler;
 mod recovery;
+mod snowflake;
 mod upgrade;
