@@ -11,6 +11,7 @@ mod locks;
 mod names;
 mod operations;
 mod pooler;
+mod privileges;
 mod recovery;
 mod snowflake;
 mod upgrade;
