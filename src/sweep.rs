@@ -23,7 +23,6 @@ struct RunningClaim {
     timeout: String,
 }
 
-
 fn lock_running_claims(client: &SpiClient<'_>) -> Vec<i64> {
     let stmt = plan(client, include_str!("../sql/queries/lock_running_claims.sql"), &[]);
     client

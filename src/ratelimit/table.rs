@@ -10,7 +10,6 @@ use super::to_timestamp;
 use crate::errors::OrRaise;
 use crate::plans::{first_value, plan, types};
 
-
 pub fn admit(key: &Text, now_us: i64, length_us: i64, max_requests: i32) -> bool {
     crate::errors::require_primary("record rate-limit state");
     Spi::connect_mut(|client| {

@@ -18,7 +18,6 @@ thread_local! {
     static LOCKED: RefCell<HashMap<i32, u64>> = RefCell::new(HashMap::new());
 }
 
-
 /// Locks the worker id's row and returns the first state of this transaction.
 fn lock_and_start(worker_id: i32) -> u64 {
     let mark = Spi::connect_mut(|client| {

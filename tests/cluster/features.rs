@@ -44,8 +44,7 @@ fn snowflake_one_million_ids_from_8_connections_are_unique_and_increasing() {
         assert_eq!(all.len(), 1_000_000, "{mode}: one million distinct IDs");
         let max_id = *all.iter().max().expect("ids");
         let mark = if mode == "memory" {
-            let file = std::fs::read(format!("{}/pg_distlock/snowflake_marks", pgdata())).expect("marks file");
-            i64::from_le_bytes(file[5 * 8..6 * 8].try_into().expect("8 bytes"))
+            persisted_snowflake_mark(5)
         } else {
             let mut c = connect_to(port, &db, "check");
             c.query_one("SELECT last_ms FROM distlock.id_generator WHERE worker_id = 5", &[]).expect("mark").get(0)

@@ -8,13 +8,6 @@ use crate::support::*;
 
 const EPOCH_MS: i64 = 1_609_459_200_000;
 
-/// The persisted mark of `worker_id` in the primary's marks file.
-fn persisted_mark(worker_id: i64) -> i64 {
-    let bytes = std::fs::read(format!("{}/pg_distlock/snowflake_marks", pgdata())).unwrap_or_default();
-    let at = (worker_id * 8) as usize;
-    bytes.get(at..at + 8).map_or(0, |b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
-}
-
 fn id_ms(id: i64) -> i64 {
     (id >> 22) + EPOCH_MS
 }
@@ -41,7 +34,7 @@ fn memory_mode_marks_are_server_wide_and_survive_a_restart_from_any_database() {
     let before = generate(&mut connect(&a), 9);
     let last_b = generate_for(&mut connect(&b), 9, Duration::from_millis(300));
     assert!(last_b > before);
-    assert!(persisted_mark(9) >= id_ms(last_b), "the server-wide mark covers IDs issued in another database");
+    assert!(persisted_snowflake_mark(9) >= id_ms(last_b), "the server-wide mark covers IDs issued in another database");
     let first_after = generate(&mut crash_restart_primary(&a), 9);
     assert!(first_after > last_b, "after a restart database A resumes above database B's IDs");
 }
@@ -53,7 +46,7 @@ fn memory_mode_marks_are_kept_when_the_caller_rolls_back() {
     c.batch_execute("BEGIN").expect("begin");
     let last = generate_for(&mut c, 11, Duration::from_millis(300));
     c.batch_execute("ROLLBACK").expect("rollback");
-    assert!(persisted_mark(11) >= id_ms(last), "IDs handed out before the rollback stay covered");
+    assert!(persisted_snowflake_mark(11) >= id_ms(last), "IDs handed out before the rollback stay covered");
     assert!(generate(&mut c, 11) > last);
 }
 

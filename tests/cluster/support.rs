@@ -133,3 +133,12 @@ pub fn pg_tool(port: u16, tool: &str, args: &[&str]) {
         .unwrap_or_else(|e| panic!("{tool}: {e}"));
     assert!(status.success(), "{tool} {args:?} failed");
 }
+
+/// The memory-mode mark of `worker_id` in the primary's marks file
+/// (pg_distlock/snowflake_marks: one little-endian int64 per worker id), 0
+/// when none was written.
+pub fn persisted_snowflake_mark(worker_id: i64) -> i64 {
+    let bytes = std::fs::read(format!("{}/pg_distlock/snowflake_marks", pgdata())).unwrap_or_default();
+    let at = (worker_id * 8) as usize;
+    bytes.get(at..at + 8).map_or(0, |b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+}
