@@ -133,6 +133,46 @@ fn rate_limit_memory_table_reuses_expired_slots_and_refuses_when_full() {
 /// Consumers are killed mid-job; with leases, every job still completes
 /// exactly once (a result is only kept when complete_task returns true in
 /// the same transaction).
+/// A throttle call that meets the sweep deleting its key's expired state
+/// still records its request. The interleaving is forced with a row lock:
+/// a pinning transaction holds the row, the sweep's delete queues on it,
+/// then the throttle call queues behind the sweep.
+#[test]
+fn table_mode_gcra_keeps_a_request_that_races_the_sweeps_prune() {
+    let port = plain_port();
+    let db = fresh_db_on(port, "features_gcra_prune");
+    let mut pin = connect_to(port, &db, "pin");
+    pin.batch_execute("INSERT INTO distlock.rate_limit_gcra (key, tat) VALUES ('raced', now() - interval '1 hour')")
+        .expect("expired state");
+    pin.batch_execute("BEGIN; SELECT 1 FROM distlock.rate_limit_gcra WHERE key = 'raced' FOR UPDATE")
+        .expect("pinned");
+    let mut monitor = connect_to(port, &db, "monitor");
+    let mut waits_on_a_lock = |who: &str| {
+        count(
+            &mut monitor,
+            &format!("SELECT 1 FROM pg_stat_activity WHERE application_name = '{who}' AND wait_event_type = 'Lock'"),
+        ) == 1
+    };
+    let in_session = |who: &'static str, sql: &'static str| {
+        let db = db.clone();
+        thread::spawn(move || connect_to(port, &db, who).query_one(sql, &[]).map(|row| row.get::<_, bool>(0)))
+    };
+    let sweep = in_session("sweeper", "SELECT count(*) >= 0 FROM distlock.check_and_recover_timeout_tasks()");
+    eventually("the sweep's prune to queue on the row", Duration::from_secs(10), || waits_on_a_lock("sweeper"));
+    // No burst, one request per hour: this call is admitted, and any other
+    // within the hour must be refused.
+    let call = in_session("caller", "SELECT allowed FROM distlock.throttle('raced', 0, 1, 3600)");
+    eventually("the throttle call to queue behind the sweep", Duration::from_secs(10), || waits_on_a_lock("caller"));
+    pin.batch_execute("COMMIT").expect("unpin");
+    assert_eq!(sweep.join().expect("sweeper").expect("sweep"), true);
+    assert_eq!(call.join().expect("caller").expect("throttle"), true, "the raced call is admitted");
+    let again: bool = pin
+        .query_one("SELECT allowed FROM distlock.throttle('raced', 0, 1, 3600)", &[])
+        .expect("throttle")
+        .get(0);
+    assert!(!again, "the raced request was recorded, so the next one within the hour is refused");
+}
+
 #[test]
 fn queue_processes_every_job_exactly_once_while_consumers_are_killed() {
     let db = fresh_db("features_queue");
