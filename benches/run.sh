@@ -98,6 +98,24 @@ for keys in 10k hot; do
   fi
 done
 
+echo "== one call's cost by security form, one backend (ms, best of 3)"
+# The same C function bound three ways: as pg_distlock binds it (no pinned
+# search_path, rights switched in the code), with a pinned search_path, and
+# SECURITY DEFINER with a pinned search_path.
+psql_on "$memory_port" -c "
+  SELECT distlock.acquire_lease('bench-form', 'me', '1 hour');
+  CREATE SCHEMA forms;
+  CREATE FUNCTION forms.pinned(text, bigint) RETURNS boolean LANGUAGE c STABLE
+    AS '\$libdir/pg_distlock', 'check_lease_token_wrapper' SET search_path = pg_catalog, pg_temp;
+  CREATE FUNCTION forms.definer_pinned(text, bigint) RETURNS boolean LANGUAGE c STABLE SECURITY DEFINER
+    AS '\$libdir/pg_distlock', 'check_lease_token_wrapper' SET search_path = pg_catalog, pg_temp;" >/dev/null
+calls() { best_ms "$memory_port" "SELECT count($1('bench-form', 1)) FROM generate_series(1, 200000) g"; }
+ours=$(calls distlock.check_lease_token)
+pinned=$(calls forms.pinned)
+definer=$(calls forms.definer_pinned)
+row "lease check x 200k, ms: pinned search_path" "$pinned" "$ours" "$(ratio "$pinned" "$ours")"
+row "  same, SECURITY DEFINER + pinned search_path" "$definer" "$ours" "$(ratio "$definer" "$ours")"
+
 echo
 echo "pg_distlock benchmark, $(date -u +%Y-%m-%d)"
 echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(free -g | awk '/Mem:/ { print $2 }') GiB"
@@ -112,3 +130,4 @@ echo "One check per pgbench transaction is bound by the client round trip on thi
 echo "the 100-per-transaction rows show the server-side cost of a check."
 echo "The PL/pgSQL snowflake generator rewrites one row per ID, which grows quadratically within"
 echo "a statement, so it is measured over 10k IDs (its best per-ID rate) against 1M for pg_distlock."
+echo "The lease-check rows compare ways of binding one function (baseline: the other form)."

@@ -32,3 +32,4 @@ SELECT pg_catalog.pg_extension_config_dump('distlock.leader_state', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.lease_token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.task_queue_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.lock_names', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.role_capabilities', '');

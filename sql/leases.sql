@@ -13,7 +13,9 @@ CREATE TABLE distlock.lease_state (
     token       bigint NOT NULL,
     acquired_at timestamptz NOT NULL,
     renewed_at  timestamptz NOT NULL,
-    expires_at  timestamptz NOT NULL
+    expires_at  timestamptz NOT NULL,
+    -- The role that took it (an OID: rows survive a restore whatever roles exist).
+    holder_role oid
 );
 
 COMMENT ON TABLE distlock.lease_state IS 'Leases (see distlock.leases).';
@@ -28,7 +30,8 @@ CREATE TABLE distlock.semaphore_holders (
     owner       text NOT NULL,
     acquired_at timestamptz NOT NULL,
     expires_at  timestamptz NOT NULL,
-    PRIMARY KEY (name, owner)
+    PRIMARY KEY (name, owner),
+    holder_role oid
 );
 
 CREATE TABLE distlock.leader_state (
@@ -37,7 +40,8 @@ CREATE TABLE distlock.leader_state (
     term       bigint NOT NULL,
     elected_at timestamptz NOT NULL,
     renewed_at timestamptz NOT NULL,
-    expires_at timestamptz NOT NULL
+    expires_at timestamptz NOT NULL,
+    holder_role oid
 );
 
 CREATE VIEW distlock.leases AS

@@ -11,17 +11,14 @@
 -- forms keep their signatures, defaults and grants.
 CREATE FUNCTION distlock.complete_task(p_task_id bigint, p_worker_id text, p_attempt int)
 RETURNS bool
-SET search_path TO pg_catalog, pg_temp
 LANGUAGE c AS 'MODULE_PATHNAME', 'complete_attempt_wrapper';
 
 CREATE FUNCTION distlock.fail_task(p_task_id bigint, p_error text, p_worker_id text, p_attempt int)
 RETURNS bool
-SET search_path TO pg_catalog, pg_temp
 LANGUAGE c AS 'MODULE_PATHNAME', 'fail_attempt_wrapper';
 
 CREATE FUNCTION distlock.extend_task_lease(p_task_id bigint, p_lease interval, p_worker_id text, p_attempt int)
 RETURNS bool
-SET search_path TO pg_catalog, pg_temp
 LANGUAGE c AS 'MODULE_PATHNAME', 'extend_attempt_lease_wrapper';
 
 REVOKE ALL ON FUNCTION distlock.complete_task(bigint, text, int),
@@ -135,17 +132,14 @@ DROP TABLE distlock_queue_stats_acl;
 -- leases, leaderships and semaphore slots, lock names), for pg_cron.
 CREATE FUNCTION distlock.prune_jobs(p_older_than interval DEFAULT '7 days')
 RETURNS bigint
-SET search_path TO pg_catalog, pg_temp
 LANGUAGE c AS 'MODULE_PATHNAME', 'prune_jobs_wrapper';
 
 CREATE FUNCTION distlock.prune_leases(p_older_than interval DEFAULT '1 day')
 RETURNS bigint
-SET search_path TO pg_catalog, pg_temp
 LANGUAGE c AS 'MODULE_PATHNAME', 'prune_leases_wrapper';
 
 CREATE FUNCTION distlock.prune_lock_names(p_older_than interval DEFAULT '30 days')
 RETURNS bigint
-SET search_path TO pg_catalog, pg_temp
 LANGUAGE c AS 'MODULE_PATHNAME', 'prune_lock_names_wrapper';
 
 REVOKE ALL ON FUNCTION distlock.prune_jobs(interval),
@@ -180,3 +174,214 @@ COMMENT ON VIEW distlock.blocked_tasks IS
     'Task locks held without a committed running claim (an uncommitted claim or a foreign advisory lock).';
 
 GRANT SELECT ON distlock.blocked_tasks TO pg_monitor;
+
+-- Least privilege: holds record the role that took them (release, renew,
+-- complete, fail, extend and resign act only for that role or an admin);
+-- capabilities say which functions a role may call. Holds taken before
+-- this update have no role and are settled by owner string, as before.
+ALTER TABLE distlock.lease_state ADD COLUMN holder_role oid;
+ALTER TABLE distlock.semaphore_holders ADD COLUMN holder_role oid;
+ALTER TABLE distlock.leader_state ADD COLUMN holder_role oid;
+ALTER TABLE distlock.task_queue ADD COLUMN holder_role oid;
+ALTER TABLE distlock.task_execution_log ADD COLUMN holder_role oid;
+
+CREATE TABLE distlock.role_capabilities (
+    -- regrole, not oid: a restore maps capabilities to roles by name.
+    role       regrole NOT NULL,
+    capability text NOT NULL,
+    granted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (role, capability),
+    CONSTRAINT role_capabilities_capability_known CHECK (
+        capability IN ('worker', 'producer', 'consumer', 'monitor', 'admin'))
+);
+
+COMMENT ON TABLE distlock.role_capabilities IS
+    'Capabilities granted with distlock.grant_capability; admin may act on other roles'' holds.';
+
+-- The privileges a capability consists of, as (privilege, object) pairs for
+-- GRANT. admin is every other capability plus the administrative functions
+-- and the task definitions (but never the columns tokens live in).
+CREATE FUNCTION distlock.capability_privileges(p_capability text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT g.privilege, g.object FROM (VALUES
+    -- Pure helpers, for everyone with a capability.
+    ('any',      'USAGE',   'SCHEMA distlock'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.lock_id(text)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.get_task_lock_id(text)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.task_lock_class()'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.cron_next(text, timestamptz)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_timestamp(bigint)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_worker_id(bigint)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_sequence(bigint)'),
+    -- Scheduled tasks and the coordination primitives a service uses.
+    ('worker',   'EXECUTE', 'FUNCTION distlock.worker_fetch_and_execute_task(text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_multiple_tasks(text, integer)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_task_lock(integer, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_task_lock(integer, text, text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.check_fencing_token(integer, bigint)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.lock(bigint, interval, boolean, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.lock(text, interval, boolean, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_lock(bigint, boolean, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_lock(text, boolean, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.unlock(bigint, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.unlock(text, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.unlock_all()'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.acquire_lease(text, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.renew_lease(text, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_lease(text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.check_lease_token(text, bigint)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.acquire_semaphore(text, integer, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_semaphore(text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_become_leader(text, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.resign_leader(text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.check_rate_limit(text, integer, integer)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.throttle(text, integer, integer, double precision, integer)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.rate_limit_status(text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.generate_snowflake_id(integer)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.bump_version()'),
+    -- The job queue.
+    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text, integer)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.fail_task(bigint, text, text)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.fail_task(bigint, text, text, integer)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.extend_task_lease(bigint, interval, text)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.extend_task_lease(bigint, interval, text, integer)'),
+    -- The monitoring views (what pg_monitor is granted).
+    ('monitor',  'SELECT',  'distlock.advisory_locks, distlock.lock_waits, distlock.running_tasks, '
+                            'distlock.task_stats, distlock.queue_stats, distlock.leases, distlock.leaders, '
+                            'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
+    -- Recovery, retention and resets; defining tasks.
+    ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limit(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.reset_lock_stats()'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.prune_execution_log(interval)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.prune_jobs(interval)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.prune_leases(interval)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),
+    ('admin',    'SELECT, INSERT, DELETE', 'distlock.scheduled_tasks'),
+    ('admin',    'UPDATE (task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
+                 'max_retries, retry_delay, consecutive_failures)', 'distlock.scheduled_tasks'),
+    ('admin',    'USAGE',   'SEQUENCE distlock.scheduled_tasks_id_seq'),
+    ('admin',    'SELECT',  'distlock.task_execution_log, distlock.task_queue')
+) AS g (capability, privilege, object)
+WHERE g.capability OPERATOR(pg_catalog.=) ANY (
+    CASE p_capability
+        WHEN 'admin' THEN ARRAY['any', 'worker', 'producer', 'consumer', 'monitor', 'admin']
+        ELSE ARRAY['any', p_capability]
+    END)
+$$;
+
+-- Gives p_role a capability: records it (admin is what lets a role act on
+-- other roles' holds) and grants its privileges. Idempotent. Only the
+-- extension's owner (or a superuser) can run it.
+CREATE FUNCTION distlock.grant_capability(p_role regrole, p_capability text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g record;
+BEGIN
+    IF p_role IS NULL OR p_capability IS NULL THEN
+        RAISE EXCEPTION 'p_role and p_capability must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF p_capability OPERATOR(pg_catalog.<>) ALL (ARRAY['worker', 'producer', 'consumer', 'monitor', 'admin']) THEN
+        RAISE EXCEPTION 'unknown capability "%"', p_capability
+            USING ERRCODE = '22023', HINT = 'One of worker, producer, consumer, monitor, admin.';
+    END IF;
+    INSERT INTO distlock.role_capabilities (role, capability) VALUES (p_role, p_capability)
+    ON CONFLICT DO NOTHING;
+    FOR g IN SELECT * FROM distlock.capability_privileges(p_capability) LOOP
+        EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', g.privilege, g.object, p_role);
+    END LOOP;
+END
+$$;
+
+-- Takes a capability away: revokes its privileges, then grants again what
+-- the role's remaining capabilities include.
+CREATE FUNCTION distlock.revoke_capability(p_role regrole, p_capability text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g record;
+    kept text;
+BEGIN
+    IF p_role IS NULL OR p_capability IS NULL THEN
+        RAISE EXCEPTION 'p_role and p_capability must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    DELETE FROM distlock.role_capabilities c
+     WHERE c.role OPERATOR(pg_catalog.=) p_role AND c.capability OPERATOR(pg_catalog.=) p_capability;
+    FOR g IN SELECT * FROM distlock.capability_privileges(p_capability) LOOP
+        EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %s',
+                                  pg_catalog.split_part(g.privilege, ' (', 1), g.object, p_role);
+    END LOOP;
+    FOR kept IN SELECT c.capability FROM distlock.role_capabilities c
+                 WHERE c.role OPERATOR(pg_catalog.=) p_role LOOP
+        PERFORM distlock.grant_capability(p_role, kept);
+    END LOOP;
+END
+$$;
+
+REVOKE ALL ON FUNCTION distlock.capability_privileges(text),
+                       distlock.grant_capability(regrole, text),
+                       distlock.revoke_capability(regrole, text) FROM PUBLIC;
+REVOKE ALL ON distlock.role_capabilities FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('distlock.role_capabilities', '');
+
+-- Functions no longer pin search_path: every name in their statements is
+-- schema-qualified (types and operators too), and a per-call SET search_path
+-- cost about 1.2 µs (README Performance).
+ALTER FUNCTION distlock.acquire_semaphore(text,integer,text,interval) RESET search_path;
+ALTER FUNCTION distlock.check_and_recover_timeout_tasks(integer) RESET search_path;
+ALTER FUNCTION distlock.check_fencing_token(integer,bigint) RESET search_path;
+ALTER FUNCTION distlock.complete_task(bigint,text) RESET search_path;
+ALTER FUNCTION distlock.consume_task(text,interval) RESET search_path;
+ALTER FUNCTION distlock.consume_tasks(integer,text,interval) RESET search_path;
+ALTER FUNCTION distlock.enqueue_task(text,jsonb,timestamp with time zone,integer,integer) RESET search_path;
+ALTER FUNCTION distlock.extend_task_lease(bigint,interval,text) RESET search_path;
+ALTER FUNCTION distlock.fail_task(bigint,text,text) RESET search_path;
+ALTER FUNCTION distlock.prune_execution_log(interval) RESET search_path;
+ALTER FUNCTION distlock.release_semaphore(text,text) RESET search_path;
+ALTER FUNCTION distlock.release_task_lock(integer,text,text,text) RESET search_path;
+ALTER FUNCTION distlock.resign_leader(text,text) RESET search_path;
+ALTER FUNCTION distlock.try_acquire_multiple_tasks(text,integer) RESET search_path;
+ALTER FUNCTION distlock.try_acquire_task_lock(integer,text) RESET search_path;
+ALTER FUNCTION distlock.try_become_leader(text,text,interval) RESET search_path;
+ALTER FUNCTION distlock.worker_fetch_and_execute_task(text) RESET search_path;
+
+-- 0.1.0's README had worker roles write the tables and use the sequences;
+-- the functions no longer need that, and it let a worker forge tokens. Every
+-- write privilege on a table and every sequence privilege held by a role
+-- other than the owner goes; SELECT grants stay.
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN
+        SELECT c.oid::pg_catalog.regclass AS rel, c.relkind, a.privilege_type,
+               CASE a.grantee WHEN 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END AS grantee
+          FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'distlock'::pg_catalog.regnamespace
+           AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+           AND ((c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::"char"[])
+                 AND a.privilege_type OPERATOR(pg_catalog.<>) 'SELECT')
+                OR c.relkind OPERATOR(pg_catalog.=) 'S')
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE %s ON %s %s FROM %s',
+                                  g.privilege_type,
+                                  CASE WHEN g.relkind OPERATOR(pg_catalog.=) 'S' THEN 'SEQUENCE' ELSE 'TABLE' END,
+                                  g.rel, g.grantee);
+    END LOOP;
+END
+$$;

@@ -27,7 +27,9 @@ CREATE TABLE distlock.task_queue (
     CONSTRAINT task_queue_max_attempts_positive CHECK (max_attempts >= 1),
     CONSTRAINT task_queue_attempts_nonnegative CHECK (attempts >= 0),
     CONSTRAINT task_queue_processing_has_lease CHECK (
-        (status = 'processing') = (lease_expires_at IS NOT NULL))
+        (status = 'processing') = (lease_expires_at IS NOT NULL)),
+    -- The role of the consumer holding the job (an OID, see lease_state).
+    holder_role      oid
 );
 
 COMMENT ON TABLE distlock.task_queue IS

@@ -62,7 +62,9 @@ CREATE TABLE distlock.task_execution_log (
     -- next_run_at of the task when it was claimed: the due slot this run serves.
     -- completed_at is NULL exactly while status is 'running' (every writer
     -- sets both; finish_claim.sql relies on it).
-    scheduled_for        timestamptz
+    scheduled_for        timestamptz,
+    -- The role that claimed the run (an OID, see lease_state).
+    holder_role          oid
 );
 
 COMMENT ON TABLE distlock.task_execution_log IS

@@ -3,6 +3,7 @@
 
 use pgrx::prelude::*;
 
+mod access;
 mod coordination;
 mod errors;
 mod gucs;
@@ -42,6 +43,7 @@ pgrx::extension_sql_file!("../sql/queue.sql", name = "queue", requires = ["schem
 pgrx::extension_sql_file!("../sql/ratelimit.sql", name = "ratelimit", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/snowflake.sql", name = "snowflake", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/leases.sql", name = "leases", requires = ["schema"]);
+pgrx::extension_sql_file!("../sql/access.sql", name = "access", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/grants.sql", name = "grants", finalize);
 
 #[pg_guard]

@@ -59,6 +59,7 @@ pub mod types {
     pub const INT8: PgOid = PgOid::BuiltIn(BuiltinOid::INT8OID);
     pub const TEXT: PgOid = PgOid::BuiltIn(BuiltinOid::TEXTOID);
     pub const BOOL: PgOid = PgOid::BuiltIn(BuiltinOid::BOOLOID);
+    pub const OID: PgOid = PgOid::BuiltIn(BuiltinOid::OIDOID);
     pub const TIMESTAMPTZ: PgOid = PgOid::BuiltIn(BuiltinOid::TIMESTAMPTZOID);
     pub const JSONB: PgOid = PgOid::BuiltIn(BuiltinOid::JSONBOID);
     pub const INTERVAL: PgOid = PgOid::BuiltIn(BuiltinOid::INTERVALOID);

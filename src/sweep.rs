@@ -69,8 +69,9 @@ fn holder_holds_lock(client: &SpiClient<'_>, task_id: i32, pid: i32) -> bool {
         .unwrap_or(false)
 }
 
-/// Mirrors pg_terminate_backend's permission rule, so a backend we may not
-/// signal is reported instead of aborting the whole sweep.
+/// Mirrors pg_terminate_backend's permission rule for the owner the sweep
+/// runs as, so a backend it may not signal is reported instead of aborting
+/// the whole sweep; a superuser's backend is ended only for a superuser caller.
 fn may_terminate(pid: i32) -> bool {
     unsafe {
         let proc_ = pg_sys::BackendPidGetProc(pid);
@@ -78,7 +79,7 @@ fn may_terminate(pid: i32) -> bool {
             return false;
         }
         let role = (*proc_).roleId;
-        if role != pg_sys::InvalidOid && pg_sys::superuser_arg(role) && !pg_sys::superuser() {
+        if role != pg_sys::InvalidOid && pg_sys::superuser_arg(role) && !pg_sys::superuser_arg(crate::access::caller()) {
             return false;
         }
         let me = pg_sys::GetUserId();
@@ -165,7 +166,6 @@ fn end_uncommitted_claims(client: &SpiClient<'_>, timeout_minutes: i32) -> Vec<(
 /// table-mode rate-limit state.
 /// Safe to run concurrently and often, e.g. every minute from pg_cron.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn check_and_recover_timeout_tasks(
     p_timeout_minutes: default!(Option<i32>, 30),
 ) -> TableIterator<
@@ -180,7 +180,7 @@ fn check_and_recover_timeout_tasks(
             format!("p_timeout_minutes must be positive, got {timeout_minutes}"),
         );
     }
-    let recovered = Spi::connect(|client| {
+    let recovered = crate::access::connect(|client| {
         // Expired job leases are reclaimable anyway; tidying them here keeps
         // queue_stats truthful when no consumer is polling.
         crate::queue::reap_expired_leases(client, 10_000);

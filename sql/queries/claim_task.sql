@@ -1,7 +1,8 @@
 -- Claims a task whose lock this backend has just taken: re-checks, on the
 -- latest committed row version, that the task is enabled (and due when $2),
 -- hands out the next fencing token and logs the run.
--- $1 task id, $2 only if due, $3 worker id, $4 lock id, $5 holder backend start.
+-- $1 task id, $2 only if due, $3 worker id, $4 lock id, $5 holder backend start,
+-- $6 the claiming role.
 -- The claim's time is its own (clock_timestamp), not its transaction's start.
 WITH claimed AS (
     SELECT pg_catalog.clock_timestamp() AS at
@@ -17,8 +18,8 @@ task AS (
 )
 INSERT INTO distlock.task_execution_log
        (task_id, worker_id, status, started_at, lock_id, holder_pid, holder_backend_start,
-        fencing_token, attempt, scheduled_for)
+        fencing_token, attempt, scheduled_for, holder_role)
 SELECT id, $3, 'running', last_run_at, $4, pg_catalog.pg_backend_pid(), $5,
-       current_token, consecutive_failures OPERATOR(pg_catalog.+) 1, next_run_at
+       current_token, consecutive_failures OPERATOR(pg_catalog.+) 1, next_run_at, $6
   FROM task
 RETURNING id, fencing_token

@@ -8,4 +8,4 @@ UPDATE distlock.task_queue
    AND worker_id OPERATOR(pg_catalog.=) $2
    AND ($4::int IS NULL OR attempts OPERATOR(pg_catalog.=) $4)
    AND $3::boolean IS NULL
-RETURNING id
+RETURNING id, holder_role

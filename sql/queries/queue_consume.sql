@@ -1,4 +1,4 @@
--- Claims up to $1 runnable jobs for worker $2 with a lease of $3.
+-- Claims up to $1 runnable jobs for worker $2 of role $4 with a lease of $3.
 WITH next AS (
     SELECT id
       FROM distlock.task_queue
@@ -11,6 +11,7 @@ WITH next AS (
 UPDATE distlock.task_queue q
    SET status = 'processing',
        worker_id = $2,
+       holder_role = $4,
        started_at = pg_catalog.clock_timestamp(),
        lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $3,
        attempts = q.attempts OPERATOR(pg_catalog.+) 1

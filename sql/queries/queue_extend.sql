@@ -3,4 +3,4 @@ UPDATE distlock.task_queue
  WHERE id OPERATOR(pg_catalog.=) $1 AND status OPERATOR(pg_catalog.=) 'processing'
    AND worker_id OPERATOR(pg_catalog.=) $2
    AND ($4::int IS NULL OR attempts OPERATOR(pg_catalog.=) $4)
-RETURNING id
+RETURNING id, holder_role

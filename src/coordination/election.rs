@@ -4,7 +4,8 @@ use crate::text::{self, Text};
 use pgrx::prelude::*;
 use pgrx::spi::SpiTupleTable;
 
-use super::{first_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL};
+use super::{checked_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL_ROLE};
+use crate::access::caller;
 use crate::errors::{positive_interval, require_primary};
 use crate::plans::types;
 
@@ -22,7 +23,6 @@ fn read_leadership(rows: SpiTupleTable<'_>) -> pgrx::spi::SpiResult<Option<Leade
 /// `p_ttl`. Returns whether `p_node` leads now, the current term (strictly
 /// increasing with each new leader), the leader and when its lease ends.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn try_become_leader(
     p_group: Option<Text>,
     p_node: Option<Text>,
@@ -41,12 +41,12 @@ fn try_become_leader(
     let ttl = positive_interval(p_ttl, "p_ttl");
     require_primary("elect leaders");
     let at = now();
-    let (is_leader, (term, leader, expires_at)) = Spi::connect(|client| {
+    let (is_leader, (term, leader, expires_at)) = crate::access::connect(|client| {
         let elected = run(
             client,
             include_str!("../../sql/queries/leader_campaign.sql"),
-            &NAME_OWNER_NOW_TTL,
-            &[(&group).into(), (&node).into(), at.into(), ttl.into()],
+            &NAME_OWNER_NOW_TTL_ROLE,
+            &[(&group).into(), (&node).into(), at.into(), ttl.into(), caller().into()],
             read_leadership,
         );
         match elected {
@@ -69,17 +69,16 @@ fn try_become_leader(
 
 /// Steps `p_node` down as leader of `p_group`; true when it was the live leader.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn resign_leader(p_group: Option<Text>, p_node: Option<Text>) -> bool {
     let group = text::name(p_group, "p_group");
     let node = text::name(p_node, "p_node");
-    Spi::connect(|client| {
+    crate::access::connect(|client| {
         run(
             client,
             include_str!("../../sql/queries/leader_resign.sql"),
             &NAME_OWNER_NOW,
             &[(&group).into(), (&node).into(), now().into()],
-            first_bool,
+            |rows| checked_bool(client, rows, || format!("the leadership of group \"{group}\"")),
         )
     })
 }

@@ -7,7 +7,8 @@
 use crate::text::{self, Text};
 use pgrx::prelude::*;
 
-use super::{first_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL};
+use super::{checked_bool, first_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL, NAME_OWNER_NOW_TTL_ROLE};
+use crate::access::caller;
 use crate::errors::{positive_interval, require_primary, required};
 use crate::plans::{first_value, types};
 
@@ -21,12 +22,12 @@ fn acquire_lease(p_name: Option<Text>, p_owner: Option<Text>, p_ttl: Option<Inte
     let owner = text::name(p_owner, "p_owner");
     let ttl = positive_interval(p_ttl, "p_ttl");
     require_primary("take leases");
-    Spi::connect(|client| {
+    crate::access::connect(|client| {
         run(
             client,
             include_str!("../../sql/queries/lease_acquire.sql"),
-            &NAME_OWNER_NOW_TTL,
-            &[(&name).into(), (&owner).into(), now().into(), ttl.into()],
+            &NAME_OWNER_NOW_TTL_ROLE,
+            &[(&name).into(), (&owner).into(), now().into(), ttl.into(), caller().into()],
             first_value::<i64>,
         )
     })
@@ -40,13 +41,13 @@ fn renew_lease(p_name: Option<Text>, p_owner: Option<Text>, p_ttl: Option<Interv
     let owner = text::name(p_owner, "p_owner");
     let ttl = positive_interval(p_ttl, "p_ttl");
     require_primary("renew leases");
-    Spi::connect(|client| {
+    crate::access::connect(|client| {
         run(
             client,
             include_str!("../../sql/queries/lease_renew.sql"),
             &NAME_OWNER_NOW_TTL,
             &[(&name).into(), (&owner).into(), now().into(), ttl.into()],
-            |rows| Ok(!rows.is_empty()),
+            |rows| checked_bool(client, rows, || format!("lease \"{name}\"")),
         )
     })
 }
@@ -57,13 +58,13 @@ fn renew_lease(p_name: Option<Text>, p_owner: Option<Text>, p_ttl: Option<Interv
 fn release_lease(p_name: Option<Text>, p_owner: Option<Text>) -> bool {
     let name = text::name(p_name, "p_name");
     let owner = text::name(p_owner, "p_owner");
-    Spi::connect(|client| {
+    crate::access::connect(|client| {
         run(
             client,
             include_str!("../../sql/queries/lease_release.sql"),
             &NAME_OWNER_NOW,
             &[(&name).into(), (&owner).into(), now().into()],
-            first_bool,
+            |rows| checked_bool(client, rows, || format!("lease \"{name}\"")),
         )
     })
 }
@@ -73,7 +74,7 @@ fn release_lease(p_name: Option<Text>, p_owner: Option<Text>) -> bool {
 #[pg_extern]
 fn force_release_lease(p_name: Option<Text>) -> bool {
     let name = text::name(p_name, "p_name");
-    Spi::connect(|client| {
+    crate::access::connect(|client| {
         run(
             client,
             include_str!("../../sql/queries/lease_force_release.sql"),
@@ -90,7 +91,7 @@ fn force_release_lease(p_name: Option<Text>) -> bool {
 fn check_lease_token(p_name: Option<Text>, p_token: Option<i64>) -> bool {
     let name = text::name(p_name, "p_name");
     let token = required(p_token, "p_token");
-    Spi::connect(|client| {
+    crate::access::connect(|client| {
         run(
             client,
             include_str!("../../sql/queries/lease_check.sql"),

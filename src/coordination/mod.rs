@@ -37,6 +37,22 @@ fn run<'c, R>(
 }
 
 /// The first column of the first row as a bool (false without a row).
+/// The first row's boolean, after checking that the caller may act on the
+/// hold (second column: the role that took it). An ERROR here undoes the
+/// statement that produced the row.
+fn checked_bool(
+    client: &SpiClient<'_>,
+    rows: SpiTupleTable<'_>,
+    what: impl FnOnce() -> String,
+) -> pgrx::spi::SpiResult<bool> {
+    if rows.is_empty() {
+        return Ok(false);
+    }
+    let (value, holder) = rows.first().get_two::<bool, pgrx::pg_sys::Oid>()?;
+    crate::access::require_holder(client, holder, what);
+    Ok(value.unwrap_or(false))
+}
+
 fn first_bool(rows: SpiTupleTable<'_>) -> pgrx::spi::SpiResult<bool> {
     crate::plans::first_value::<bool>(rows).map(|v| v.unwrap_or(false))
 }
@@ -44,3 +60,5 @@ fn first_bool(rows: SpiTupleTable<'_>) -> pgrx::spi::SpiResult<bool> {
 const NAME_OWNER_NOW: [pgrx::pg_sys::PgOid; 3] = [types::TEXT, types::TEXT, types::TIMESTAMPTZ];
 const NAME_OWNER_NOW_TTL: [pgrx::pg_sys::PgOid; 4] =
     [types::TEXT, types::TEXT, types::TIMESTAMPTZ, types::INTERVAL];
+const NAME_OWNER_NOW_TTL_ROLE: [pgrx::pg_sys::PgOid; 5] =
+    [types::TEXT, types::TEXT, types::TIMESTAMPTZ, types::INTERVAL, types::OID];

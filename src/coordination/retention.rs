@@ -29,10 +29,9 @@ fn delete_idle_semaphores(client: &mut SpiClient<'_>) -> i64 {
 /// many rows. Tokens and terms come from a sequence, so later holders
 /// still get larger ones.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn prune_leases(p_older_than: default!(Option<Interval>, "'1 day'")) -> i64 {
     let older_than = retention_interval(p_older_than, "p_older_than");
-    Spi::connect_mut(|client| {
+    crate::access::connect_mut(|client| {
         delete_older_than(client, include_str!("../../sql/queries/lease_prune.sql"), older_than)
             + delete_older_than(client, include_str!("../../sql/queries/leader_prune.sql"), older_than)
             + delete_older_than(client, include_str!("../../sql/queries/sem_holders_prune.sql"), older_than)

@@ -3,14 +3,14 @@
 use crate::text::{self, Text};
 use pgrx::prelude::*;
 
-use super::{first_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL};
+use super::{checked_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL_ROLE};
+use crate::access::caller;
 use crate::errors::{int_in_range, positive_interval, require_primary};
 use crate::plans::types;
 
 /// Takes (or renews) one of `p_max` places of semaphore `p_name` for
 /// `p_owner` for `p_ttl`; false when all places are held by others.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn acquire_semaphore(
     p_name: Option<Text>,
     p_max: Option<i32>,
@@ -23,7 +23,7 @@ fn acquire_semaphore(
     let ttl = positive_interval(p_ttl, "p_ttl");
     require_primary("take semaphores");
     let at = now();
-    Spi::connect(|client| {
+    crate::access::connect(|client| {
         // Acquirers of one semaphore queue on its row from here to commit.
         run(
             client,
@@ -42,16 +42,16 @@ fn acquire_semaphore(
         let renewed = run(
             client,
             include_str!("../../sql/queries/sem_renew.sql"),
-            &NAME_OWNER_NOW_TTL,
-            &[(&name).into(), (&owner).into(), at.into(), ttl.into()],
+            &NAME_OWNER_NOW_TTL_ROLE,
+            &[(&name).into(), (&owner).into(), at.into(), ttl.into(), caller().into()],
             |rows| Ok(!rows.is_empty()),
         );
         renewed
             || run(
                 client,
                 include_str!("../../sql/queries/sem_take.sql"),
-                &[types::TEXT, types::TEXT, types::TIMESTAMPTZ, types::INTERVAL, types::INT8],
-                &[(&name).into(), (&owner).into(), at.into(), ttl.into(), (max as i64).into()],
+                &[types::TEXT, types::TEXT, types::TIMESTAMPTZ, types::INTERVAL, types::INT8, types::OID],
+                &[(&name).into(), (&owner).into(), at.into(), ttl.into(), (max as i64).into(), caller().into()],
                 |rows| Ok(!rows.is_empty()),
             )
     })
@@ -59,17 +59,16 @@ fn acquire_semaphore(
 
 /// Gives back `p_owner`'s place in semaphore `p_name`; true when it held one.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn release_semaphore(p_name: Option<Text>, p_owner: Option<Text>) -> bool {
     let name = text::name(p_name, "p_name");
     let owner = text::name(p_owner, "p_owner");
-    Spi::connect(|client| {
+    crate::access::connect(|client| {
         run(
             client,
             include_str!("../../sql/queries/sem_release.sql"),
             &NAME_OWNER_NOW,
             &[(&name).into(), (&owner).into(), now().into()],
-            first_bool,
+            |rows| checked_bool(client, rows, || format!("a slot of semaphore \"{name}\"")),
         )
     })
 }

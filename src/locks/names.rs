@@ -2,13 +2,14 @@
 //! key came from and report two names that hash to one key.
 //!
 //! Names go to `distlock.lock_names` once per backend and key, in the
-//! caller's transaction; a backend first reads the names already recorded. The table has no unique constraint on purpose: an
-//! insert must never wait for another session's uncommitted insert of the
+//! caller's transaction and with the extension owner's rights; a backend
+//! first reads the names already recorded. The table has no unique
+//! constraint on purpose: an insert must never wait for another session's uncommitted insert of the
 //! same name (that would turn try_lock into a wait). A race can leave a
 //! duplicate row, which the views fold away.
 //! Nothing is written where a write would hurt the caller: on a standby, in
 //! a read-only or SERIALIZABLE transaction (a read here could make the
-//! caller's transaction fail with 40001), or without the privilege.
+//! caller's transaction fail with 40001).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -18,14 +19,11 @@ use pgrx::prelude::*;
 
 use crate::errors::OrRaise;
 use crate::text::Text;
-use crate::plans::{delete_older_than, first_value, plan, types};
+use crate::plans::{delete_older_than, plan, types};
 
 thread_local! {
     /// Keys whose name this backend knows to be recorded.
     static RECORDED: RefCell<HashMap<i64, Text>> = RefCell::new(HashMap::new());
-    /// (role, transaction start, answer) of the last privilege check on
-    /// lock_names: a GRANT is noticed from the next transaction on.
-    static MAY_RECORD: RefCell<Option<(pg_sys::Oid, i64, bool)>> = const { RefCell::new(None) };
     /// Whether the names already in the table were read into RECORDED.
     static PRELOADED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
@@ -44,28 +42,6 @@ fn writing_is_harmless() -> bool {
             && !pg_sys::XactReadOnly
             && pg_sys::XactIsoLevel < pg_sys::XACT_SERIALIZABLE as i32
     }
-}
-
-fn role_may_record(client: &pgrx::spi::SpiClient<'_>) -> bool {
-    let role = unsafe { pg_sys::GetUserId() };
-    let transaction = unsafe { pg_sys::GetCurrentTransactionStartTimestamp() };
-    if let Some((checked, when, answer)) = MAY_RECORD.with(|m| *m.borrow()) {
-        if checked == role && when == transaction {
-            return answer;
-        }
-    }
-    let stmt = plan(
-        client,
-        "SELECT pg_catalog.has_table_privilege('distlock.lock_names', 'SELECT, INSERT')",
-        &[],
-    );
-    let answer = client
-        .select(&*stmt, None, &[])
-        .and_then(first_value::<bool>)
-        .or_raise()
-        .unwrap_or(false);
-    MAY_RECORD.with(|m| *m.borrow_mut() = Some((role, transaction, answer)));
-    answer
 }
 
 /// Reads up to PRELOAD_LIMIT recorded names, so that a new backend does
@@ -95,10 +71,7 @@ pub fn remember(key: i64, name: &Text) {
     if already_recorded(key, name) || !writing_is_harmless() {
         return;
     }
-    let inserted = Spi::connect_mut(|client| {
-        if !role_may_record(client) {
-            return false;
-        }
+    let inserted = crate::access::connect_mut(|client| {
         if !PRELOADED.get() {
             preload(client);
             if already_recorded(key, name) {
@@ -129,8 +102,7 @@ pub fn remember(key: i64, name: &Text) {
 /// name remembers it until it disconnects and does not record it again, so
 /// a long-lived session's later locks on a pruned name show no name.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn prune_lock_names(p_older_than: default!(Option<Interval>, "'30 days'")) -> i64 {
     let older_than = crate::errors::retention_interval(p_older_than, "p_older_than");
-    Spi::connect_mut(|client| delete_older_than(client, include_str!("../../sql/queries/lock_names_prune.sql"), older_than))
+    crate::access::connect_mut(|client| delete_older_than(client, include_str!("../../sql/queries/lock_names_prune.sql"), older_than))
 }

@@ -29,16 +29,17 @@ pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
 fn consume(p_batch: i32, p_worker_id: Option<Text>, p_lease: Option<Interval>) -> Vec<Job> {
     let lease = positive_interval(p_lease, "p_lease");
     crate::errors::require_primary("consume jobs");
-    Spi::connect(|client| {
+    crate::access::connect(|client| {
         let worker = resolve_worker(client, p_worker_id);
         reap_expired_leases(client, p_batch as i64);
         let stmt = plan(
             client,
             include_str!("../../sql/queries/queue_consume.sql"),
-            &[types::INT8, types::TEXT, types::INTERVAL],
+            &[types::INT8, types::TEXT, types::INTERVAL, types::OID],
         );
+        let role = crate::access::caller();
         client
-            .select(&*stmt, None, &[(p_batch as i64).into(), (&worker).into(), lease.into()])
+            .select(&*stmt, None, &[(p_batch as i64).into(), (&worker).into(), lease.into(), role.into()])
             .and_then(|rows| {
                 rows.map(|row| {
                     Ok((
@@ -63,7 +64,6 @@ fn consume(p_batch: i32, p_worker_id: Option<Text>, p_lease: Option<Interval>) -
 /// lease; zero rows when there is none. A NULL worker id falls back to the
 /// session's application_name or client address.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn consume_task(
     p_worker_id: default!(Option<Text>, "NULL"),
     p_lease: default!(Option<Interval>, "'5 minutes'"),
@@ -85,7 +85,6 @@ fn consume_task(
 
 /// Claims up to `p_batch` (1..1000) runnable jobs in one call.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn consume_tasks(
     p_batch: Option<i32>,
     p_worker_id: default!(Option<Text>, "NULL"),

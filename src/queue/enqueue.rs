@@ -10,7 +10,6 @@ use crate::plans::{first_value, plan, types};
 
 /// Queues a job; returns its id.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn enqueue_task(
     p_task_name: Option<Text>,
     p_payload: default!(Option<Payload>, "'{}'"),
@@ -23,7 +22,7 @@ fn enqueue_task(
     let run_after = required(p_run_after, "p_run_after");
     let priority = required(p_priority, "p_priority");
     let max_attempts = crate::errors::int_in_range(p_max_attempts, "p_max_attempts", 1..=i32::MAX);
-    Spi::connect_mut(|client| {
+    crate::access::connect_mut(|client| {
         let stmt = plan(
             client,
             include_str!("../../sql/queries/queue_enqueue.sql"),

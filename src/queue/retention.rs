@@ -8,8 +8,7 @@ use crate::plans::delete_older_than;
 /// Deletes completed and dead jobs that finished more than `p_older_than`
 /// ago; returns how many. Jobs still to run or running are never deleted.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn prune_jobs(p_older_than: default!(Option<Interval>, "'7 days'")) -> i64 {
     let older_than = retention_interval(p_older_than, "p_older_than");
-    Spi::connect_mut(|client| delete_older_than(client, include_str!("../../sql/queries/queue_prune.sql"), older_than))
+    crate::access::connect_mut(|client| delete_older_than(client, include_str!("../../sql/queries/queue_prune.sql"), older_than))
 }

@@ -26,13 +26,17 @@ fn settle(
     extra: pgrx::datum::DatumWithOid<'_>,
     extra_type: pgrx::pg_sys::PgOid,
 ) -> bool {
-    Spi::connect(|client| {
+    crate::access::connect(|client| {
         let worker = resolve_worker(client, p_worker_id);
         let stmt = plan(client, sql, &[types::INT8, types::TEXT, extra_type, types::INT4]);
-        let changed = client
+        let holder = client
             .select(&*stmt, None, &[job_id.into(), (&worker).into(), extra, attempt.into()])
-            .map(|rows| !rows.is_empty())
+            .and_then(|rows| if rows.is_empty() { Ok(None) } else { rows.first().get::<pgrx::pg_sys::Oid>(2).map(Some) })
             .or_raise();
+        if let Some(holder) = holder {
+            crate::access::require_holder(client, holder, || format!("job {job_id}"));
+        }
+        let changed = holder.is_some();
         if !changed {
             let exists = plan(client, include_str!("../../sql/queries/queue_job_exists.sql"), &[types::INT8]);
             let found = client
@@ -73,14 +77,12 @@ fn extend(p_task_id: Option<i64>, p_lease: Option<Interval>, p_worker_id: Option
 
 /// Marks this worker's job completed.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn complete_task(p_task_id: Option<i64>, p_worker_id: default!(Option<Text>, "NULL")) -> bool {
     complete(p_task_id, p_worker_id, None)
 }
 
 /// Marks attempt `p_attempt` of this worker's job completed.
 #[pg_extern(name = "complete_task")]
-#[search_path(pg_catalog, pg_temp)]
 fn complete_attempt(p_task_id: Option<i64>, p_worker_id: Option<Text>, p_attempt: Option<i32>) -> bool {
     complete(p_task_id, p_worker_id, Some(required(p_attempt, "p_attempt")))
 }
@@ -88,7 +90,6 @@ fn complete_attempt(p_task_id: Option<i64>, p_worker_id: Option<Text>, p_attempt
 /// Records a failed attempt: retried after exponential backoff with jitter,
 /// or dead once its attempts are used up.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn fail_task(
     p_task_id: Option<i64>,
     p_error: default!(Option<Text>, "NULL"),
@@ -99,7 +100,6 @@ fn fail_task(
 
 /// Records that attempt `p_attempt` of this worker's job failed.
 #[pg_extern(name = "fail_task")]
-#[search_path(pg_catalog, pg_temp)]
 fn fail_attempt(
     p_task_id: Option<i64>,
     p_error: Option<Text>,
@@ -111,7 +111,6 @@ fn fail_attempt(
 
 /// Extends this worker's lease on a job to `p_lease` from now.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn extend_task_lease(
     p_task_id: Option<i64>,
     p_lease: Option<Interval>,
@@ -122,7 +121,6 @@ fn extend_task_lease(
 
 /// Extends the lease of attempt `p_attempt` of this worker's job.
 #[pg_extern(name = "extend_task_lease")]
-#[search_path(pg_catalog, pg_temp)]
 fn extend_attempt_lease(
     p_task_id: Option<i64>,
     p_lease: Option<Interval>,

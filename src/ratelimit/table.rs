@@ -12,7 +12,7 @@ use crate::plans::{first_value, plan, types};
 
 pub fn admit(key: &Text, now_us: i64, length_us: i64, max_requests: i32) -> bool {
     crate::errors::require_primary("record rate-limit state");
-    Spi::connect_mut(|client| {
+    crate::access::connect_mut(|client| {
         let stmt = plan(
             client,
             include_str!("../../sql/queries/rl_window_admit.sql"),
@@ -26,7 +26,7 @@ pub fn admit(key: &Text, now_us: i64, length_us: i64, max_requests: i32) -> bool
 }
 
 pub fn window(key: &Text, now_us: i64) -> Option<Window> {
-    Spi::connect(|client| {
+    crate::access::connect(|client| {
         let stmt = plan(
             client,
             include_str!("../../sql/queries/rl_window_status.sql"),
@@ -60,7 +60,7 @@ fn locked_tat(client: &mut SpiClient<'_>, key: &Text, now_us: i64) -> i64 {
 
 pub fn throttle(key: &Text, now_us: i64, gcra: &Gcra, quantity: i32) -> Verdict {
     crate::errors::require_primary("record rate-limit state");
-    Spi::connect_mut(|client| {
+    crate::access::connect_mut(|client| {
         let tat = locked_tat(client, key, now_us);
         let verdict = gcra.throttle(Some(tat), now_us, quantity);
         if let Some(new_tat) = verdict.new_tat_us.filter(|t| *t != tat) {
@@ -72,7 +72,7 @@ pub fn throttle(key: &Text, now_us: i64, gcra: &Gcra, quantity: i32) -> Verdict 
 }
 
 pub fn reset(key: &Text, now_us: i64) -> bool {
-    Spi::connect_mut(|client| {
+    crate::access::connect_mut(|client| {
         let stmt = plan(client, include_str!("../../sql/queries/rl_reset.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
         client
             .update(&*stmt, None, &[key.into(), to_timestamp(now_us).into()])

@@ -29,7 +29,7 @@ fn table_mark(client: &SpiClient<'_>, worker_id: i32) -> i64 {
 
 /// After a restart: resume above the persisted mark.
 fn load(slot: &SnowflakeSlot, worker_id: i32) {
-    let mark = marks::read(worker_id).max(Spi::connect(|client| table_mark(client, worker_id)));
+    let mark = marks::read(worker_id).max(crate::access::connect(|client| table_mark(client, worker_id)));
     let mark = super::checked_mark(worker_id, mark);
     slot.state.fetch_max(pack(mark, MAX_SEQUENCE), Ordering::AcqRel);
     slot.reserved_until.fetch_max(mark, Ordering::AcqRel);

@@ -6,7 +6,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use pgrx::prelude::*;
 
 use super::clock::{now_ms, wait_until};
 use super::{pack, step, unpack};
@@ -20,7 +19,7 @@ thread_local! {
 
 /// Locks the worker id's row and returns the first state of this transaction.
 fn lock_and_start(worker_id: i32) -> u64 {
-    let mark = Spi::connect_mut(|client| {
+    let mark = crate::access::connect_mut(|client| {
         let ensure = plan(client, include_str!("../../sql/queries/sf_ensure_row.sql"), &[types::INT4]);
         client.update(&*ensure, None, &[worker_id.into()]).or_raise();
         let lock = plan(client, include_str!("../../sql/queries/sf_lock_mark.sql"), &[types::INT4]);
@@ -51,7 +50,7 @@ fn write_mark(worker_id: i32) {
     let Some(state) = LOCKED.with(|l| l.borrow_mut().remove(&worker_id)) else {
         return;
     };
-    Spi::connect_mut(|client| {
+    crate::access::connect_mut(|client| {
         let stmt = plan(client, include_str!("../../sql/queries/sf_store_mark.sql"), &[types::INT4, types::INT8]);
         client.update(&*stmt, None, &[worker_id.into(), unpack(state).0.into()]).or_raise();
     });

@@ -36,8 +36,9 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: b
     let stmt = plan(
         client,
         include_str!("../../sql/queries/claim_task.sql"),
-        &[types::INT4, types::BOOL, types::TEXT, types::INT8, types::TIMESTAMPTZ],
+        &[types::INT4, types::BOOL, types::TEXT, types::INT8, types::TIMESTAMPTZ, types::OID],
     );
+    let role = crate::access::caller();
     let claimed = client
         .select(
             &*stmt,
@@ -48,13 +49,14 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: b
                 worker.into(),
                 task_lock_id(task_id).into(),
                 super::backend_start().into(),
+                role.into(),
             ],
         )
         .and_then(|rows| if rows.is_empty() { Ok(None) } else { rows.first().get_two::<i64, i64>().map(Some) })
         .or_raise();
     match claimed {
         Some((Some(log_id), Some(fencing_token))) => {
-            super::held::claimed(task_id, super::held::Held { log_id, worker: worker.clone() });
+            super::held::claimed(task_id, super::held::Held { log_id, worker: worker.clone(), role });
             Claim::Claimed { fencing_token }
         }
         _ => {
@@ -81,12 +83,11 @@ pub fn raise_unknown_task(task_id: i32) -> ! {
 /// took the task and logged a `running` run; false if another session holds
 /// it, it is disabled, or this session already runs it.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn try_acquire_task_lock(p_task_id: Option<i32>, p_worker_id: Option<Text>) -> bool {
     require_primary("claim tasks");
     let task_id = required(p_task_id, "p_task_id");
     let worker = text::name(p_worker_id, "p_worker_id");
-    Spi::connect(|client| match claim(client, task_id, &worker, false) {
+    crate::access::connect(|client| match claim(client, task_id, &worker, false) {
         Claim::Claimed { .. } => true,
         Claim::NotEligible if !task_exists(client, task_id) => raise_unknown_task(task_id),
         Claim::NotEligible | Claim::Busy | Claim::AlreadyHeldHere => false,

@@ -8,11 +8,10 @@ use crate::plans::{first_value, plan, types};
 
 /// True only for the token of the claim that currently runs the task.
 #[pg_extern(stable)]
-#[search_path(pg_catalog, pg_temp)]
 fn check_fencing_token(p_task_id: Option<i32>, p_token: Option<i64>) -> bool {
     let task_id = required(p_task_id, "p_task_id");
     let token = required(p_token, "p_token");
-    Spi::connect(|client| {
+    crate::access::connect(|client| {
         let stmt = plan(client, include_str!("../../sql/queries/current_token.sql"), &[types::INT4]);
         let current = client
             .select(&*stmt, None, &[task_id.into()])

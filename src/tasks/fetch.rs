@@ -58,7 +58,6 @@ fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize) -> Vec<Cla
 /// Claims at most one due, enabled task. Returns that task, or one row of
 /// NULLs with `acquired = false` when nothing could be claimed.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn worker_fetch_and_execute_task(
     p_worker_id: Option<Text>,
 ) -> TableIterator<
@@ -73,7 +72,7 @@ fn worker_fetch_and_execute_task(
 > {
     require_primary("claim tasks");
     let worker = text::name(p_worker_id, "p_worker_id");
-    let row = match Spi::connect(|client| claim_due_tasks(client, &worker, 1)).pop() {
+    let row = match crate::access::connect(|client| claim_due_tasks(client, &worker, 1)).pop() {
         Some(c) => (Some(c.task_id), Some(c.task_name), Some(c.task_type), true, Some(c.fencing_token)),
         None => (None, None, None, false, None),
     };
@@ -82,7 +81,6 @@ fn worker_fetch_and_execute_task(
 
 /// Claims up to `p_max_tasks` due tasks (1..1000); returns the claimed ones.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn try_acquire_multiple_tasks(
     p_worker_id: Option<Text>,
     p_max_tasks: default!(Option<i32>, 3),
@@ -98,7 +96,7 @@ fn try_acquire_multiple_tasks(
     require_primary("claim tasks");
     let worker = text::name(p_worker_id, "p_worker_id");
     let max = int_in_range(p_max_tasks, "p_max_tasks", 1..=MAX_TASKS_PER_CALL);
-    let claimed = Spi::connect(|client| claim_due_tasks(client, &worker, max as usize));
+    let claimed = crate::access::connect(|client| claim_due_tasks(client, &worker, max as usize));
     TableIterator::new(
         claimed.into_iter().map(|c| (c.task_id, c.task_name, true, c.fencing_token)),
     )

@@ -1,4 +1,4 @@
-//! The claims this backend holds: task id -> (log row, worker id).
+//! The claims this backend holds: task id -> (log row, worker id, role).
 //!
 //! A task lock is session-level, so only this backend can hold its claims,
 //! and it learns each log row when it makes the claim. Remembering it lets a
@@ -16,6 +16,8 @@ use crate::xact;
 pub struct Held {
     pub log_id: i64,
     pub worker: Text,
+    /// The role that claimed it.
+    pub role: pgrx::pg_sys::Oid,
 }
 
 thread_local! {

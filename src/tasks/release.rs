@@ -70,7 +70,6 @@ fn raise_not_releasable(client: &SpiClient<'_>, task_id: i32) -> ! {
 /// task lock is dropped only when the transaction commits, after the log and
 /// `next_run_at` changes are visible to the next claimant.
 #[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
 fn release_task_lock(
     p_task_id: Option<i32>,
     p_worker_id: Option<Text>,
@@ -87,10 +86,15 @@ fn release_task_lock(
             format!("p_status must be 'completed' or 'failed', got \"{s}\""),
         ),
     };
-    Spi::connect(|client| {
+    crate::access::connect(|client| {
         let Some(held) = super::held::get(task_id) else {
             raise_not_releasable(client, task_id);
         };
+        // A session that changed role (SET ROLE) is still the holder by
+        // its lock, but acts only with the claiming role's rights.
+        if held.role != crate::access::caller() {
+            crate::access::require_holder(client, Some(held.role), || format!("the claim of task {task_id}"));
+        }
         if held.worker != worker {
             raise(
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -68,8 +68,313 @@ fn fresh_and_updated_installs_grant_nothing_to_public_and_no_table_writes_to_any
     admin.batch_execute("DROP DATABASE IF EXISTS privileges_updated WITH (FORCE)").expect("drop");
     admin.batch_execute("CREATE DATABASE privileges_updated").expect("create");
     let mut updated = connect_to(port, "privileges_updated", "lint");
+    // A worker role granted what 0.1.0's README asked for keeps none of the
+    // table writes or sequence use after the update.
     updated
-        .batch_execute("CREATE EXTENSION pg_distlock VERSION '0.1.0'; ALTER EXTENSION pg_distlock UPDATE")
-        .expect("install 0.1.0 and update");
+        .batch_execute(
+            "CREATE EXTENSION pg_distlock VERSION '0.1.0'; \
+             DROP ROLE IF EXISTS distlock_old_worker; CREATE ROLE distlock_old_worker; \
+             GRANT SELECT, UPDATE ON distlock.scheduled_tasks TO distlock_old_worker; \
+             GRANT SELECT, INSERT, UPDATE ON distlock.task_execution_log TO distlock_old_worker; \
+             GRANT USAGE ON SEQUENCE distlock.fencing_token_seq, distlock.task_execution_log_id_seq \
+               TO distlock_old_worker; \
+             GRANT INSERT, UPDATE, DELETE ON distlock.lease_state TO PUBLIC; \
+             ALTER EXTENSION pg_distlock UPDATE",
+        )
+        .expect("install 0.1.0, grant as its README did, and update");
     lint(&mut updated, "updated from 0.1.0");
+}
+
+/// Roles are cluster-wide: each test makes its own, after dropping the
+/// database that held its grants from an earlier run.
+fn fresh_roles(c: &mut Client, roles: &[&str]) {
+    for role in roles {
+        c.batch_execute(&format!("DROP ROLE IF EXISTS {role}; CREATE ROLE {role}")).expect("role");
+    }
+}
+
+/// Every row of every distlock table, as text: what must not change.
+fn snapshot(c: &mut Client) -> Vec<String> {
+    let tables = rows(
+        c,
+        "SELECT c.oid::regclass::text FROM pg_class c \
+          WHERE c.relnamespace = 'distlock'::regnamespace AND c.relkind = 'r' ORDER BY 1",
+    );
+    tables
+        .iter()
+        .flat_map(|table| {
+            rows(c, &format!("SELECT '{table} ' || t::text FROM {table} t ORDER BY t::text"))
+        })
+        .collect()
+}
+
+fn as_role(c: &mut Client, role: &str, sql: &str) -> Result<Vec<postgres::SimpleQueryMessage>, postgres::Error> {
+    c.batch_execute(&format!("SET ROLE {role}")).expect("set role");
+    let result = c.simple_query(sql);
+    c.batch_execute("RESET ROLE").expect("reset role");
+    result
+}
+
+fn value(result: Result<Vec<postgres::SimpleQueryMessage>, postgres::Error>, sql: &str) -> Option<String> {
+    let messages = result.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    messages.into_iter().find_map(|m| match m {
+        postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).map(str::to_string)),
+        _ => None,
+    })?
+}
+
+fn refused(c: &mut Client, role: &str, sql: &str) {
+    let result = as_role(c, role, sql);
+    assert_eq!(sqlstate(result), "42501", "{role}: {sql} must be refused");
+}
+
+/// A role with only the worker, producer and consumer capabilities does all
+/// its work through the functions, can write no table and use no sequence
+/// directly, and cannot end, renew or read another role's holds; an admin can.
+#[test]
+fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
+    let port = plain_port();
+    let db = fresh_db_on(port, "privileges_roles");
+    let mut c = connect_to(port, &db, "privileges");
+    fresh_roles(&mut c, &["distlock_app_a", "distlock_app_b", "distlock_ops", "distlock_watch"]);
+    c.batch_execute(
+        "SELECT distlock.grant_capability(r, cap) \
+           FROM unnest(ARRAY['distlock_app_a', 'distlock_app_b']::regrole[]) r, \
+                unnest(ARRAY['worker', 'producer', 'consumer']) cap; \
+         SELECT distlock.grant_capability('distlock_ops', 'admin'); \
+         SELECT distlock.grant_capability('distlock_watch', 'monitor'); \
+         INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at) \
+         VALUES ('report', 'etl', '@hourly', now()), ('spare', 'etl', NULL, now());",
+    )
+    .expect("capabilities and tasks");
+
+    // A's day of work, through the functions alone.
+    for sql in [
+        "SELECT task_name FROM distlock.worker_fetch_and_execute_task('a1')",
+        "SELECT distlock.release_task_lock(1, 'a1', 'completed')",
+        "SELECT distlock.acquire_lease('shared-lease', 'node', '1 hour')",
+        "SELECT distlock.renew_lease('shared-lease', 'node', '1 hour')",
+        "SELECT distlock.acquire_semaphore('pool', 2, 'node', '1 hour')",
+        "SELECT is_leader FROM distlock.try_become_leader('group', 'node', '1 hour')",
+        "SELECT distlock.check_rate_limit('api', 5, 60)",
+        "SELECT allowed FROM distlock.throttle('api', 5, 1, 1)",
+        "SELECT distlock.generate_snowflake_id(3)",
+        "SELECT distlock.lock('orders:1')",
+        "SELECT distlock.unlock('orders:1')",
+        "SELECT distlock.enqueue_task('mail', '{\"to\": 1}')",
+        "SELECT distlock.enqueue_task('mail', '{\"to\": 2}')",
+        "SELECT task_id FROM distlock.consume_task('a-consumer', '1 hour')",
+    ] {
+        let result = as_role(&mut c, "distlock_app_a", sql);
+        assert!(value(result, sql).is_some_and(|v| v != "f"), "distlock_app_a: {sql}");
+    }
+    let job = rows(&mut c, "SELECT id::text FROM distlock.task_queue WHERE status = 'processing'").concat();
+    // The claim A keeps running, to be refused to B below.
+    as_role(&mut c, "distlock_app_a", "SELECT distlock.try_acquire_task_lock(2, 'a1')").expect("claim");
+
+    let before = snapshot(&mut c);
+    let tables = rows(
+        &mut c,
+        "SELECT c.oid::regclass::text FROM pg_class c WHERE c.relnamespace = 'distlock'::regnamespace AND c.relkind = 'r'",
+    );
+    assert!(tables.len() >= 12, "{tables:?}");
+    for table in &tables {
+        let column = if table.ends_with("scheduled_tasks") {
+            "current_token".to_string()
+        } else {
+            rows(&mut c, &format!("SELECT attname::text FROM pg_attribute WHERE attrelid = '{table}'::regclass AND attnum = 1")).concat()
+        };
+        for sql in [
+            format!("SELECT * FROM {table}"),
+            format!("INSERT INTO {table} DEFAULT VALUES"),
+            format!("UPDATE {table} SET {column} = {column}"),
+            format!("DELETE FROM {table}"),
+            format!("TRUNCATE {table}"),
+        ] {
+            refused(&mut c, "distlock_app_a", &sql);
+        }
+    }
+    for sequence in rows(
+        &mut c,
+        "SELECT c.oid::regclass::text FROM pg_class c WHERE c.relnamespace = 'distlock'::regnamespace AND c.relkind = 'S'",
+    ) {
+        refused(&mut c, "distlock_app_a", &format!("SELECT nextval('{sequence}')"));
+        refused(&mut c, "distlock_app_a", &format!("SELECT setval('{sequence}', 1)"));
+    }
+    // B names A's owner strings: every act on A's holds is refused.
+    for sql in [
+        "SELECT distlock.release_lease('shared-lease', 'node')".to_string(),
+        "SELECT distlock.renew_lease('shared-lease', 'node', '1 hour')".to_string(),
+        "SELECT distlock.release_semaphore('pool', 'node')".to_string(),
+        "SELECT distlock.resign_leader('group', 'node')".to_string(),
+        format!("SELECT distlock.complete_task({job}, 'a-consumer')"),
+        format!("SELECT distlock.fail_task({job}, 'forged', 'a-consumer')"),
+        format!("SELECT distlock.extend_task_lease({job}, '1 hour', 'a-consumer')"),
+        format!("SELECT distlock.complete_task({job}, 'a-consumer', 1)"),
+        "SELECT distlock.force_release_lease('shared-lease')".to_string(),
+        "SELECT * FROM distlock.check_and_recover_timeout_tasks()".to_string(),
+        "SELECT distlock.prune_leases('0 s')".to_string(),
+        "SELECT * FROM distlock.leases".to_string(),
+    ] {
+        refused(&mut c, "distlock_app_b", &sql);
+    }
+    // The same session, now B: A's claim is A's.
+    refused(&mut c, "distlock_app_b", "SELECT distlock.release_task_lock(2, 'a1', 'completed')");
+    // Taking with A's owner string gets nothing while A holds it.
+    for sql in [
+        "SELECT distlock.acquire_lease('shared-lease', 'node', '1 hour') IS NULL",
+        "SELECT NOT distlock.acquire_semaphore('pool', 2, 'node', '1 hour')",
+        "SELECT NOT is_leader FROM distlock.try_become_leader('group', 'node', '1 hour')",
+    ] {
+        assert_eq!(value(as_role(&mut c, "distlock_app_b", sql), sql).as_deref(), Some("t"), "{sql}");
+    }
+    assert_eq!(snapshot(&mut c), before, "refused calls changed nothing");
+
+    // A monitor reads the views and can take nothing.
+    value(as_role(&mut c, "distlock_watch", "SELECT count(*) FROM distlock.leases"), "leases view");
+    refused(&mut c, "distlock_watch", "SELECT distlock.acquire_lease('x', 'y', '1 hour')");
+    // An admin acts on any role's holds.
+    for sql in [
+        "SELECT distlock.release_lease('shared-lease', 'node')".to_string(),
+        format!("SELECT distlock.complete_task({job}, 'a-consumer')"),
+        "SELECT distlock.resign_leader('group', 'node')".to_string(),
+    ] {
+        assert_eq!(value(as_role(&mut c, "distlock_ops", &sql), &sql).as_deref(), Some("t"), "admin: {sql}");
+    }
+    // And A still settles its own.
+    let own = "SELECT distlock.release_task_lock(2, 'a1', 'completed')";
+    as_role(&mut c, "distlock_app_a", own).unwrap_or_else(|e| panic!("{own}: {e}"));
+    assert_eq!(
+        value(as_role(&mut c, "distlock_app_a", "SELECT distlock.release_semaphore('pool', 'node')"), "own").as_deref(),
+        Some("t")
+    );
+}
+
+/// A hostile role plants look-alikes of what pg_distlock's statements use
+/// (functions, operators, a type, tables) in `public` and `pg_temp`, puts
+/// them first in its search_path and calls every function it may: no plant
+/// runs, and the results are right.
+#[test]
+fn look_alike_objects_on_the_callers_search_path_are_never_used() {
+    let port = plain_port();
+    let db = fresh_db_on(port, "privileges_hostile");
+    let mut c = connect_to(port, &db, "privileges");
+    fresh_roles(&mut c, &["distlock_hostile"]);
+    c.batch_execute(
+        "SELECT distlock.grant_capability('distlock_hostile', cap) \
+           FROM unnest(ARRAY['worker', 'producer', 'consumer']) cap; \
+         GRANT CREATE ON SCHEMA public TO distlock_hostile; \
+         CREATE TABLE public.side_effects (what text); \
+         GRANT INSERT, SELECT ON public.side_effects TO PUBLIC; \
+         INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at) \
+         VALUES ('report', 'etl', '@hourly', now());",
+    )
+    .expect("setup");
+    c.batch_execute("SET ROLE distlock_hostile").expect("hostile");
+    let mut plants = String::new();
+    for (name, args, returns, value) in [
+        ("now", "", "timestamptz", "'2000-01-01'::timestamptz"),
+        ("clock_timestamp", "", "timestamptz", "'2000-01-01'::timestamptz"),
+        ("nextval", "regclass", "bigint", "1"),
+        ("pg_backend_pid", "", "int", "1"),
+        ("random", "", "float8", "0"),
+        ("power", "float8, float8", "float8", "0"),
+        ("count", "text", "bigint", "0"),
+        ("btrim", "text", "text", "'x'"),
+        ("pg_try_advisory_lock", "bigint", "boolean", "true"),
+        ("pg_advisory_unlock", "bigint", "boolean", "true"),
+        ("pg_try_advisory_xact_lock", "bigint", "boolean", "true"),
+        ("cron_next", "text, timestamptz", "timestamptz", "'2000-01-01'::timestamptz"),
+    ] {
+        let call_args = if args.is_empty() { String::new() } else { args.to_string() };
+        plants.push_str(&format!(
+            "CREATE FUNCTION public.{name}({call_args}) RETURNS {returns} LANGUAGE sql AS \
+             $$ INSERT INTO public.side_effects VALUES ('{name}'); SELECT {value} $$;"
+        ));
+    }
+    for (op, left, right) in [
+        ("=", "text", "text"),
+        ("=", "bigint", "bigint"),
+        ("=", "integer", "integer"),
+        ("<=", "timestamptz", "timestamptz"),
+        (">", "timestamptz", "timestamptz"),
+        ("<", "bigint", "bigint"),
+    ] {
+        let function = format!("plant_{}_{}", left, op.replace('=', "eq").replace('<', "lt").replace('>', "gt"));
+        plants.push_str(&format!(
+            "CREATE FUNCTION public.{function}({left}, {right}) RETURNS boolean LANGUAGE sql AS \
+             $$ INSERT INTO public.side_effects VALUES ('operator {op}'); SELECT true $$; \
+             CREATE OPERATOR public.{op} (LEFTARG = {left}, RIGHTARG = {right}, FUNCTION = public.{function});"
+        ));
+    }
+    plants.push_str(
+        "CREATE OPERATOR public.+ (LEFTARG = timestamptz, RIGHTARG = interval, FUNCTION = public.plant_add); \
+         CREATE DOMAIN public.text AS integer; \
+         CREATE DOMAIN public.interval AS integer;",
+    );
+    c.batch_execute(
+        "CREATE FUNCTION public.plant_add(timestamptz, interval) RETURNS timestamptz LANGUAGE sql AS \
+         $$ INSERT INTO public.side_effects VALUES ('operator +'); SELECT '2000-01-01'::timestamptz $$;",
+    )
+    .expect("plant +");
+    c.batch_execute(&plants).unwrap_or_else(|e| panic!("plants: {e}"));
+    for table in ["task_queue", "lease_state", "semaphore_holders", "semaphore_state", "leader_state",
+                  "scheduled_tasks", "task_execution_log", "lock_names", "rate_limit_gcra", "rate_limit_windows",
+                  "id_generator", "role_capabilities"] {
+        c.batch_execute(&format!(
+            "CREATE TABLE public.{table} (LIKE public.side_effects); \
+             CREATE TEMP TABLE {table} (LIKE public.side_effects);"
+        ))
+        .expect("look-alike tables");
+    }
+    c.batch_execute("SET search_path = pg_temp, public, pg_catalog").expect("hostile search_path");
+    // The calls below qualify their own casts and operators: the plants are
+    // meant for pg_distlock's statements, not for the test's.
+
+    let calls: [(&str, &str); 20] = [
+        (
+            "SELECT task_name || ' ' || distlock.check_fencing_token(task_id, fencing_token)::pg_catalog.text \
+               FROM distlock.worker_fetch_and_execute_task('h')",
+            "report true",
+        ),
+        ("SELECT 'released' FROM distlock.release_task_lock(1, 'h', 'completed')", "released"),
+        ("SELECT distlock.try_acquire_task_lock(1, 'h')", "t"),
+        ("SELECT 'released' FROM distlock.release_task_lock(1, 'h', 'failed', 'boom')", "released"),
+        ("SELECT distlock.acquire_lease('l', 'me', '1 hour') OPERATOR(pg_catalog.>) 0", "t"),
+        ("SELECT distlock.renew_lease('l', 'me', '1 hour')", "t"),
+        ("SELECT distlock.release_lease('l', 'me')", "t"),
+        ("SELECT distlock.acquire_semaphore('s', 1, 'me', '1 hour')", "t"),
+        ("SELECT distlock.release_semaphore('s', 'me')", "t"),
+        ("SELECT is_leader FROM distlock.try_become_leader('g', 'me', '1 hour')", "t"),
+        ("SELECT distlock.resign_leader('g', 'me')", "t"),
+        ("SELECT distlock.check_rate_limit('k', 1, 60)::pg_catalog.text || distlock.check_rate_limit('k', 1, 60)::pg_catalog.text", "truefalse"),
+        ("SELECT allowed FROM distlock.throttle('k', 0, 1, 60)", "t"),
+        ("SELECT distlock.generate_snowflake_id(1) OPERATOR(pg_catalog.<) distlock.generate_snowflake_id(1)", "t"),
+        ("SELECT distlock.lock('name')::pg_catalog.text || distlock.unlock('name')::pg_catalog.text", "truetrue"),
+        ("SELECT distlock.enqueue_task('job', '{\"n\": 1}', pg_catalog.now(), 9) OPERATOR(pg_catalog.>) 0", "t"),
+        ("SELECT payload::pg_catalog.text || ' ' || distlock.fail_task(task_id, 'again', 'h')::pg_catalog.text \
+            FROM distlock.consume_task('h', '1 hour')", "{\"n\": 1} true"),
+        ("SELECT distlock.enqueue_task('job', '{\"n\": 2}', pg_catalog.now(), 5) OPERATOR(pg_catalog.>) 0", "t"),
+        ("SELECT distlock.complete_task(task_id, 'h') FROM distlock.consume_task('h', '1 hour')", "t"),
+        ("SELECT count(*) FROM distlock.consume_tasks(10, 'h', '1 hour')", "0"),
+    ];
+    for (sql, expected) in calls {
+        let got = c
+            .simple_query(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+            .into_iter()
+            .find_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).unwrap_or("NULL").to_string()),
+                _ => None,
+            });
+        assert_eq!(got.as_deref(), Some(expected), "{sql}");
+    }
+    c.batch_execute("RESET ROLE; SET search_path = DEFAULT").expect("reset");
+    assert_eq!(rows(&mut c, "SELECT what FROM public.side_effects"), Vec::<String>::new(), "planted objects ran");
+    for table in ["task_queue", "lease_state", "scheduled_tasks", "lock_names"] {
+        assert_eq!(count(&mut c, &format!("SELECT 1 FROM public.{table}")), 0, "public.{table} was written");
+    }
+    // The real tables got the work.
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status IN ('completed', 'failed')"), 2);
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE status = 'completed'"), 1);
 }
