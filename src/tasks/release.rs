@@ -92,9 +92,7 @@ fn release_task_lock(
         };
         // A session that changed role (SET ROLE) is still the holder by
         // its lock, but acts only with the claiming role's rights.
-        if held.role != crate::access::caller() {
-            crate::access::require_holder(client, Some(held.role), || format!("the claim of task {task_id}"));
-        }
+        crate::access::require_holder(client, Some(held.role), || format!("the claim of task {task_id}"));
         if held.worker != worker {
             raise(
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -108,23 +108,16 @@ fn snapshot(c: &mut Client) -> Vec<String> {
         .collect()
 }
 
-fn as_role(c: &mut Client, role: &str, sql: &str) -> Result<Vec<postgres::SimpleQueryMessage>, postgres::Error> {
+/// Runs `work` with the session's role set to `role`.
+fn as_role<T>(c: &mut Client, role: &str, work: impl FnOnce(&mut Client) -> T) -> T {
     c.batch_execute(&format!("SET ROLE {role}")).expect("set role");
-    let result = c.simple_query(sql);
+    let result = work(c);
     c.batch_execute("RESET ROLE").expect("reset role");
     result
 }
 
-fn value(result: Result<Vec<postgres::SimpleQueryMessage>, postgres::Error>, sql: &str) -> Option<String> {
-    let messages = result.unwrap_or_else(|e| panic!("{sql}: {e}"));
-    messages.into_iter().find_map(|m| match m {
-        postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).map(str::to_string)),
-        _ => None,
-    })?
-}
-
 fn refused(c: &mut Client, role: &str, sql: &str) {
-    let result = as_role(c, role, sql);
+    let result = as_role(c, role, |c| c.simple_query(sql));
     assert_eq!(sqlstate(result), "42501", "{role}: {sql} must be refused");
 }
 
@@ -165,12 +158,12 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
         "SELECT distlock.enqueue_task('mail', '{\"to\": 2}')",
         "SELECT task_id FROM distlock.consume_task('a-consumer', '1 hour')",
     ] {
-        let result = as_role(&mut c, "distlock_app_a", sql);
-        assert!(value(result, sql).is_some_and(|v| v != "f"), "distlock_app_a: {sql}");
+        let result = as_role(&mut c, "distlock_app_a", |c| scalar(c, sql));
+        assert!(result.is_some_and(|v| v != "f"), "distlock_app_a: {sql}");
     }
     let job = rows(&mut c, "SELECT id::text FROM distlock.task_queue WHERE status = 'processing'").concat();
     // The claim A keeps running, to be refused to B below.
-    as_role(&mut c, "distlock_app_a", "SELECT distlock.try_acquire_task_lock(2, 'a1')").expect("claim");
+    as_role(&mut c, "distlock_app_a", |c| scalar(c, "SELECT distlock.try_acquire_task_lock(2, 'a1')"));
 
     let before = snapshot(&mut c);
     let tables = rows(
@@ -226,12 +219,12 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
         "SELECT NOT distlock.acquire_semaphore('pool', 2, 'node', '1 hour')",
         "SELECT NOT is_leader FROM distlock.try_become_leader('group', 'node', '1 hour')",
     ] {
-        assert_eq!(value(as_role(&mut c, "distlock_app_b", sql), sql).as_deref(), Some("t"), "{sql}");
+        assert_eq!(as_role(&mut c, "distlock_app_b", |c| scalar(c, sql)).as_deref(), Some("t"), "{sql}");
     }
     assert_eq!(snapshot(&mut c), before, "refused calls changed nothing");
 
     // A monitor reads the views and can take nothing.
-    value(as_role(&mut c, "distlock_watch", "SELECT count(*) FROM distlock.leases"), "leases view");
+    as_role(&mut c, "distlock_watch", |c| scalar(c, "SELECT count(*) FROM distlock.leases"));
     refused(&mut c, "distlock_watch", "SELECT distlock.acquire_lease('x', 'y', '1 hour')");
     // An admin acts on any role's holds.
     for sql in [
@@ -239,13 +232,13 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
         format!("SELECT distlock.complete_task({job}, 'a-consumer')"),
         "SELECT distlock.resign_leader('group', 'node')".to_string(),
     ] {
-        assert_eq!(value(as_role(&mut c, "distlock_ops", &sql), &sql).as_deref(), Some("t"), "admin: {sql}");
+        assert_eq!(as_role(&mut c, "distlock_ops", |c| scalar(c, &sql)).as_deref(), Some("t"), "admin: {sql}");
     }
     // And A still settles its own.
     let own = "SELECT distlock.release_task_lock(2, 'a1', 'completed')";
-    as_role(&mut c, "distlock_app_a", own).unwrap_or_else(|e| panic!("{own}: {e}"));
+    as_role(&mut c, "distlock_app_a", |c| scalar(c, own));
     assert_eq!(
-        value(as_role(&mut c, "distlock_app_a", "SELECT distlock.release_semaphore('pool', 'node')"), "own").as_deref(),
+        as_role(&mut c, "distlock_app_a", |c| scalar(c, "SELECT distlock.release_semaphore('pool', 'node')")).as_deref(),
         Some("t")
     );
 }
@@ -359,15 +352,7 @@ fn look_alike_objects_on_the_callers_search_path_are_never_used() {
         ("SELECT count(*) FROM distlock.consume_tasks(10, 'h', '1 hour')", "0"),
     ];
     for (sql, expected) in calls {
-        let got = c
-            .simple_query(sql)
-            .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-            .into_iter()
-            .find_map(|m| match m {
-                postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).unwrap_or("NULL").to_string()),
-                _ => None,
-            });
-        assert_eq!(got.as_deref(), Some(expected), "{sql}");
+        assert_eq!(scalar(&mut c, sql).as_deref(), Some(expected), "{sql}");
     }
     c.batch_execute("RESET ROLE; SET search_path = DEFAULT").expect("reset");
     assert_eq!(rows(&mut c, "SELECT what FROM public.side_effects"), Vec::<String>::new(), "planted objects ran");
