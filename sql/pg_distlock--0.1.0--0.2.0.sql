@@ -201,11 +201,18 @@ COMMENT ON TABLE distlock.role_capabilities IS
 -- The privileges a capability consists of, as (privilege, object) pairs for
 -- GRANT. admin is every other capability plus the administrative functions
 -- and the task definitions (but never the columns tokens live in).
+-- An unknown capability is an error (22023), for grant and revoke alike.
 CREATE FUNCTION distlock.capability_privileges(p_capability text)
 RETURNS TABLE (privilege text, object text)
-LANGUAGE sql IMMUTABLE STRICT
+LANGUAGE plpgsql IMMUTABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    IF p_capability OPERATOR(pg_catalog.<>) ALL (ARRAY['worker', 'producer', 'consumer', 'monitor', 'admin']) THEN
+        RAISE EXCEPTION 'unknown capability "%"', p_capability
+            USING ERRCODE = '22023', HINT = 'One of worker, producer, consumer, monitor, admin.';
+    END IF;
+    RETURN QUERY
 SELECT g.privilege, g.object FROM (VALUES
     -- Pure helpers, for everyone with a capability.
     ('any',      'USAGE',   'SCHEMA distlock'),
@@ -276,7 +283,8 @@ WHERE g.capability OPERATOR(pg_catalog.=) ANY (
     CASE p_capability
         WHEN 'admin' THEN ARRAY['any', 'worker', 'producer', 'consumer', 'monitor', 'admin']
         ELSE ARRAY['any', p_capability]
-    END)
+    END);
+END
 $$;
 
 -- Gives p_role a capability: records it (admin is what lets a role act on
@@ -293,15 +301,11 @@ BEGIN
     IF p_role IS NULL OR p_capability IS NULL THEN
         RAISE EXCEPTION 'p_role and p_capability must not be NULL' USING ERRCODE = '22004';
     END IF;
-    IF p_capability OPERATOR(pg_catalog.<>) ALL (ARRAY['worker', 'producer', 'consumer', 'monitor', 'admin']) THEN
-        RAISE EXCEPTION 'unknown capability "%"', p_capability
-            USING ERRCODE = '22023', HINT = 'One of worker, producer, consumer, monitor, admin.';
-    END IF;
-    INSERT INTO distlock.role_capabilities (role, capability) VALUES (p_role, p_capability)
-    ON CONFLICT DO NOTHING;
     FOR g IN SELECT * FROM distlock.capability_privileges(p_capability) LOOP
         EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', g.privilege, g.object, p_role);
     END LOOP;
+    INSERT INTO distlock.role_capabilities (role, capability) VALUES (p_role, p_capability)
+    ON CONFLICT DO NOTHING;
 END
 $$;
 

@@ -234,6 +234,15 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
     ] {
         assert_eq!(as_role(&mut c, "distlock_ops", |c| scalar(c, &sql)).as_deref(), Some("t"), "admin: {sql}");
     }
+    // An unknown capability is refused by grant and revoke alike, and
+    // revoking it takes nothing away.
+    for sql in [
+        "SELECT distlock.grant_capability('distlock_app_a', 'superpowers')",
+        "SELECT distlock.revoke_capability('distlock_app_a', 'superpowers')",
+    ] {
+        assert_eq!(sqlstate(c.simple_query(sql)), "22023", "{sql}");
+    }
+    assert_eq!(scalar(&mut c, "SELECT has_schema_privilege('distlock_app_a', 'distlock', 'USAGE')").as_deref(), Some("t"));
     // And A still settles its own.
     let own = "SELECT distlock.release_task_lock(2, 'a1', 'completed')";
     as_role(&mut c, "distlock_app_a", |c| scalar(c, own));
