@@ -2,6 +2,9 @@
 -- expired, renewed (same token) when $2 of the same role already holds it
 -- (a hold from before roles were recorded counts as the same role); no row
 -- when someone else does.
+-- The caller holds the transaction lock ordering grants of this name
+-- (lock_keys::lock_grants_until_commit), so the nextval below is drawn after
+-- every earlier grant's and a later grant always gets a larger number.
 INSERT INTO distlock.lease_state AS l (name, owner, token, acquired_at, renewed_at, expires_at, holder_role)
 VALUES ($1, $2, pg_catalog.nextval('distlock.lease_token_seq'), $3, $3, $3 OPERATOR(pg_catalog.+) $4, $5)
 ON CONFLICT (name) DO UPDATE
