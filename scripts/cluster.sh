@@ -28,6 +28,8 @@ max_worker_processes = 32
 max_connections = 200
 wal_level = replica
 max_wal_senders = 4
+# A standby that lost its connection during a crash test catches up again.
+wal_keep_size = '1GB'
 hot_standby = on
 fsync = off
 log_min_messages = warning

@@ -175,6 +175,68 @@ COMMENT ON VIEW distlock.blocked_tasks IS
 
 GRANT SELECT ON distlock.blocked_tasks TO pg_monitor;
 
+-- Tasks: lease-mode claims. A claim can be the task row's lease (expiry and
+-- fencing token), renewed and released by token from any connection, instead
+-- of a session lock: it works through transaction-pooling PgBouncer and
+-- survives failover. New overloads; the session-mode forms are unchanged.
+ALTER TABLE distlock.scheduled_tasks ADD COLUMN lease_expires_at timestamptz;
+
+CREATE FUNCTION distlock.worker_fetch_and_execute_task(p_worker_id text, p_lease interval)
+RETURNS TABLE (task_id int, task_name text, task_type text, acquired boolean, fencing_token bigint)
+LANGUAGE c AS 'MODULE_PATHNAME', 'worker_fetch_and_lease_task_wrapper';
+
+CREATE FUNCTION distlock.try_acquire_multiple_tasks(p_worker_id text, p_max_tasks int, p_lease interval)
+RETURNS TABLE (task_id int, task_name text, acquired boolean, fencing_token bigint)
+LANGUAGE c AS 'MODULE_PATHNAME', 'try_lease_multiple_tasks_wrapper';
+
+CREATE FUNCTION distlock.try_acquire_task_lease(p_task_id int, p_worker_id text, p_lease interval)
+RETURNS bigint
+LANGUAGE c AS 'MODULE_PATHNAME', 'try_acquire_task_lease_wrapper';
+
+CREATE FUNCTION distlock.renew_task_lease(p_task_id int, p_fencing_token bigint, p_lease interval)
+RETURNS timestamptz
+LANGUAGE c AS 'MODULE_PATHNAME', 'renew_task_lease_wrapper';
+
+CREATE FUNCTION distlock.release_task_lease(p_task_id int, p_fencing_token bigint, p_status text,
+                                            p_error_message text DEFAULT NULL)
+RETURNS void
+LANGUAGE c AS 'MODULE_PATHNAME', 'release_task_lease_wrapper';
+
+REVOKE ALL ON FUNCTION distlock.worker_fetch_and_execute_task(text, interval),
+                       distlock.try_acquire_multiple_tasks(text, int, interval),
+                       distlock.try_acquire_task_lease(int, text, interval),
+                       distlock.renew_task_lease(int, bigint, interval),
+                       distlock.release_task_lease(int, bigint, text, text) FROM PUBLIC;
+
+-- A lease-mode claim has no holder backend: it is alive while its lease lasts.
+CREATE OR REPLACE VIEW distlock.running_tasks AS
+SELECT r.id AS log_id,
+       r.task_id,
+       t.task_name,
+       r.worker_id,
+       r.fencing_token,
+       r.attempt,
+       r.started_at,
+       pg_catalog.now() - r.started_at AS running_for,
+       r.holder_pid,
+       r.holder_backend_start,
+       -- Alive: this claim is the task's current one and its backend still
+       -- holds the task lock (a dead or restarted backend holds nothing), or,
+       -- for a lease-mode claim (no holder backend), its lease has not run out.
+       (r.fencing_token IS NOT DISTINCT FROM t.current_token
+        AND CASE WHEN r.holder_pid IS NULL THEN t.lease_expires_at > pg_catalog.clock_timestamp()
+                 ELSE h.pid IS NOT NULL END) AS holder_alive,
+       t.timeout,
+       (t.timeout IS NOT NULL AND pg_catalog.now() - r.started_at > t.timeout) AS past_timeout,
+       CASE WHEN r.fencing_token IS NOT DISTINCT FROM t.current_token THEN t.lease_expires_at END AS lease_expires_at
+  FROM distlock.task_execution_log r
+  JOIN distlock.scheduled_tasks t ON t.id = r.task_id
+  LEFT JOIN distlock.task_lock_holders h ON h.task_id = r.task_id AND h.pid = r.holder_pid
+ WHERE r.status = 'running';
+
+COMMENT ON VIEW distlock.running_tasks IS
+    'Running claims, whether their holder (backend, or lease for a lease-mode claim) is alive, and whether they are past their timeout.';
+
 -- Least privilege: holds record the role that took them (release, renew,
 -- complete, fail, extend and resign act only for that role or an admin);
 -- capabilities say which functions a role may call. Holds taken before
@@ -229,6 +291,11 @@ SELECT g.privilege, g.object FROM (VALUES
     ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_task_lock(integer, text)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.release_task_lock(integer, text, text, text)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.check_fencing_token(integer, bigint)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.worker_fetch_and_execute_task(text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_multiple_tasks(text, integer, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_task_lease(integer, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.renew_task_lease(integer, bigint, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_task_lease(integer, bigint, text, text)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.lock(bigint, interval, boolean, boolean)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.lock(text, interval, boolean, boolean)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.try_lock(bigint, boolean, boolean)'),

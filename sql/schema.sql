@@ -23,7 +23,10 @@ CREATE TABLE distlock.scheduled_tasks (
     consecutive_failures int NOT NULL DEFAULT 0,
     last_status          text,
     -- Fencing token of the claim that currently runs the task; NULL when none does.
-    current_token        bigint
+    current_token        bigint,
+    -- When the current claim's lease runs out unless renewed, for a claim
+    -- made in lease mode; NULL for a session claim and when none runs.
+    lease_expires_at     timestamptz
     -- Validated by the trigger below rather than CHECK constraints: PostgreSQL
     -- re-reads every CHECK on each claim's and release's UPDATE, which made
     -- them a fifth of a claim's cost; the trigger runs only when a user edits

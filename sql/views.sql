@@ -95,17 +95,21 @@ SELECT r.id AS log_id,
        r.holder_pid,
        r.holder_backend_start,
        -- Alive: this claim is the task's current one and its backend still
-       -- holds the task lock (a dead or restarted backend holds nothing).
-       (r.fencing_token IS NOT DISTINCT FROM t.current_token AND h.pid IS NOT NULL) AS holder_alive,
+       -- holds the task lock (a dead or restarted backend holds nothing), or,
+       -- for a lease-mode claim (no holder backend), its lease has not run out.
+       (r.fencing_token IS NOT DISTINCT FROM t.current_token
+        AND CASE WHEN r.holder_pid IS NULL THEN t.lease_expires_at > pg_catalog.clock_timestamp()
+                 ELSE h.pid IS NOT NULL END) AS holder_alive,
        t.timeout,
-       (t.timeout IS NOT NULL AND pg_catalog.now() - r.started_at > t.timeout) AS past_timeout
+       (t.timeout IS NOT NULL AND pg_catalog.now() - r.started_at > t.timeout) AS past_timeout,
+       CASE WHEN r.fencing_token IS NOT DISTINCT FROM t.current_token THEN t.lease_expires_at END AS lease_expires_at
   FROM distlock.task_execution_log r
   JOIN distlock.scheduled_tasks t ON t.id = r.task_id
   LEFT JOIN distlock.task_lock_holders h ON h.task_id = r.task_id AND h.pid = r.holder_pid
  WHERE r.status = 'running';
 
 COMMENT ON VIEW distlock.running_tasks IS
-    'Running claims, whether their holder backend is alive, and whether they are past their timeout.';
+    'Running claims, whether their holder (backend, or lease for a lease-mode claim) is alive, and whether they are past their timeout.';
 
 CREATE VIEW distlock.task_stats AS
 SELECT t.id AS task_id,

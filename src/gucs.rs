@@ -12,6 +12,7 @@ pub static SNOWFLAKE_EPOCH: GucSetting<Option<CString>> =
 pub static SNOWFLAKE_MAX_CLOCK_BACKWARD_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static RATE_LIMIT_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(65_536);
 pub static LOCK_STATS_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(4096);
+pub static MAX_LOCKS_PER_SESSION: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
 pub fn register() {
     GucRegistry::define_string_guc(
@@ -31,6 +32,16 @@ pub fn register() {
         60_000,
         GucContext::Suset,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"distlock.max_locks_per_session",
+        c"Most locks one session may hold through distlock.lock calls and session-mode task claims together.",
+        c"0 means no limit. Keeps one session from filling the server's shared lock table.",
+        &MAX_LOCKS_PER_SESSION,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::default(),
     );
     // A postmaster-level setting can only be defined while preloading; it
     // sizes shared memory, which exists only then anyway.

@@ -15,6 +15,7 @@ mod plans;
 mod queue;
 mod ratelimit;
 mod schedule;
+mod session_locks;
 mod shared;
 mod snowflake;
 mod sweep;

@@ -36,6 +36,29 @@ fn task_lock_tag(task_id: i32) -> pg_sys::LOCKTAG {
     }
 }
 
+/// Classes of the transaction-level locks that order the grants of one
+/// lease name ("dlls") or election group ("dlel"): a grant draws its token
+/// while holding the lock, so a grant that comes later always draws a larger
+/// one, even when the previous holder's row was deleted in between (a row
+/// lock cannot order an insert against a row that is gone).
+pub const LEASE_GRANT_CLASS: i32 = 0x646c_6c73;
+pub const TERM_GRANT_CLASS: i32 = 0x646c_656c;
+
+/// Waits for the transaction-level lock ordering grants of `name` in
+/// `class` (held to commit, like the row the grant writes). Two names whose
+/// hashes share 32 bits merely take turns.
+pub fn lock_grants_until_commit(class: i32, name: &[u8]) {
+    let tag = pg_sys::LOCKTAG {
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: class as u32,
+        locktag_field3: crate::hashing::key_for_name(name) as u32,
+        locktag_field4: 2,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    };
+    unsafe { pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false, false) };
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TryLock {
     /// This call took the lock.
@@ -61,6 +84,28 @@ pub fn try_lock_task(task_id: i32) -> TryLock {
         }
         _ => TryLock::Acquired,
     }
+}
+
+/// Tries to take a task's lock until the current transaction ends, without
+/// waiting: what a lease-mode claim holds while it writes, so that it never
+/// overlaps a live session claim. `AlreadyHeld` means this backend holds it
+/// (a session claim of its own, or a claim earlier in this transaction).
+pub fn try_lock_task_for_transaction(task_id: i32) -> TryLock {
+    let tag = task_lock_tag(task_id);
+    let result = unsafe { pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false, true) };
+    match result {
+        pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL => TryLock::Busy,
+        pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_HELD
+        | pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_CLEAR => TryLock::AlreadyHeld,
+        _ => TryLock::Acquired,
+    }
+}
+
+/// Gives back a task lock taken by `try_lock_task_for_transaction` before
+/// the transaction ends (the claim it guarded did not happen).
+pub fn unlock_task_for_transaction(task_id: i32) {
+    let tag = task_lock_tag(task_id);
+    unsafe { pg_sys::LockRelease(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false) };
 }
 
 /// Releases one session-level hold of a task's lock; false if none was held.

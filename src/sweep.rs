@@ -1,6 +1,8 @@
-//! The recovery sweep: ends claims whose holder is gone (abandoned) or has
-//! run past its timeout (timed_out, and its backend is terminated, because
-//! no other session can release a session-level advisory lock).
+//! The recovery sweep: ends claims whose holder is gone or whose lease ran
+//! out (abandoned), or that have run past their timeout (timed_out; a
+//! session claim's backend is terminated, because no other session can
+//! release a session-level advisory lock, a lease-mode claim's token is
+//! revoked).
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -21,6 +23,8 @@ struct RunningClaim {
     holder_alive: bool,
     overdue: bool,
     timeout: String,
+    /// A lease-mode claim: no backend holds a lock for it.
+    leased: bool,
 }
 
 fn lock_running_claims(client: &SpiClient<'_>) -> Vec<i64> {
@@ -49,6 +53,7 @@ fn assess(client: &SpiClient<'_>, log_ids: Vec<i64>, timeout_minutes: i32) -> Ve
                     holder_alive: row.get(5)?.unwrap_or_default(),
                     overdue: row.get(6)?.unwrap_or_default(),
                     timeout: row.get(7)?.unwrap_or_default(),
+                    leased: row.get(8)?.unwrap_or_default(),
                 })
             })
             .collect()
@@ -191,10 +196,19 @@ fn check_and_recover_timeout_tasks(
             return recovered;
         }
         for claim in assess(client, locked, timeout_minutes) {
-            let lock_released = if !claim.holder_alive {
+            let lock_released = if !claim.holder_alive && claim.leased {
+                finish_claim(client, claim.log_id, "abandoned", Some(&Text::from("its lease ran out")));
+                true
+            } else if !claim.holder_alive {
                 let reason = format!("holder backend {} is gone", claim.holder_pid);
                 finish_claim(client, claim.log_id, "abandoned", Some(&Text::from(reason.as_str())));
                 !holder_holds_lock(client, claim.task_id, claim.holder_pid)
+            } else if claim.overdue && claim.leased {
+                // Revoking the token is enough: the holder's next renewal,
+                // release or fenced write is refused.
+                let reason = format!("ran longer than {}; its lease was revoked", claim.timeout);
+                finish_claim(client, claim.log_id, "timed_out", Some(&Text::from(reason.as_str())));
+                true
             } else if claim.overdue {
                 let reason = format!(
                     "ran longer than {}; holder backend {} terminated",

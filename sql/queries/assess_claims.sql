@@ -5,7 +5,8 @@ SELECT r.log_id,
        r.holder_pid,
        r.holder_alive,
        r.running_for OPERATOR(pg_catalog.>) COALESCE(r.timeout, pg_catalog.make_interval(mins => $2)) AS overdue,
-       COALESCE(r.timeout, pg_catalog.make_interval(mins => $2))::pg_catalog.text AS timeout
+       COALESCE(r.timeout, pg_catalog.make_interval(mins => $2))::pg_catalog.text AS timeout,
+       r.holder_pid IS NULL AS leased
   FROM distlock.running_tasks r
  WHERE r.log_id OPERATOR(pg_catalog.=) ANY ($1)
  ORDER BY r.log_id

@@ -10,10 +10,14 @@ WITH claimed AS (
 task AS (
     UPDATE distlock.scheduled_tasks
        SET last_run_at = (SELECT c.at FROM claimed c),
-           current_token = pg_catalog.nextval('distlock.fencing_token_seq')
+           current_token = pg_catalog.nextval('distlock.fencing_token_seq'),
+           lease_expires_at = NULL
      WHERE id OPERATOR(pg_catalog.=) $1
        AND is_enabled
        AND (NOT $2 OR next_run_at OPERATOR(pg_catalog.<=) (SELECT c.at FROM claimed c))
+       -- Not while a lease-mode claim's lease lasts (an expired one's log
+       -- row is then abandoned by the sweep).
+       AND (lease_expires_at IS NULL OR lease_expires_at OPERATOR(pg_catalog.<=) (SELECT c.at FROM claimed c))
  RETURNING id, current_token, consecutive_failures, next_run_at, last_run_at
 )
 INSERT INTO distlock.task_execution_log

@@ -30,6 +30,8 @@ UPDATE distlock.scheduled_tasks t
    SET last_status = $2,
        current_token = CASE WHEN t.current_token OPERATOR(pg_catalog.=) f.fencing_token THEN NULL
                             ELSE t.current_token END,
+       lease_expires_at = CASE WHEN t.current_token OPERATOR(pg_catalog.=) f.fencing_token THEN NULL
+                               ELSE t.lease_expires_at END,
        consecutive_failures = CASE
            WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.consecutive_failures
            WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])

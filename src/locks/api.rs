@@ -45,6 +45,12 @@ fn take(
         shared: required(shared, "p_shared"),
         xact: required(xact, "p_xact"),
     };
+    if !holds::holds_key(key) {
+        crate::session_locks::require_room_for_one_more(|| match &name {
+            Some(name) => format!("cannot lock \"{name}\""),
+            None => format!("cannot lock key {key}"),
+        });
+    }
     if let Some(name) = name {
         names::remember(key, &name);
     }

@@ -24,7 +24,9 @@ fn add(key: i64) -> bool {
         let mut m = m.borrow_mut();
         let count = m.entry(key).or_insert(0);
         *count += 1;
-        *count == 1
+        let first = *count == 1;
+        crate::session_locks::set_lock_keys(m.len());
+        first
     })
 }
 
@@ -39,6 +41,7 @@ fn remove(key: i64, n: u32) {
             }
             Some(_) => {
                 m.remove(&key);
+                crate::session_locks::set_lock_keys(m.len());
                 true
             }
             None => false,
@@ -53,6 +56,7 @@ fn remove(key: i64, n: u32) {
 unsafe extern "C-unwind" fn end_holds_at_exit(_code: i32, _arg: pg_sys::Datum) {
     // The lock manager drops session locks at exit; telemetry must too.
     let keys: Vec<i64> = PER_KEY.with(|m| m.borrow_mut().drain().map(|(key, _)| key).collect());
+    crate::session_locks::set_lock_keys(0);
     for key in keys {
         stats::record(key, Event::HoldEnded);
     }
@@ -63,6 +67,11 @@ fn ensure_exit_callback() {
         unsafe { pg_sys::before_shmem_exit(Some(end_holds_at_exit), pg_sys::Datum::from(0)) };
         EXIT_CALLBACK.set(true);
     }
+}
+
+/// Whether this backend holds `key` through a lock call.
+pub fn holds_key(key: i64) -> bool {
+    PER_KEY.with(|m| m.borrow().contains_key(&key))
 }
 
 /// Notes a granted hold; returns whether it is the backend's first of the key.

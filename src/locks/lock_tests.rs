@@ -232,4 +232,33 @@ mod tests {
         );
         assert_eq!(one::<bool>("SELECT distlock.unlock('held-name')"), Some(true));
     }
+
+    /// One session stops at distlock.max_locks_per_session (lock keys and
+    /// session task claims together) before it can fill the shared lock
+    /// table; keys it already holds can be taken again.
+    #[pg_test]
+    fn locks_a_session_stops_at_its_lock_cap() {
+        run("SET distlock.max_locks_per_session = 3");
+        assert_eq!(
+            one::<bool>("SELECT distlock.lock(1::bigint) AND distlock.lock(2::bigint) AND distlock.lock(3::bigint, p_xact => true)"),
+            Some(true)
+        );
+        assert_sqlstate("distlock.lock(4::bigint)", "53400");
+        assert_sqlstate("distlock.try_lock('four')", "53400");
+        assert_eq!(my_holds("4"), 0, "nothing taken by the refused call");
+        assert_eq!(one::<bool>("SELECT distlock.lock(2::bigint)"), Some(true), "a held key takes no new lock");
+        // Task claims count too.
+        run("INSERT INTO distlock.scheduled_tasks (id, task_name, task_type) VALUES (901, 'capped-a', 'x'), (902, 'capped-b', 'x')");
+        assert_eq!(one::<i64>("SELECT distlock.unlock_all()"), Some(3));
+        assert_eq!(one::<bool>("SELECT distlock.try_acquire_task_lock(901, 'w')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.lock(1::bigint)"), Some(true));
+        assert_sqlstate("distlock.try_acquire_task_lock(902, 'w')", "53400");
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND objid = 902"),
+            Some(0),
+            "the refused claim gave its task lock back"
+        );
+        run("SET distlock.max_locks_per_session = 0");
+        assert_eq!(one::<bool>("SELECT distlock.try_acquire_task_lock(902, 'w')"), Some(true), "0 means no cap");
+    }
 }

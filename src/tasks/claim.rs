@@ -21,16 +21,40 @@ pub enum Claim {
     NotEligible,
 }
 
-/// Claims `task_id` for `worker`; with `only_if_due`, only while it is due.
-///
+/// How a claim is held.
+#[derive(Debug, Clone, Copy)]
+pub enum Mode {
+    /// A session-level advisory lock on the task's key, for as long as the
+    /// session lasts or until released.
+    Session,
+    /// The task row's lease for this long from the claim, renewed by token
+    /// from any connection (see lease.rs).
+    Lease(pgrx::datum::Interval),
+}
+
+/// Claims `task_id` for `worker` in `mode`; with `only_if_due`, only while
+/// it is due.
+pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: bool, mode: Mode) -> Claim {
+    match mode {
+        Mode::Session => claim_for_session(client, task_id, worker, only_if_due),
+        Mode::Lease(lease) => super::lease::claim(client, task_id, worker, only_if_due, lease),
+    }
+}
+
 /// The lock is taken before the task row is read again, and that read
 /// follows the row to its latest committed version, so a claim can never
 /// act on a due slot that a just-committed release has already finished.
-pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: bool) -> Claim {
+fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: bool) -> Claim {
     match try_lock_task(task_id) {
         TryLock::Busy => return Claim::Busy,
         TryLock::AlreadyHeld => return Claim::AlreadyHeldHere,
         TryLock::Acquired => {}
+    }
+    // Counted once the lock is new to this session: re-claiming a task it
+    // holds takes no lock.
+    if crate::session_locks::is_full() {
+        unlock_task(task_id);
+        crate::session_locks::raise_full(format!("cannot claim task {task_id}"));
     }
     xact::claimed_in_this_transaction(task_id);
     let stmt = plan(
@@ -87,7 +111,7 @@ fn try_acquire_task_lock(p_task_id: Option<i32>, p_worker_id: Option<Text>) -> b
     require_primary("claim tasks");
     let task_id = required(p_task_id, "p_task_id");
     let worker = text::name(p_worker_id, "p_worker_id");
-    crate::access::connect(|client| match claim(client, task_id, &worker, false) {
+    crate::access::connect(|client| match claim(client, task_id, &worker, false, Mode::Session) {
         Claim::Claimed { .. } => true,
         Claim::NotEligible if !task_exists(client, task_id) => raise_unknown_task(task_id),
         Claim::NotEligible | Claim::Busy | Claim::AlreadyHeldHere => false,

@@ -4,7 +4,7 @@ use crate::text::{self, Text};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use super::claim::{claim, Claim};
+use super::claim::{claim, Claim, Mode};
 use crate::errors::{int_in_range, require_primary, OrRaise};
 use crate::plans::plan;
 
@@ -18,9 +18,9 @@ pub struct Claimed {
     pub fencing_token: i64,
 }
 
-/// Claims up to `max` due tasks, earliest `next_run_at` first, skipping
-/// tasks that other sessions hold.
-fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize) -> Vec<Claimed> {
+/// Claims up to `max` due tasks in `mode`, earliest `next_run_at` first,
+/// skipping tasks that other claims hold.
+fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize, mode: Mode) -> Vec<Claimed> {
     let stmt = plan(client, include_str!("../../sql/queries/due_tasks.sql"), &[]);
     let mut cursor = client
         .try_open_cursor(&*stmt, &[])
@@ -44,7 +44,7 @@ fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize) -> Vec<Cla
             break;
         }
         for (task_id, task_name, task_type) in batch {
-            if let Claim::Claimed { fencing_token } = claim(client, task_id, worker, true) {
+            if let Claim::Claimed { fencing_token } = claim(client, task_id, worker, true, mode) {
                 claimed.push(Claimed { task_id, task_name, task_type, fencing_token });
                 if claimed.len() == max {
                     break;
@@ -53,6 +53,17 @@ fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize) -> Vec<Cla
         }
     }
     claimed
+}
+
+type FetchedRow = (Option<i32>, Option<Text>, Option<Text>, bool, Option<i64>);
+
+fn fetch_one(p_worker_id: Option<Text>, mode: Mode) -> FetchedRow {
+    require_primary("claim tasks");
+    let worker = text::name(p_worker_id, "p_worker_id");
+    match crate::access::connect(|client| claim_due_tasks(client, &worker, 1, mode)).pop() {
+        Some(c) => (Some(c.task_id), Some(c.task_name), Some(c.task_type), true, Some(c.fencing_token)),
+        None => (None, None, None, false, None),
+    }
 }
 
 /// Claims at most one due, enabled task. Returns that task, or one row of
@@ -70,13 +81,39 @@ fn worker_fetch_and_execute_task(
         name!(fencing_token, Option<i64>),
     ),
 > {
+    TableIterator::once(fetch_one(p_worker_id, Mode::Session))
+}
+
+/// The same in lease mode: the claim is a lease of `p_lease`, renewed and
+/// released by its fencing token.
+#[pg_extern(name = "worker_fetch_and_execute_task")]
+fn worker_fetch_and_lease_task(
+    p_worker_id: Option<Text>,
+    p_lease: Option<pgrx::datum::Interval>,
+) -> TableIterator<
+    'static,
+    (
+        name!(task_id, Option<i32>),
+        name!(task_name, Option<Text>),
+        name!(task_type, Option<Text>),
+        name!(acquired, bool),
+        name!(fencing_token, Option<i64>),
+    ),
+> {
+    let mode = super::lease::mode(p_lease);
+    TableIterator::once(fetch_one(p_worker_id, mode))
+}
+
+type ClaimedRow = (i32, Text, bool, i64);
+
+fn fetch_many(p_worker_id: Option<Text>, p_max_tasks: Option<i32>, mode: Mode) -> Vec<ClaimedRow> {
     require_primary("claim tasks");
     let worker = text::name(p_worker_id, "p_worker_id");
-    let row = match crate::access::connect(|client| claim_due_tasks(client, &worker, 1)).pop() {
-        Some(c) => (Some(c.task_id), Some(c.task_name), Some(c.task_type), true, Some(c.fencing_token)),
-        None => (None, None, None, false, None),
-    };
-    TableIterator::once(row)
+    let max = int_in_range(p_max_tasks, "p_max_tasks", 1..=MAX_TASKS_PER_CALL);
+    crate::access::connect(|client| claim_due_tasks(client, &worker, max as usize, mode))
+        .into_iter()
+        .map(|c| (c.task_id, c.task_name, true, c.fencing_token))
+        .collect()
 }
 
 /// Claims up to `p_max_tasks` due tasks (1..1000); returns the claimed ones.
@@ -93,11 +130,24 @@ fn try_acquire_multiple_tasks(
         name!(fencing_token, i64),
     ),
 > {
-    require_primary("claim tasks");
-    let worker = text::name(p_worker_id, "p_worker_id");
-    let max = int_in_range(p_max_tasks, "p_max_tasks", 1..=MAX_TASKS_PER_CALL);
-    let claimed = crate::access::connect(|client| claim_due_tasks(client, &worker, max as usize));
-    TableIterator::new(
-        claimed.into_iter().map(|c| (c.task_id, c.task_name, true, c.fencing_token)),
-    )
+    TableIterator::new(fetch_many(p_worker_id, p_max_tasks, Mode::Session))
+}
+
+/// The same in lease mode.
+#[pg_extern(name = "try_acquire_multiple_tasks")]
+fn try_lease_multiple_tasks(
+    p_worker_id: Option<Text>,
+    p_max_tasks: Option<i32>,
+    p_lease: Option<pgrx::datum::Interval>,
+) -> TableIterator<
+    'static,
+    (
+        name!(task_id, i32),
+        name!(task_name, Text),
+        name!(acquired, bool),
+        name!(fencing_token, i64),
+    ),
+> {
+    let mode = super::lease::mode(p_lease);
+    TableIterator::new(fetch_many(p_worker_id, p_max_tasks, mode))
 }

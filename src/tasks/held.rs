@@ -31,21 +31,29 @@ pub fn get(task_id: i32) -> Option<Held> {
 /// Records a claim made in the current transaction.
 pub fn claimed(task_id: i32, held: Held) {
     HELD.with(|h| h.borrow_mut().insert(task_id, held));
+    count_changed();
     xact::on_outcome(
         None,
         Some(Box::new(move || {
             HELD.with(|h| h.borrow_mut().remove(&task_id));
+            count_changed();
         })),
     );
+}
+
+fn count_changed() {
+    crate::session_locks::set_task_claims(HELD.with(|h| h.borrow().len()));
 }
 
 /// Forgets a claim ended in the current transaction (remembered again if it aborts).
 pub fn released(task_id: i32) {
     if let Some(held) = HELD.with(|h| h.borrow_mut().remove(&task_id)) {
+        count_changed();
         xact::on_outcome(
             None,
             Some(Box::new(move || {
                 HELD.with(|h| h.borrow_mut().insert(task_id, held));
+                count_changed();
             })),
         );
     }

@@ -1,10 +1,11 @@
-//! Scheduled tasks: exclusive claims, releases, fetching due work, fencing
-//! and log pruning.
+//! Scheduled tasks: exclusive claims (session or lease mode), releases,
+//! fetching due work, fencing and log pruning.
 
 mod claim;
 mod fencing;
 mod fetch;
 mod held;
+mod lease;
 mod prune;
 mod release;
 #[cfg(any(test, feature = "pg_test"))]

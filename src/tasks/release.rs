@@ -66,6 +66,18 @@ fn raise_not_releasable(client: &SpiClient<'_>, task_id: i32) -> ! {
     );
 }
 
+/// `completed` or `failed`, the outcomes a holder may report.
+pub(super) fn release_status(p_status: Option<Text>) -> &'static str {
+    match required(p_status, "p_status") {
+        s if s == "completed" => "completed",
+        s if s == "failed" => "failed",
+        s => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("p_status must be 'completed' or 'failed', got \"{s}\""),
+        ),
+    }
+}
+
 /// Ends this session's claim of a task with `completed` or `failed`. The
 /// task lock is dropped only when the transaction commits, after the log and
 /// `next_run_at` changes are visible to the next claimant.
@@ -78,14 +90,7 @@ fn release_task_lock(
 ) {
     let task_id = required(p_task_id, "p_task_id");
     let worker = text::name(p_worker_id, "p_worker_id");
-    let status = match required(p_status, "p_status") {
-        s if s == "completed" => "completed",
-        s if s == "failed" => "failed",
-        s => raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("p_status must be 'completed' or 'failed', got \"{s}\""),
-        ),
-    };
+    let status = release_status(p_status);
     crate::access::connect(|client| {
         let Some(held) = super::held::get(task_id) else {
             raise_not_releasable(client, task_id);

@@ -18,18 +18,58 @@ fn yearly_tasks(db: &str, n: i32) {
         .expect("tasks");
 }
 
+/// How a worker holds its claims.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Session,
+    Lease,
+}
+
+impl Mode {
+    /// Takes the `w`th worker of a mixed fleet: half hold session claims, half leases.
+    fn of_worker(w: usize) -> Mode {
+        if w % 4 < 2 {
+            Mode::Session
+        } else {
+            Mode::Lease
+        }
+    }
+
+    fn fetch_one(self) -> &'static str {
+        match self {
+            Mode::Session => "SELECT task_id, fencing_token, acquired FROM distlock.worker_fetch_and_execute_task($1)",
+            Mode::Lease => {
+                "SELECT task_id, fencing_token, acquired FROM distlock.worker_fetch_and_execute_task($1, '1 minute')"
+            }
+        }
+    }
+
+    fn fetch_three(self) -> &'static str {
+        match self {
+            Mode::Session => "SELECT task_id, fencing_token FROM distlock.try_acquire_multiple_tasks($1, 3)",
+            Mode::Lease => "SELECT task_id, fencing_token FROM distlock.try_acquire_multiple_tasks($1, 3, '1 minute')",
+        }
+    }
+
+    fn release(self, client: &mut Client, worker: &str, task_id: i32, token: i64) {
+        match self {
+            Mode::Session => client.execute("SELECT distlock.release_task_lock($1, $2, 'completed')", &[&task_id, &worker]),
+            Mode::Lease => client.execute("SELECT distlock.release_task_lease($1, $2, 'completed')", &[&task_id, &token]),
+        }
+        .expect("release");
+    }
+}
+
 /// One claimed run: mark it in flight (a second overlapping run would hit the
 /// primary key), record it, then release it as completed.
-fn run_task(client: &mut Client, worker: &str, task_id: i32, token: i64, work: Duration) {
+fn run_task_in(mode: Mode, client: &mut Client, worker: &str, task_id: i32, token: i64, work: Duration) {
     client.execute("INSERT INTO inflight VALUES ($1)", &[&task_id]).expect("no overlapping run");
     if !work.is_zero() {
         thread::sleep(work); // the task's own work, not synchronisation
     }
     client.execute("INSERT INTO runs VALUES ($1, $2, $3)", &[&task_id, &worker, &token]).expect("run");
     client.execute("DELETE FROM inflight WHERE task_id = $1", &[&task_id]).expect("done");
-    client
-        .execute("SELECT distlock.release_task_lock($1, $2, 'completed')", &[&task_id, &worker])
-        .expect("release");
+    mode.release(client, worker, task_id, token);
 }
 
 fn assert_each_task_ran_once(db: &str, n: i64) {
@@ -51,26 +91,31 @@ fn assert_each_task_ran_once(db: &str, n: i64) {
 
 #[test]
 fn ten_workers_run_each_of_100_tasks_exactly_once() {
-    let db = fresh_db("contention_100");
+    ten_workers_run_100_tasks("contention_100", |_| Mode::Session);
+}
+
+#[test]
+fn ten_lease_mode_workers_run_each_of_100_tasks_exactly_once() {
+    ten_workers_run_100_tasks("contention_100_lease", |_| Mode::Lease);
+}
+
+fn ten_workers_run_100_tasks(name: &str, mode_of: fn(usize) -> Mode) {
+    let db = fresh_db(name);
     yearly_tasks(&db, 100);
     let workers: Vec<_> = (0..10)
         .map(|w| {
             let db = db.clone();
+            let mode = mode_of(w);
             thread::spawn(move || {
                 let worker = format!("worker-{w}");
                 let mut c = connect(&db);
                 let mut ran = 0;
                 loop {
-                    let row = c
-                        .query_one(
-                            "SELECT task_id, fencing_token, acquired FROM distlock.worker_fetch_and_execute_task($1)",
-                            &[&worker],
-                        )
-                        .expect("fetch");
+                    let row = c.query_one(mode.fetch_one(), &[&worker]).expect("fetch");
                     if !row.get::<_, bool>(2) {
                         break;
                     }
-                    run_task(&mut c, &worker, row.get(0), row.get(1), Duration::from_millis(2));
+                    run_task_in(mode, &mut c, &worker, row.get(0), row.get(1), Duration::from_millis(2));
                     ran += 1;
                 }
                 ran
@@ -88,26 +133,32 @@ fn ten_workers_run_each_of_100_tasks_exactly_once() {
 /// is done, batch and single claims mixed, inside explicit transactions.
 #[test]
 fn release_racing_claims_never_reruns_a_slot() {
-    let db = fresh_db("contention_race");
+    release_racing_claims("contention_race", |_| Mode::Session);
+}
+
+/// The same race with session and lease-mode workers mixed: each mode's
+/// claims exclude the other's.
+#[test]
+fn release_racing_claims_never_reruns_a_slot_with_session_and_lease_workers_mixed() {
+    release_racing_claims("contention_race_mixed", Mode::of_worker);
+}
+
+fn release_racing_claims(name: &str, mode_of: fn(usize) -> Mode) {
+    let db = fresh_db(name);
     yearly_tasks(&db, 20);
     let until = Instant::now() + Duration::from_secs(4);
     let workers: Vec<_> = (0..10)
         .map(|w| {
             let db = db.clone();
+            let mode = mode_of(w);
             thread::spawn(move || {
                 let worker = format!("racer-{w}");
                 let mut c = connect(&db);
                 while Instant::now() < until {
                     let claimed: Vec<(i32, i64)> = if w % 2 == 0 {
-                        c.query(
-                            "SELECT task_id, fencing_token FROM distlock.try_acquire_multiple_tasks($1, 3)",
-                            &[&worker],
-                        )
+                        c.query(mode.fetch_three(), &[&worker])
                     } else {
-                        c.query(
-                            "SELECT task_id, fencing_token FROM distlock.worker_fetch_and_execute_task($1) WHERE acquired",
-                            &[&worker],
-                        )
+                        c.query(&format!("SELECT task_id, fencing_token FROM ({}) f WHERE acquired", mode.fetch_one()), &[&worker])
                     }
                     .expect("claim")
                     .iter()
@@ -117,7 +168,7 @@ fn release_racing_claims_never_reruns_a_slot() {
                         // Release inside a transaction that does more work after
                         // it: the lock must stay held until COMMIT.
                         c.batch_execute("BEGIN").expect("begin");
-                        run_task(&mut c, &worker, task_id, token, Duration::ZERO);
+                        run_task_in(mode, &mut c, &worker, task_id, token, Duration::ZERO);
                         c.execute("SELECT pg_sleep(0.001)", &[]).expect("work after release");
                         c.batch_execute("COMMIT").expect("commit");
                     }

@@ -6,7 +6,9 @@
 mod support;
 
 mod contention;
+mod faults;
 mod features;
+mod lease_claims;
 mod locks;
 mod names;
 mod operations;
@@ -14,4 +16,5 @@ mod pooler;
 mod privileges;
 mod recovery;
 mod snowflake;
+mod tokens;
 mod upgrade;

@@ -254,3 +254,63 @@ fn transaction_level_lock_calls_serialize_through_pgbouncer() {
         "nothing left held on the pooled server connections"
     );
 }
+
+/// Lease-mode task claims behind the pooler: each statement of a worker may
+/// run on a different server connection, and the claim still belongs to the
+/// worker (by its token). Every due task runs exactly once; the heartbeat
+/// and the release usually land on other backends than the claim.
+#[test]
+fn lease_mode_task_claims_run_each_task_once_through_pgbouncer() {
+    let db = fresh_db("pooler_task_lease");
+    connect(&db)
+        .batch_execute(
+            "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at) \
+               SELECT 'task-' || i, 'report', '0 0 1 1 *', now() FROM generate_series(1, 60) i; \
+             CREATE TABLE runs (task_id int PRIMARY KEY, token bigint, backends int[]);",
+        )
+        .expect("tasks");
+    let workers: Vec<_> = (0..12)
+        .map(|i| {
+            let db = db.clone();
+            thread::spawn(move || {
+                let worker = format!("pooled-worker-{i}");
+                let mut c = pooled(&db, &worker);
+                // Simple queries only: the pooler cannot keep prepared statements.
+                loop {
+                    let claimed = scalar(
+                        &mut c,
+                        &format!(
+                            "SELECT format('%s %s %s', task_id, fencing_token, pg_backend_pid()) \
+                               FROM distlock.worker_fetch_and_execute_task('{worker}', '1 minute') WHERE acquired"
+                        ),
+                    );
+                    let Some(claimed) = claimed else { break };
+                    let [task_id, token, claimed_on]: [&str; 3] =
+                        claimed.split(' ').collect::<Vec<_>>().try_into().expect("three fields");
+                    let renewed_on = scalar(
+                        &mut c,
+                        &format!("SELECT pg_backend_pid() FROM distlock.renew_task_lease({task_id}, {token}, '1 minute')"),
+                    )
+                    .expect("heartbeat");
+                    c.batch_execute(&format!(
+                        "INSERT INTO runs VALUES ({task_id}, {token}, ARRAY[{claimed_on}, {renewed_on}, pg_backend_pid()])"
+                    ))
+                    .expect("one run per task");
+                    c.batch_execute(&format!("SELECT distlock.release_task_lease({task_id}, {token}, 'completed')"))
+                        .expect("release");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let mut c = connect(&db);
+    assert_eq!(count(&mut c, "SELECT 1 FROM runs"), 60);
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'completed'"), 60);
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status <> 'completed'"), 0);
+    assert!(
+        count(&mut c, "SELECT 1 FROM runs WHERE backends[1] <> backends[2] OR backends[2] <> backends[3]") > 0,
+        "some claims were renewed or recorded on another server connection"
+    );
+}

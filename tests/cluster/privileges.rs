@@ -137,7 +137,7 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
          SELECT distlock.grant_capability('distlock_ops', 'admin'); \
          SELECT distlock.grant_capability('distlock_watch', 'monitor'); \
          INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at) \
-         VALUES ('report', 'etl', '@hourly', now()), ('spare', 'etl', NULL, now());",
+         VALUES ('report', 'etl', '@hourly', now()), ('spare', 'etl', NULL, now()), ('leased', 'etl', NULL, now());",
     )
     .expect("capabilities and tasks");
 
@@ -164,6 +164,11 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
     let job = rows(&mut c, "SELECT id::text FROM distlock.task_queue WHERE status = 'processing'").concat();
     // The claim A keeps running, to be refused to B below.
     as_role(&mut c, "distlock_app_a", |c| scalar(c, "SELECT distlock.try_acquire_task_lock(2, 'a1')"));
+    // And a lease-mode claim, renewed and released by token from anywhere.
+    let lease_token = as_role(&mut c, "distlock_app_a", |c| {
+        scalar(c, "SELECT distlock.try_acquire_task_lease(3, 'a1', '1 hour')")
+    })
+    .expect("lease-mode claim");
 
     let before = snapshot(&mut c);
     let tables = rows(
@@ -204,6 +209,8 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
         format!("SELECT distlock.fail_task({job}, 'forged', 'a-consumer')"),
         format!("SELECT distlock.extend_task_lease({job}, '1 hour', 'a-consumer')"),
         format!("SELECT distlock.complete_task({job}, 'a-consumer', 1)"),
+        format!("SELECT distlock.renew_task_lease(3, {lease_token}, '1 hour')"),
+        format!("SELECT distlock.release_task_lease(3, {lease_token}, 'completed')"),
         "SELECT distlock.force_release_lease('shared-lease')".to_string(),
         "SELECT * FROM distlock.check_and_recover_timeout_tasks()".to_string(),
         "SELECT distlock.prune_leases('0 s')".to_string(),
@@ -231,6 +238,7 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
         "SELECT distlock.release_lease('shared-lease', 'node')".to_string(),
         format!("SELECT distlock.complete_task({job}, 'a-consumer')"),
         "SELECT distlock.resign_leader('group', 'node')".to_string(),
+        format!("SELECT 't' FROM distlock.release_task_lease(3, {lease_token}, 'completed')"),
     ] {
         assert_eq!(as_role(&mut c, "distlock_ops", |c| scalar(c, &sql)).as_deref(), Some("t"), "admin: {sql}");
     }
@@ -363,12 +371,23 @@ fn look_alike_objects_on_the_callers_search_path_are_never_used() {
     for (sql, expected) in calls {
         assert_eq!(scalar(&mut c, sql).as_deref(), Some(expected), "{sql}");
     }
+    // Lease-mode task claims: the token is passed from call to call.
+    let token = scalar(&mut c, "SELECT distlock.try_acquire_task_lease(1, 'h', '1 hour')").expect("lease claim");
+    for (sql, expected) in [
+        (format!("SELECT distlock.renew_task_lease(1, {token}, '1 hour') OPERATOR(pg_catalog.>) pg_catalog.now()"), "t"),
+        (format!("SELECT distlock.check_fencing_token(1, {token})"), "t"),
+        (format!("SELECT 'released' FROM distlock.release_task_lease(1, {token}, 'completed')"), "released"),
+        ("SELECT acquired FROM distlock.worker_fetch_and_execute_task('h', '1 hour')".to_string(), "f"),
+        ("SELECT count(*) FROM distlock.try_acquire_multiple_tasks('h', 5, '1 hour')".to_string(), "0"),
+    ] {
+        assert_eq!(scalar(&mut c, &sql).as_deref(), Some(expected), "{sql}");
+    }
     c.batch_execute("RESET ROLE; SET search_path = DEFAULT").expect("reset");
     assert_eq!(rows(&mut c, "SELECT what FROM public.side_effects"), Vec::<String>::new(), "planted objects ran");
     for table in ["task_queue", "lease_state", "scheduled_tasks", "lock_names"] {
         assert_eq!(count(&mut c, &format!("SELECT 1 FROM public.{table}")), 0, "public.{table} was written");
     }
     // The real tables got the work.
-    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status IN ('completed', 'failed')"), 2);
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status IN ('completed', 'failed')"), 3);
     assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE status = 'completed'"), 1);
 }

@@ -159,16 +159,20 @@ fn a_populated_0_1_0_database_upgrades_in_place() {
     let refused = worker.batch_execute("SELECT distlock.acquire_lease('early', 'node-a', '1 hour')");
     assert_eq!(sqlstate(refused), "55000", "holds wait for ALTER EXTENSION UPDATE");
     // A 0.1.0 library is not at hand, so the holds are taken through the
-    // functions with the role columns added for the while, then dropped:
-    // what is left are 0.1.0's columns with the rows 0.1.0 would write.
+    // functions with the role columns (and the task lease column) added for
+    // the while, then dropped: what is left are 0.1.0's columns with the
+    // rows 0.1.0 would write (session claims leave the lease column NULL).
     const HOLD_TABLES: [&str; 5] = ["lease_state", "semaphore_holders", "leader_state", "task_queue", "task_execution_log"];
     for table in HOLD_TABLES {
         c.batch_execute(&format!("ALTER TABLE distlock.{table} ADD COLUMN holder_role oid")).expect("add role column");
     }
+    c.batch_execute("ALTER TABLE distlock.scheduled_tasks ADD COLUMN lease_expires_at timestamptz").expect("add lease column");
     populate(&mut c, &mut worker);
     for table in HOLD_TABLES {
         c.batch_execute(&format!("ALTER TABLE distlock.{table} DROP COLUMN holder_role")).expect("drop role column");
     }
+    assert_eq!(one_i64(&mut c, "SELECT count(*) FROM distlock.scheduled_tasks WHERE lease_expires_at IS NOT NULL"), 0);
+    c.batch_execute("ALTER TABLE distlock.scheduled_tasks DROP COLUMN lease_expires_at").expect("drop lease column");
 
     let last_id = one_i64(&mut c, "SELECT distlock.generate_snowflake_id(7)");
     let old_columns = table_columns(&mut c);

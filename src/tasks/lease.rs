@@ -1,0 +1,165 @@
+//! Lease-mode claims: the claim is the task row's lease (an expiry and the
+//! fencing token), not a session lock, so it is renewed and released by
+//! token from any connection: through a transaction-pooling PgBouncer, after
+//! a reconnect, or on a promoted standby. A lease that runs out is
+//! superseded by the next claim and recovered by the sweep.
+
+use crate::text::{self, Text};
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use pgrx::PgSqlErrorCode;
+
+use super::claim::{raise_unknown_task, task_exists, Claim, Mode};
+use super::release::{finish_claim, release_status};
+use crate::errors::{positive_interval, raise_with_hint, require_primary, required, OrRaise};
+use crate::lock_keys::{try_lock_task_for_transaction, unlock_task_for_transaction, TryLock};
+use crate::plans::{plan, types};
+
+/// Claims `task_id` for `worker` for `lease`. The task's lock is held only
+/// while this transaction writes the claim, which keeps it from overlapping a
+/// live session claim; the lease itself lives in the task row.
+pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: bool, lease: Interval) -> Claim {
+    match try_lock_task_for_transaction(task_id) {
+        TryLock::Busy => return Claim::Busy,
+        TryLock::AlreadyHeld => return Claim::AlreadyHeldHere,
+        TryLock::Acquired => {}
+    }
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/claim_task_lease.sql"),
+        &[types::INT4, types::BOOL, types::TEXT, types::INTERVAL, types::OID],
+    );
+    let claimed = client
+        .select(
+            &*stmt,
+            None,
+            &[
+                task_id.into(),
+                only_if_due.into(),
+                worker.into(),
+                lease.into(),
+                crate::access::caller().into(),
+            ],
+        )
+        .and_then(|rows| if rows.is_empty() { Ok(None) } else { rows.first().get_two::<i64, i64>().map(Some) })
+        .or_raise();
+    match claimed {
+        Some((Some(_), Some(fencing_token))) => Claim::Claimed { fencing_token },
+        _ => {
+            unlock_task_for_transaction(task_id);
+            Claim::NotEligible
+        }
+    }
+}
+
+fn raise_lease_lost(task_id: i32, token: i64) -> ! {
+    raise_with_hint(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("task {task_id} has no live lease-mode claim with token {token}"),
+        "Its lease ran out, it was released or recovered, or another claim took over: stop the work; \
+         its result must not be recorded.",
+    )
+}
+
+/// Claims one task now, due or not, in lease mode. Returns the claim's
+/// fencing token, or NULL when another claim is live or the task is
+/// disabled.
+#[pg_extern]
+fn try_acquire_task_lease(p_task_id: Option<i32>, p_worker_id: Option<Text>, p_lease: Option<Interval>) -> Option<i64> {
+    require_primary("claim tasks");
+    let task_id = required(p_task_id, "p_task_id");
+    let worker = text::name(p_worker_id, "p_worker_id");
+    let lease = positive_interval(p_lease, "p_lease");
+    crate::access::connect(|client| match claim(client, task_id, &worker, false, lease) {
+        Claim::Claimed { fencing_token } => Some(fencing_token),
+        Claim::NotEligible if !task_exists(client, task_id) => raise_unknown_task(task_id),
+        Claim::NotEligible | Claim::Busy | Claim::AlreadyHeldHere => None,
+    })
+}
+
+/// Extends the lease of the claim with `p_fencing_token` to `p_lease` from
+/// now and returns when it ends; 55000 once the claim is no longer live.
+#[pg_extern]
+fn renew_task_lease(
+    p_task_id: Option<i32>,
+    p_fencing_token: Option<i64>,
+    p_lease: Option<Interval>,
+) -> TimestampWithTimeZone {
+    require_primary("renew task leases");
+    let task_id = required(p_task_id, "p_task_id");
+    let token = required(p_fencing_token, "p_fencing_token");
+    let lease = positive_interval(p_lease, "p_lease");
+    crate::access::connect(|client| {
+        let stmt = plan(
+            client,
+            include_str!("../../sql/queries/task_lease_renew.sql"),
+            &[types::INT4, types::INT8, types::INTERVAL],
+        );
+        let renewed = client
+            .select(&*stmt, None, &[task_id.into(), token.into(), lease.into()])
+            .and_then(|rows| {
+                if rows.is_empty() {
+                    Ok(None)
+                } else {
+                    rows.first().get_two::<TimestampWithTimeZone, pgrx::pg_sys::Oid>().map(Some)
+                }
+            })
+            .or_raise();
+        match renewed {
+            Some((Some(expires_at), role)) => {
+                crate::access::require_holder(client, role, || format!("the claim of task {task_id}"));
+                expires_at
+            }
+            _ if !task_exists(client, task_id) => raise_unknown_task(task_id),
+            _ => raise_lease_lost(task_id, token),
+        }
+    })
+}
+
+/// Ends the lease-mode claim with `p_fencing_token` as `completed` or
+/// `failed`, from any connection; 55000 once the claim is no longer live
+/// (nothing is recorded then).
+#[pg_extern]
+fn release_task_lease(
+    p_task_id: Option<i32>,
+    p_fencing_token: Option<i64>,
+    p_status: Option<Text>,
+    p_error_message: default!(Option<Text>, "NULL"),
+) {
+    require_primary("release task leases");
+    let task_id = required(p_task_id, "p_task_id");
+    let token = required(p_fencing_token, "p_fencing_token");
+    let status = release_status(p_status);
+    crate::access::connect(|client| {
+        let stmt = plan(
+            client,
+            include_str!("../../sql/queries/task_lease_holder.sql"),
+            &[types::INT4, types::INT8],
+        );
+        let holder = client
+            .select(&*stmt, None, &[task_id.into(), token.into()])
+            .and_then(|rows| {
+                if rows.is_empty() {
+                    Ok(None)
+                } else {
+                    rows.first().get_two::<i64, pgrx::pg_sys::Oid>().map(Some)
+                }
+            })
+            .or_raise();
+        let (log_id, role) = match holder {
+            Some((Some(log_id), role)) => (log_id, role),
+            _ if !task_exists(client, task_id) => raise_unknown_task(task_id),
+            _ => raise_lease_lost(task_id, token),
+        };
+        crate::access::require_holder(client, role, || format!("the claim of task {task_id}"));
+        if !finish_claim(client, log_id, status, p_error_message.as_ref()) {
+            raise_lease_lost(task_id, token);
+        }
+    });
+}
+
+/// The fetch functions' lease mode, for their overloads in fetch.rs.
+pub fn mode(p_lease: Option<Interval>) -> Mode {
+    Mode::Lease(positive_interval(p_lease, "p_lease"))
+}
