@@ -5,7 +5,8 @@
 #      and pg_distlock preloaded (shared-memory mode), its streaming standby,
 #      a plain cluster without preload (table mode), and a transaction-pooling
 #      PgBouncer in front of the primary: concurrency, kills, restarts,
-#      pg_dump, pg_cron, poolers.
+#      pg_dump, pg_cron, poolers, real process faults;
+#   3. isolation specs (pg_isolation_regress): deterministic interleavings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,3 +53,6 @@ DISTLOCK_TEST_PLAIN_PORT=$plain_port \
 DISTLOCK_TEST_POOLER_PORT=$pooler_port \
 DISTLOCK_TEST_PGDATA="$work/primary" \
   cargo test --features cluster-tests --test cluster -- --test-threads=1
+
+echo "== isolation specs (pg_isolation_regress)"
+scripts/isolation.sh "$primary_port"
