@@ -31,8 +31,39 @@ thread_local! {
     static CALLER: Cell<Option<pg_sys::Oid>> = const { Cell::new(None) };
 }
 
+thread_local! {
+    /// The owner of schema `distlock`, looked up once per backend and
+    /// forgotten whenever any schema changes (owner, drop, re-create).
+    static OWNER: Cell<Option<pg_sys::Oid>> = const { Cell::new(None) };
+    static OWNER_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_owner(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
+    OWNER.set(None);
+}
+
 /// The owner of schema `distlock`, who owns every table of the extension.
 fn owner() -> pg_sys::Oid {
+    if let Some(owner) = OWNER.get() {
+        return owner;
+    }
+    if !OWNER_CALLBACK.get() {
+        unsafe {
+            pg_sys::CacheRegisterSyscacheCallback(
+                pg_sys::SysCacheIdentifier::NAMESPACEOID as i32,
+                Some(forget_owner),
+                pg_sys::Datum::from(0),
+            )
+        };
+        OWNER_CALLBACK.set(true);
+    }
+    let owner = look_up_owner();
+    OWNER.set(Some(owner));
+    owner
+}
+
+fn look_up_owner() -> pg_sys::Oid {
     unsafe {
         let schema = pg_sys::get_namespace_oid(c"distlock".as_ptr(), false);
         let tuple = pg_sys::SearchSysCache1(
