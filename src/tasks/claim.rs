@@ -32,19 +32,13 @@ pub enum Mode {
     Lease(pgrx::datum::Interval),
 }
 
-/// Claims `task_id` for `worker` in `mode`; with `only_if_due`, only while
-/// it is due.
-pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: bool, mode: Mode) -> Claim {
-    match mode {
-        Mode::Session => claim_for_session(client, task_id, worker, only_if_due),
-        Mode::Lease(lease) => super::lease::claim(client, task_id, worker, only_if_due, lease),
-    }
-}
-
+/// Claims `task_id` for `worker` with a session lock; with `only_if_due`,
+/// only while it is due.
+///
 /// The lock is taken before the task row is read again, and that read
 /// follows the row to its latest committed version, so a claim can never
 /// act on a due slot that a just-committed release has already finished.
-fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: bool) -> Claim {
+pub fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: bool) -> Claim {
     match try_lock_task(task_id) {
         TryLock::Busy => return Claim::Busy,
         TryLock::AlreadyHeld => return Claim::AlreadyHeldHere,
@@ -111,7 +105,7 @@ fn try_acquire_task_lock(p_task_id: Option<i32>, p_worker_id: Option<Text>) -> b
     require_primary("claim tasks");
     let task_id = required(p_task_id, "p_task_id");
     let worker = text::name(p_worker_id, "p_worker_id");
-    crate::access::connect(|client| match claim(client, task_id, &worker, false, Mode::Session) {
+    crate::access::connect(|client| match claim_for_session(client, task_id, &worker, false) {
         Claim::Claimed { .. } => true,
         Claim::NotEligible if !task_exists(client, task_id) => raise_unknown_task(task_id),
         Claim::NotEligible | Claim::Busy | Claim::AlreadyHeldHere => false,

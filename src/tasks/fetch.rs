@@ -4,7 +4,7 @@ use crate::text::{self, Text};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use super::claim::{claim, Claim, Mode};
+use super::claim::{claim_for_session, Claim, Mode};
 use crate::errors::{int_in_range, require_primary, OrRaise};
 use crate::plans::plan;
 
@@ -16,6 +16,14 @@ pub struct Claimed {
     pub task_name: Text,
     pub task_type: Text,
     pub fencing_token: i64,
+}
+
+/// Claims `task_id` in `mode`, only while it is due.
+fn claim_due(client: &SpiClient<'_>, task_id: i32, worker: &Text, mode: Mode) -> Claim {
+    match mode {
+        Mode::Session => claim_for_session(client, task_id, worker, true),
+        Mode::Lease(lease) => super::lease::claim(client, task_id, worker, true, lease),
+    }
 }
 
 /// Claims up to `max` due tasks in `mode`, earliest `next_run_at` first,
@@ -44,7 +52,7 @@ fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize, mode: Mode
             break;
         }
         for (task_id, task_name, task_type) in batch {
-            if let Claim::Claimed { fencing_token } = claim(client, task_id, worker, true, mode) {
+            if let Claim::Claimed { fencing_token } = claim_due(client, task_id, worker, mode) {
                 claimed.push(Claimed { task_id, task_name, task_type, fencing_token });
                 if claimed.len() == max {
                     break;
