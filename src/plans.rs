@@ -52,6 +52,17 @@ pub fn first_value<T: FromDatum + IntoDatum>(rows: SpiTupleTable<'_>) -> SpiResu
     }
 }
 
+/// The first two columns of the first row, or None when there is no row.
+pub fn first_two<A: FromDatum + IntoDatum, B: FromDatum + IntoDatum>(
+    rows: SpiTupleTable<'_>,
+) -> SpiResult<Option<(Option<A>, Option<B>)>> {
+    if rows.is_empty() {
+        Ok(None)
+    } else {
+        rows.first().get_two::<A, B>().map(Some)
+    }
+}
+
 /// Shorthands for argument types.
 pub mod types {
     use pgrx::pg_sys::{BuiltinOid, PgOid};

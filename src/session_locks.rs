@@ -11,6 +11,8 @@ use pgrx::PgSqlErrorCode;
 
 use crate::errors::raise_with_hint;
 
+// locks::holds and tasks::held report their counts here (rather than this
+// module asking them), so that neither points back up to the other.
 thread_local! {
     static LOCK_KEYS: Cell<usize> = const { Cell::new(0) };
     static TASK_CLAIMS: Cell<usize> = const { Cell::new(0) };

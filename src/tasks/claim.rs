@@ -7,7 +7,7 @@ use pgrx::PgSqlErrorCode;
 
 use crate::errors::{raise, require_primary, required, OrRaise};
 use crate::lock_keys::{task_lock_id, try_lock_task, unlock_task, TryLock};
-use crate::plans::{plan, types};
+use crate::plans::{first_two, plan, types};
 use crate::xact;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +70,7 @@ pub fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, on
                 role.into(),
             ],
         )
-        .and_then(|rows| if rows.is_empty() { Ok(None) } else { rows.first().get_two::<i64, i64>().map(Some) })
+        .and_then(first_two::<i64, i64>)
         .or_raise();
     match claimed {
         Some((Some(log_id), Some(fencing_token))) => {

@@ -14,7 +14,7 @@ use super::claim::{raise_unknown_task, task_exists, Claim, Mode};
 use super::release::{finish_claim, release_status};
 use crate::errors::{positive_interval, raise_with_hint, require_primary, required, OrRaise};
 use crate::lock_keys::{try_lock_task_for_transaction, unlock_task_for_transaction, TryLock};
-use crate::plans::{plan, types};
+use crate::plans::{first_two, plan, types};
 
 /// Claims `task_id` for `worker` for `lease`. The task's lock is held only
 /// while this transaction writes the claim, which keeps it from overlapping a
@@ -42,7 +42,7 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: b
                 crate::access::caller().into(),
             ],
         )
-        .and_then(|rows| if rows.is_empty() { Ok(None) } else { rows.first().get_two::<i64, i64>().map(Some) })
+        .and_then(first_two::<i64, i64>)
         .or_raise();
     match claimed {
         Some((Some(_), Some(fencing_token))) => Claim::Claimed { fencing_token },
@@ -98,13 +98,7 @@ fn renew_task_lease(
         );
         let renewed = client
             .select(&*stmt, None, &[task_id.into(), token.into(), lease.into()])
-            .and_then(|rows| {
-                if rows.is_empty() {
-                    Ok(None)
-                } else {
-                    rows.first().get_two::<TimestampWithTimeZone, pgrx::pg_sys::Oid>().map(Some)
-                }
-            })
+            .and_then(first_two::<TimestampWithTimeZone, pgrx::pg_sys::Oid>)
             .or_raise();
         match renewed {
             Some((Some(expires_at), role)) => {
@@ -139,13 +133,7 @@ fn release_task_lease(
         );
         let holder = client
             .select(&*stmt, None, &[task_id.into(), token.into()])
-            .and_then(|rows| {
-                if rows.is_empty() {
-                    Ok(None)
-                } else {
-                    rows.first().get_two::<i64, pgrx::pg_sys::Oid>().map(Some)
-                }
-            })
+            .and_then(first_two::<i64, pgrx::pg_sys::Oid>)
             .or_raise();
         let (log_id, role) = match holder {
             Some((Some(log_id), role)) => (log_id, role),

@@ -96,15 +96,12 @@ fn a_frozen_lease_holder_is_fenced_out_when_it_resumes() {
     );
     freeze_at_work(&mut c, work_lock, &worker);
     // While it is frozen, its lease runs out and another worker takes over.
-    let mut token: Option<i64> = None;
-    eventually("the lease to run out and be taken over", Duration::from_secs(10), || {
-        token = c
-            .query_one("SELECT fencing_token FROM distlock.worker_fetch_and_execute_task('rescuer', '1 minute')", &[])
-            .expect("fetch")
-            .get(0);
-        token.is_some()
-    });
-    let token = token.expect("taken over");
+    let token = eventually_claimed(
+        &mut c,
+        "the lease to run out and be taken over",
+        Duration::from_secs(10),
+        "SELECT fencing_token FROM distlock.worker_fetch_and_execute_task('rescuer', '1 minute')",
+    );
     c.execute("INSERT INTO results VALUES ($1)", &[&token]).expect("rescuer writes");
     c.execute("SELECT distlock.release_task_lease(1, $1, 'completed')", &[&token]).expect("rescuer releases");
     signal(&worker, "-CONT");
@@ -142,15 +139,12 @@ fn a_frozen_session_holder_past_its_timeout_is_ended_and_fenced_out() {
         !swept.is_empty()
     });
     assert_eq!(swept, vec![("frozen".to_string(), true)]);
-    let mut token: Option<i64> = None;
-    eventually("the retry to be claimed", Duration::from_secs(10), || {
-        token = c
-            .query_one("SELECT fencing_token FROM distlock.worker_fetch_and_execute_task('rescuer')", &[])
-            .expect("fetch")
-            .get(0);
-        token.is_some()
-    });
-    let token = token.expect("claimed");
+    let token = eventually_claimed(
+        &mut c,
+        "the retry to be claimed",
+        Duration::from_secs(10),
+        "SELECT fencing_token FROM distlock.worker_fetch_and_execute_task('rescuer')",
+    );
     c.execute("INSERT INTO results VALUES ($1)", &[&token]).expect("rescuer writes");
     c.execute("SELECT distlock.release_task_lock(1, 'rescuer', 'completed')", &[]).expect("rescuer releases");
     signal(&worker, "-CONT");

@@ -96,15 +96,12 @@ fn an_expired_lease_is_taken_over_and_its_holder_fenced_out() {
         .expect("claimed");
     let mut new = connect(&db);
     assert_eq!(lease_claim(&mut new, 1, "new", "1 minute"), None, "not while the lease lasts");
-    let mut new_token: Option<i64> = None;
-    eventually("the lease to run out and be taken over", Duration::from_secs(5), || {
-        new_token = new
-            .query_one("SELECT fencing_token FROM distlock.worker_fetch_and_execute_task('new', '1 minute')", &[])
-            .expect("fetch")
-            .get(0);
-        new_token.is_some()
-    });
-    let new_token = new_token.expect("taken over");
+    let new_token = eventually_claimed(
+        &mut new,
+        "the lease to run out and be taken over",
+        Duration::from_secs(5),
+        "SELECT fencing_token FROM distlock.worker_fetch_and_execute_task('new', '1 minute')",
+    );
     assert!(new_token > old_token);
     assert_eq!(status_of(&mut setup, old_token), "abandoned", "the superseded run is closed by the next claim");
     // The old holder wakes up: everything it tries is refused.

@@ -86,6 +86,17 @@ pub fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool
     }
 }
 
+/// Runs `fetch` (its first column a fencing token, NULL while nothing can
+/// be claimed) until it claims, failing after `timeout`; returns the token.
+pub fn eventually_claimed(client: &mut Client, what: &str, timeout: Duration, fetch: &str) -> i64 {
+    let mut token: Option<i64> = None;
+    eventually(what, timeout, || {
+        token = client.query_one(fetch, &[]).unwrap_or_else(|e| panic!("{fetch}: {e}")).get(0);
+        token.is_some()
+    });
+    token.unwrap_or_else(|| panic!("{what}: no token"))
+}
+
 pub fn backend_pid(client: &mut Client) -> i32 {
     client.query_one("SELECT pg_backend_pid()", &[]).expect("pid").get(0)
 }
