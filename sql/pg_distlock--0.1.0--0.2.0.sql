@@ -318,8 +318,9 @@ SELECT g.privilege, g.object FROM (VALUES
     ('worker',   'EXECUTE', 'FUNCTION distlock.bump_version()'),
     -- The job queue.
     ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer)'),
-    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval)'),
-    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_tasks(bigint[], text, integer[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text)'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text, integer)'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.fail_task(bigint, text, text)'),
@@ -416,8 +417,6 @@ ALTER FUNCTION distlock.acquire_semaphore(text,integer,text,interval) RESET sear
 ALTER FUNCTION distlock.check_and_recover_timeout_tasks(integer) RESET search_path;
 ALTER FUNCTION distlock.check_fencing_token(integer,bigint) RESET search_path;
 ALTER FUNCTION distlock.complete_task(bigint,text) RESET search_path;
-ALTER FUNCTION distlock.consume_task(text,interval) RESET search_path;
-ALTER FUNCTION distlock.consume_tasks(integer,text,interval) RESET search_path;
 ALTER FUNCTION distlock.enqueue_task(text,jsonb,timestamp with time zone,integer,integer) RESET search_path;
 ALTER FUNCTION distlock.extend_task_lease(bigint,interval,text) RESET search_path;
 ALTER FUNCTION distlock.fail_task(bigint,text,text) RESET search_path;
@@ -456,3 +455,59 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Queue: consumers may wait in the server for a job (p_wait) instead of
+-- polling, and settle a batch in one call (complete_tasks). consume_task and
+-- consume_tasks gain an argument, so they are made anew; every role that
+-- could execute the old ones can execute the new ones.
+DO $$
+DECLARE
+    grantees text[];
+    grantee text;
+BEGIN
+    SELECT pg_catalog.array_agg(DISTINCT CASE a.grantee WHEN 0 THEN 'PUBLIC'
+                                     ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END)
+      INTO grantees
+      FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+     WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY['distlock.consume_task(text, interval)'::pg_catalog.regprocedure,
+                                                   'distlock.consume_tasks(integer, text, interval)'::pg_catalog.regprocedure])
+       AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+       AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE';
+
+    DROP FUNCTION distlock.consume_task(text, interval);
+    DROP FUNCTION distlock.consume_tasks(integer, text, interval);
+
+    CREATE FUNCTION distlock.consume_task(
+        p_worker_id text DEFAULT NULL,
+        p_lease interval DEFAULT '5 minutes',
+        p_wait interval DEFAULT NULL
+    ) RETURNS TABLE (task_id bigint, task_name text, payload jsonb, attempts int, max_attempts int,
+                     lease_expires_at timestamptz, priority int, worker_id text)
+    LANGUAGE c AS 'MODULE_PATHNAME', 'consume_task_or_wait_wrapper';
+
+    CREATE FUNCTION distlock.consume_tasks(
+        p_batch int,
+        p_worker_id text DEFAULT NULL,
+        p_lease interval DEFAULT '5 minutes',
+        p_wait interval DEFAULT NULL
+    ) RETURNS TABLE (task_id bigint, task_name text, payload jsonb, attempts int, max_attempts int,
+                     lease_expires_at timestamptz, priority int, worker_id text)
+    LANGUAGE c AS 'MODULE_PATHNAME', 'consume_tasks_or_wait_wrapper';
+
+    REVOKE ALL ON FUNCTION distlock.consume_task(text, interval, interval),
+                           distlock.consume_tasks(integer, text, interval, interval) FROM PUBLIC;
+    FOREACH grantee IN ARRAY COALESCE(grantees, ARRAY[]::text[]) LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION distlock.consume_task(text, interval, interval), '
+                                  'distlock.consume_tasks(integer, text, interval, interval) TO %s', grantee);
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION distlock.complete_tasks(
+    p_task_ids bigint[],
+    p_worker_id text DEFAULT NULL,
+    p_attempts int[] DEFAULT NULL
+) RETURNS SETOF bigint
+LANGUAGE c AS 'MODULE_PATHNAME', 'complete_tasks_wrapper';
+
+REVOKE ALL ON FUNCTION distlock.complete_tasks(bigint[], text, int[]) FROM PUBLIC;

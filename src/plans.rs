@@ -75,5 +75,6 @@ pub mod types {
     pub const JSONB: PgOid = PgOid::BuiltIn(BuiltinOid::JSONBOID);
     pub const INTERVAL: PgOid = PgOid::BuiltIn(BuiltinOid::INTERVALOID);
     pub const INT8_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::INT8ARRAYOID);
+    pub const INT4_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::INT4ARRAYOID);
     pub const TEXT_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::TEXTARRAYOID);
 }

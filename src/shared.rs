@@ -1,11 +1,12 @@
 //! Shared memory, present only when pg_distlock is listed in
-//! shared_preload_libraries: per-worker-id snowflake state, and two fixed-size
+//! shared_preload_libraries: per-worker-id snowflake state, two fixed-size
 //! tables split into LWLock-protected partitions (rate-limit state and
-//! lock-call telemetry). Without preload `layout()` is None and the features
+//! lock-call telemetry), and the condition variables waiting consumers of
+//! the job queue sleep on. Without preload `layout()` is None and the features
 //! fall back to their table-backed paths (telemetry is then off).
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64};
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -15,6 +16,9 @@ use crate::gucs;
 pub const SNOWFLAKE_WORKERS: usize = 1024;
 pub const RATE_PARTITIONS: usize = 16;
 pub const STATS_PARTITIONS: usize = 16;
+/// Databases share these by their OID modulo the count: a wake-up meant for
+/// another database only costs a sleeper one look at its own queue.
+pub const QUEUE_WAKE_SLOTS: usize = 16;
 const TRANCHE: &CStr = c"pg_distlock";
 const SEGMENT: &CStr = c"pg_distlock shared state";
 
@@ -69,6 +73,14 @@ pub struct LockStatEntry {
     pub last_used_us: i64,
 }
 
+/// Where consumers of one database (or of a few sharing the slot) wait for jobs.
+#[repr(C)]
+pub struct QueueWakeSlot {
+    pub cv: pg_sys::ConditionVariable,
+    /// Consumers waiting now; a committing claim only wakes them when nonzero.
+    pub sleepers: AtomicU32,
+}
+
 #[repr(C)]
 pub struct Header {
     pub slots_per_partition: usize,
@@ -80,6 +92,7 @@ struct Layout {
     snowflake: *mut SnowflakeSlot,
     rate: *mut RateEntry,
     stats: *mut LockStatEntry,
+    queue_wake: *mut QueueWakeSlot,
     locks: *mut pg_sys::LWLockPadded,
 }
 
@@ -100,6 +113,7 @@ fn segment_size() -> usize {
         + SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>()
         + slots_per_partition() * RATE_PARTITIONS * std::mem::size_of::<RateEntry>()
         + stats_per_partition() * STATS_PARTITIONS * std::mem::size_of::<LockStatEntry>()
+        + QUEUE_WAKE_SLOTS * std::mem::size_of::<QueueWakeSlot>()
 }
 
 #[pg_guard]
@@ -138,12 +152,21 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         let stats = (rate as *mut u8)
             .add((*header).slots_per_partition * RATE_PARTITIONS * std::mem::size_of::<RateEntry>())
             as *mut LockStatEntry;
+        let queue_wake = (stats as *mut u8)
+            .add((*header).stats_per_partition * STATS_PARTITIONS * std::mem::size_of::<LockStatEntry>())
+            as *mut QueueWakeSlot;
+        if !found {
+            for slot in 0..QUEUE_WAKE_SLOTS {
+                pg_sys::ConditionVariableInit(std::ptr::addr_of_mut!((*queue_wake.add(slot)).cv));
+            }
+        }
         let locks = pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr());
         LAYOUT = Some(Layout {
             header,
             snowflake,
             rate,
             stats,
+            queue_wake,
             locks,
         });
     }
@@ -175,6 +198,12 @@ pub fn available() -> bool {
 pub fn snowflake_slot(worker_id: usize) -> Option<&'static SnowflakeSlot> {
     let layout = layout()?;
     (worker_id < SNOWFLAKE_WORKERS).then(|| unsafe { &*layout.snowflake.add(worker_id) })
+}
+
+/// The queue wake slot of `database`; None without preload.
+pub fn queue_wake_slot(database: pg_sys::Oid) -> Option<&'static QueueWakeSlot> {
+    let layout = layout()?;
+    Some(unsafe { &*layout.queue_wake.add(database.to_u32() as usize % QUEUE_WAKE_SLOTS) })
 }
 
 /// Runs `f` on `entries` while holding lock number `lock` exclusively.

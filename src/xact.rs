@@ -49,29 +49,59 @@ struct Hooks {
     /// Runs once when it ends, whichever way: commit, PREPARE, or abort of
     /// the (sub)transaction that registered it. Must not fail.
     on_end: Option<Action>,
+    /// Runs once the transaction has committed, when what it wrote is
+    /// visible to every new snapshot. Must not fail.
+    after_commit: Option<Action>,
 }
 
-fn push_hooks(before_commit: Option<Action>, on_abort: Option<Action>, on_end: Option<Action>) {
-    let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
-    HOOKS.with(|h| h.borrow_mut().push(Hooks { subxact, before_commit, on_abort, on_end }));
+fn push_hooks(hooks: Hooks) {
+    HOOKS.with(|h| h.borrow_mut().push(hooks));
+}
+
+fn current_subxact() -> pg_sys::SubTransactionId {
+    unsafe { pg_sys::GetCurrentSubTransactionId() }
 }
 
 /// Registers actions for the current subtransaction's outcome.
 pub fn on_outcome(before_commit: Option<Action>, on_abort: Option<Action>) {
-    push_hooks(before_commit, on_abort, None);
+    push_hooks(Hooks { subxact: current_subxact(), before_commit, on_abort, on_end: None, after_commit: None });
 }
 
 /// Registers an action for the end of the current subtransaction (or of
 /// the transaction it merges into), however it ends.
 pub fn at_end(action: Action) {
-    push_hooks(None, None, Some(action));
+    push_hooks(Hooks {
+        subxact: current_subxact(),
+        before_commit: None,
+        on_abort: None,
+        on_end: Some(action),
+        after_commit: None,
+    });
 }
 
-/// Forgets every hook, running the end actions.
-fn end_all() {
+/// Registers an action for after the transaction commits; dropped if it (or
+/// the subtransaction that registered it) aborts, or is prepared.
+pub fn after_commit(action: Action) {
+    push_hooks(Hooks {
+        subxact: current_subxact(),
+        before_commit: None,
+        on_abort: None,
+        on_end: None,
+        after_commit: Some(action),
+    });
+}
+
+/// Forgets every hook, running the end actions (and, at a commit, the
+/// after-commit ones).
+fn end_all(committed: bool) {
     let hooks = HOOKS.with(|h| std::mem::take(&mut *h.borrow_mut()));
-    for action in hooks.into_iter().filter_map(|hook| hook.on_end) {
-        action();
+    for hook in hooks {
+        if let Some(action) = hook.on_end {
+            action();
+        }
+        if let Some(action) = hook.after_commit.filter(|_| committed) {
+            action();
+        }
     }
 }
 
@@ -157,14 +187,14 @@ unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: 
     match event {
         XACT_EVENT_PRE_COMMIT | XACT_EVENT_PARALLEL_PRE_COMMIT => run_before_commit_hooks(),
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
-            end_all();
+            end_all(true);
             drain_and_unlock(LockAction::ReleaseAtCommit)
         }
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
             run_abort_hooks(None);
             drain_and_unlock(LockAction::Claimed)
         }
-        XACT_EVENT_PREPARE => end_all(),
+        XACT_EVENT_PREPARE => end_all(false),
         XACT_EVENT_PRE_PREPARE => {
             run_before_commit_hooks();
             if PENDING.with(|p| !p.borrow().is_empty()) {

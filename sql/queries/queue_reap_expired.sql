@@ -1,18 +1,19 @@
 -- Jobs whose consumer's lease ran out go back to pending (their next claim
 -- counts another attempt), or to dead when no attempt is left. Rows another
--- consumer is touching are skipped.
+-- consumer is touching are skipped. $2 is the time (a parameter, so that
+-- it is an index condition).
 WITH expired AS (
     SELECT id
       FROM distlock.task_queue
      WHERE status OPERATOR(pg_catalog.=) 'processing'
-       AND lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+       AND lease_expires_at OPERATOR(pg_catalog.<=) $2
      ORDER BY lease_expires_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
 )
 UPDATE distlock.task_queue q
    SET status = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN 'dead' ELSE 'pending' END,
-       completed_at = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN pg_catalog.clock_timestamp() END,
+       completed_at = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN $2 END,
        lease_expires_at = NULL,
        last_error = 'lease expired (worker ' OPERATOR(pg_catalog.||) COALESCE(q.worker_id, '?')
                     OPERATOR(pg_catalog.||) ')'

@@ -1,6 +1,8 @@
 //! Handing jobs out: FOR UPDATE SKIP LOCKED, highest priority then oldest,
-//! each with a lease. An expired lease makes its job claimable again, so a
-//! crashed consumer's job never stays stuck, with no sweep needed.
+//! each with a lease. A job whose lease ran out is taken over by the next
+//! claim (or made dead when its attempts are used up), so a crashed
+//! consumer's job never stays stuck, with no sweep needed. A consumer may
+//! wait in the server for a job to become claimable (see wake.rs).
 
 use crate::text::Text;
 use pgrx::prelude::*;
@@ -8,8 +10,9 @@ use pgrx::spi::SpiClient;
 
 use super::payload::Payload;
 use super::resolve_worker;
-use crate::errors::{int_in_range, positive_interval, OrRaise};
-use crate::plans::{plan, types};
+use super::wake::{self, Sleeper};
+use crate::errors::{int_in_range, interval_micros, positive_interval, raise_with_hint, OrRaise};
+use crate::plans::{first_value, plan, types};
 
 const MAX_BATCH: i32 = 1000;
 
@@ -17,32 +20,55 @@ const MAX_BATCH: i32 = 1000;
 /// because pgrx reads them from the function's own tokens.
 type Job = (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text);
 
-/// Returns up to `limit` expired leases to pending (or dead when out of attempts); how many.
-pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
-    let stmt = plan(client, include_str!("../../sql/queries/queue_reap_expired.sql"), &[types::INT8]);
-    client
-        .select(&*stmt, None, &[limit.into()])
-        .map(|rows| rows.len())
-        .or_raise()
+fn clock_now() -> pg_sys::TimestampTz {
+    unsafe { pg_sys::GetCurrentTimestamp() }
 }
 
-fn consume(p_batch: i32, p_worker_id: Option<Text>, p_lease: Option<Interval>) -> Vec<Job> {
-    let lease = positive_interval(p_lease, "p_lease");
-    crate::errors::require_primary("consume jobs");
-    crate::access::connect(|client| {
-        let worker = resolve_worker(client, p_worker_id);
-        reap_expired_leases(client, p_batch as i64);
-        let stmt = plan(
-            client,
-            include_str!("../../sql/queries/queue_consume.sql"),
-            &[types::INT8, types::TEXT, types::INTERVAL, types::OID],
-        );
-        let role = crate::access::caller();
+fn timestamp(us: pg_sys::TimestampTz) -> TimestampWithTimeZone {
+    TimestampWithTimeZone::try_from(us).unwrap_or_else(|_| TimestampWithTimeZone::positive_infinity())
+}
+
+/// Returns up to `limit` expired leases to pending (or dead when out of attempts); how many.
+pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/queue_reap_expired.sql"),
+        &[types::INT8, types::TIMESTAMPTZ],
+    );
+    let reaped = client
+        .select(&*stmt, None, &[limit.into(), timestamp(clock_now()).into()])
+        .map(|rows| rows.len())
+        .or_raise();
+    if reaped > 0 {
+        wake::jobs_added();
+    }
+    reaped
+}
+
+/// One look at the queue: claims up to `batch` jobs. Rows the statement made
+/// dead (an expired lease with no attempt left) are not handed out; while
+/// any were, it looks again for the jobs they displaced.
+fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval) -> Vec<Job> {
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/queue_consume.sql"),
+        &[types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ],
+    );
+    let role = crate::access::caller();
+    let mut jobs = Vec::new();
+    loop {
+        let wanted = batch as i64 - jobs.len() as i64;
+        let now = timestamp(clock_now());
+        let mut made_dead = 0;
         client
-            .select(&*stmt, None, &[(p_batch as i64).into(), (&worker).into(), lease.into(), role.into()])
+            .select(&*stmt, None, &[wanted.into(), worker.into(), lease.into(), role.into(), now.into()])
             .and_then(|rows| {
-                rows.map(|row| {
-                    Ok((
+                for row in rows {
+                    if row.get::<bool>(8)? != Some(true) {
+                        made_dead += 1;
+                        continue;
+                    }
+                    jobs.push((
                         row.get::<i64>(1)?.unwrap_or_default(),
                         row.get::<Text>(2)?.unwrap_or_default(),
                         row.get::<Payload>(3)?,
@@ -52,21 +78,107 @@ fn consume(p_batch: i32, p_worker_id: Option<Text>, p_lease: Option<Interval>) -
                             .unwrap_or_else(TimestampWithTimeZone::negative_infinity),
                         row.get::<i32>(7)?.unwrap_or_default(),
                         worker.clone(),
-                    ))
-                })
-                .collect()
+                    ));
+                }
+                Ok(())
             })
-            .or_raise()
-    })
+            .or_raise();
+        if made_dead == 0 || jobs.len() as i32 >= batch {
+            break;
+        }
+    }
+    if !jobs.is_empty() {
+        wake::jobs_claimed();
+    }
+    jobs
+}
+
+/// When the next job becomes claimable with time alone (a lease running out
+/// or a run_after coming), if before `until`.
+fn next_due(client: &SpiClient<'_>, now: pg_sys::TimestampTz, until: pg_sys::TimestampTz) -> Option<pg_sys::TimestampTz> {
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/queue_next_due.sql"),
+        &[types::TIMESTAMPTZ, types::TIMESTAMPTZ],
+    );
+    client
+        .select(&*stmt, None, &[timestamp(now).into(), timestamp(until).into()])
+        .and_then(first_value::<TimestampWithTimeZone>)
+        .or_raise()
+        .map(|due| due.into_inner())
+}
+
+/// A wait of `p_wait` in microseconds; NULL or zero means none.
+fn wait_micros(p_wait: Option<Interval>) -> i64 {
+    let Some(wait) = p_wait else { return 0 };
+    let micros = interval_micros(&wait);
+    if micros < 0 {
+        raise_with_hint(
+            pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("p_wait must not be negative, got {wait}"),
+            "Pass NULL or '0' not to wait.",
+        );
+    }
+    micros.min(i64::MAX as i128 / 2) as i64
+}
+
+/// Each look needs a snapshot that includes what committed since the last
+/// one, which only READ COMMITTED gives.
+fn require_read_committed() {
+    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        raise_with_hint(
+            pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "consume_task cannot wait (p_wait) in a REPEATABLE READ or SERIALIZABLE transaction",
+            "Its snapshot would never show new jobs: wait in a READ COMMITTED transaction, or pass p_wait => NULL.",
+        );
+    }
+}
+
+fn consume(p_batch: i32, p_worker_id: Option<Text>, p_lease: Option<Interval>, p_wait: Option<Interval>) -> Vec<Job> {
+    let lease = positive_interval(p_lease, "p_lease");
+    let wait = wait_micros(p_wait);
+    crate::errors::require_primary("consume jobs");
+    let deadline = clock_now().saturating_add(wait);
+    let worker = crate::access::connect(|client| resolve_worker(client, p_worker_id));
+    let mut sleeper: Option<Sleeper> = None;
+    loop {
+        let (jobs, due) = crate::access::connect(|client| {
+            let jobs = claim(client, p_batch, &worker, lease);
+            let due = if jobs.is_empty() && sleeper.is_some() {
+                next_due(client, clock_now(), deadline)
+            } else {
+                None
+            };
+            (jobs, due)
+        });
+        let now = clock_now();
+        if !jobs.is_empty() || now >= deadline {
+            return jobs;
+        }
+        match &sleeper {
+            // Registered before looking once more, so that no commit between
+            // the look and the sleep goes unnoticed.
+            None => {
+                require_read_committed();
+                sleeper = Some(Sleeper::new());
+            }
+            Some(sleeper) => {
+                let until = due.map_or(deadline, |due| due.min(deadline));
+                sleeper.sleep((until - now + 999) / 1000);
+            }
+        }
+    }
 }
 
 /// Claims the next runnable job (highest priority, then oldest) with a
-/// lease; zero rows when there is none. A NULL worker id falls back to the
-/// session's application_name or client address.
-#[pg_extern]
-fn consume_task(
+/// lease; zero rows when there is none, after waiting up to `p_wait` for
+/// one. A NULL worker id falls back to the session's application_name or
+/// client address.
+#[pg_extern(name = "consume_task")]
+fn consume_task_or_wait(
     p_worker_id: default!(Option<Text>, "NULL"),
     p_lease: default!(Option<Interval>, "'5 minutes'"),
+    p_wait: default!(Option<Interval>, "NULL"),
 ) -> TableIterator<
     'static,
     (
@@ -80,15 +192,17 @@ fn consume_task(
         name!(worker_id, Text),
     ),
 > {
-    TableIterator::new(consume(1, p_worker_id, p_lease))
+    TableIterator::new(consume(1, p_worker_id, p_lease, p_wait))
 }
 
-/// Claims up to `p_batch` (1..1000) runnable jobs in one call.
-#[pg_extern]
-fn consume_tasks(
+/// Claims up to `p_batch` (1..1000) runnable jobs in one call, after waiting
+/// up to `p_wait` for the first.
+#[pg_extern(name = "consume_tasks")]
+fn consume_tasks_or_wait(
     p_batch: Option<i32>,
     p_worker_id: default!(Option<Text>, "NULL"),
     p_lease: default!(Option<Interval>, "'5 minutes'"),
+    p_wait: default!(Option<Interval>, "NULL"),
 ) -> TableIterator<
     'static,
     (
@@ -103,5 +217,19 @@ fn consume_tasks(
     ),
 > {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
-    TableIterator::new(consume(batch, p_worker_id, p_lease))
+    TableIterator::new(consume(batch, p_worker_id, p_lease, p_wait))
+}
+
+// The C symbols 0.1.0's SQL names (consume_task_wrapper,
+// consume_tasks_wrapper), with its argument lists, for databases not yet
+// updated; the 0.2.0 SQL does not declare them.
+#[pg_extern(sql = false)]
+fn consume_task(p_worker_id: Option<Text>, p_lease: Option<Interval>) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
+    TableIterator::new(consume(1, p_worker_id, p_lease, None))
+}
+
+#[pg_extern(sql = false)]
+fn consume_tasks(p_batch: Option<i32>, p_worker_id: Option<Text>, p_lease: Option<Interval>) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
+    let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
+    TableIterator::new(consume(batch, p_worker_id, p_lease, None))
 }

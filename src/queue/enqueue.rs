@@ -22,7 +22,7 @@ fn enqueue_task(
     let run_after = required(p_run_after, "p_run_after");
     let priority = required(p_priority, "p_priority");
     let max_attempts = crate::errors::int_in_range(p_max_attempts, "p_max_attempts", 1..=i32::MAX);
-    crate::access::connect_mut(|client| {
+    let id = crate::access::connect_mut(|client| {
         let stmt = plan(
             client,
             include_str!("../../sql/queries/queue_enqueue.sql"),
@@ -37,5 +37,7 @@ fn enqueue_task(
             .and_then(first_value::<i64>)
             .or_raise()
             .unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "pg_distlock: enqueue returned no id"))
-    })
+    });
+    super::wake::jobs_added();
+    id
 }

@@ -7,6 +7,7 @@ mod enqueue;
 mod payload;
 mod retention;
 mod settle;
+mod wake;
 #[cfg(any(test, feature = "pg_test"))]
 mod queue_tests;
 

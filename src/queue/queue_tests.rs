@@ -284,4 +284,80 @@ mod tests {
     fn queue_prune_jobs_refuses_a_negative_retention() {
         one::<i64>("SELECT distlock.prune_jobs('-1 second')");
     }
+
+    #[pg_test]
+    fn queue_a_job_made_dead_at_claim_time_does_not_hide_a_pending_one() {
+        let exhausted = enqueue("'a', '{}', now(), 0, 1");
+        one::<i64>("SELECT task_id FROM distlock.consume_task('w', '1 millisecond')");
+        run("SELECT pg_sleep(0.01)");
+        let pending = enqueue("'b'");
+        // The expired, exhausted job comes first in the claim and goes dead;
+        // the claim still hands out the pending job behind it.
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('w2')"), Some(pending));
+        assert_eq!(
+            one::<String>(&format!("SELECT status::text FROM distlock.task_queue WHERE id = {exhausted}")),
+            Some("dead".into())
+        );
+    }
+
+    #[pg_test]
+    fn queue_complete_tasks_settles_only_what_the_worker_holds() {
+        let mine = enqueue("'a'");
+        let stale = enqueue("'b'");
+        let theirs = enqueue("'c'");
+        one::<i64>(&format!("SELECT count(*) FROM distlock.consume_tasks(2, 'w')"));
+        one::<i64>("SELECT task_id FROM distlock.consume_task('other')");
+        let completed = one::<String>(&format!(
+            "SELECT string_agg(id::text, ',' ORDER BY id) \
+               FROM distlock.complete_tasks(ARRAY[{mine}, {stale}, {theirs}, 999999], 'w', ARRAY[1, 2, 1, 1]) AS id"
+        ));
+        // stale names attempt 2 but the worker holds attempt 1; theirs belongs to another worker.
+        assert_eq!(completed, Some(mine.to_string()));
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT string_agg(status, ',' ORDER BY id) FROM distlock.task_queue WHERE id IN ({mine}, {stale}, {theirs})"
+            )),
+            Some("completed,processing,processing".into())
+        );
+        assert_eq!(
+            one::<i64>(&format!("SELECT count(*) FROM distlock.complete_tasks(ARRAY[{stale}], 'w')")),
+            Some(1)
+        );
+    }
+
+    #[pg_test(error = "p_attempts has 1 elements but p_task_ids has 2")]
+    fn queue_complete_tasks_with_mismatched_attempts_is_an_error() {
+        run("SELECT * FROM distlock.complete_tasks(ARRAY[1, 2], 'w', ARRAY[1])");
+    }
+
+    #[pg_test]
+    fn queue_wait_returns_no_rows_once_the_wait_is_over() {
+        let waited = one::<f64>(
+            "SELECT extract(epoch FROM clock_timestamp() - t0)::float8 \
+               FROM (SELECT clock_timestamp() AS t0) s, \
+                    LATERAL (SELECT count(*) AS n FROM distlock.consume_task('w', p_wait => '150 milliseconds')) c \
+              WHERE c.n = 0",
+        )
+        .expect("no job, one row of timing");
+        assert!((0.15..2.0).contains(&waited), "waited {waited} s for a 150 ms wait");
+    }
+
+    #[pg_test]
+    fn queue_wait_takes_a_delayed_job_when_its_time_comes() {
+        let id = enqueue("'later', '{}', clock_timestamp() + interval '300 milliseconds'");
+        let (got, waited) = Spi::get_two::<i64, f64>(
+            "SELECT c.task_id, extract(epoch FROM clock_timestamp() - s.t0)::float8 \
+               FROM (SELECT clock_timestamp() AS t0) s, \
+                    LATERAL distlock.consume_task('w', p_wait => '20 seconds') c",
+        )
+        .expect("row");
+        assert_eq!(got, Some(id));
+        let waited = waited.expect("time");
+        assert!((0.2..5.0).contains(&waited), "the delayed job came after {waited} s");
+    }
+
+    #[pg_test(error = "p_wait must not be negative, got -00:00:01")]
+    fn queue_negative_wait_is_an_error() {
+        run("SELECT * FROM distlock.consume_task('w', p_wait => '-1 second')");
+    }
 }

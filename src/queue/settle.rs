@@ -66,7 +66,13 @@ fn complete(p_task_id: Option<i64>, p_worker_id: Option<Text>, attempt: Option<i
 
 fn fail(p_task_id: Option<i64>, p_error: Option<Text>, p_worker_id: Option<Text>, attempt: Option<i32>) -> bool {
     let job_id = required(p_task_id, "p_task_id");
-    settle(include_str!("../../sql/queries/queue_fail.sql"), job_id, p_worker_id, attempt, p_error.into(), types::TEXT)
+    let failed =
+        settle(include_str!("../../sql/queries/queue_fail.sql"), job_id, p_worker_id, attempt, p_error.into(), types::TEXT);
+    if failed {
+        // Its retry time is new to consumers waiting for the next job.
+        super::wake::jobs_added();
+    }
+    failed
 }
 
 fn extend(p_task_id: Option<i64>, p_lease: Option<Interval>, p_worker_id: Option<Text>, attempt: Option<i32>) -> bool {
@@ -128,4 +134,49 @@ fn extend_attempt_lease(
     p_attempt: Option<i32>,
 ) -> bool {
     extend(p_task_id, p_lease, p_worker_id, Some(required(p_attempt, "p_attempt")))
+}
+
+/// Marks every job in `p_task_ids` that this worker holds completed (when
+/// `p_attempts` is given, job `p_task_ids[i]` only in attempt
+/// `p_attempts[i]`); returns the ids it completed. Jobs the worker no longer
+/// holds, and unknown ids, are left out rather than raising, so that one
+/// lost lease does not undo a whole batch.
+#[pg_extern]
+fn complete_tasks(
+    p_task_ids: Option<Vec<Option<i64>>>,
+    p_worker_id: default!(Option<Text>, "NULL"),
+    p_attempts: default!(Option<Vec<Option<i32>>>, "NULL"),
+) -> SetOfIterator<'static, i64> {
+    let ids = required(p_task_ids, "p_task_ids");
+    if let Some(attempts) = &p_attempts {
+        if attempts.len() != ids.len() {
+            crate::errors::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("p_attempts has {} elements but p_task_ids has {}", attempts.len(), ids.len()),
+            );
+        }
+    }
+    let completed = crate::access::connect(|client| {
+        let worker = resolve_worker(client, p_worker_id);
+        let stmt = plan(
+            client,
+            include_str!("../../sql/queries/queue_complete_many.sql"),
+            &[types::INT8_ARRAY, types::TEXT, types::INT4_ARRAY],
+        );
+        let rows: Vec<(i64, Option<pgrx::pg_sys::Oid>)> = client
+            .select(&*stmt, None, &[ids.into(), (&worker).into(), p_attempts.into()])
+            .and_then(|rows| {
+                rows.map(|row| Ok((row.get::<i64>(1)?.unwrap_or_default(), row.get::<pgrx::pg_sys::Oid>(2)?)))
+                    .collect()
+            })
+            .or_raise();
+        let mut holders: Vec<pgrx::pg_sys::Oid> = rows.iter().filter_map(|(_, holder)| *holder).collect();
+        holders.sort_unstable_by_key(|oid| oid.to_u32());
+        holders.dedup();
+        for holder in holders {
+            crate::access::require_holder(client, Some(holder), || format!("jobs of worker \"{worker}\""));
+        }
+        rows.into_iter().map(|(id, _)| id).collect::<Vec<i64>>()
+    });
+    SetOfIterator::new(completed)
 }

@@ -13,6 +13,7 @@ mod locks;
 mod names;
 mod operations;
 mod pooler;
+mod queue_wait;
 mod privileges;
 mod recovery;
 mod snowflake;

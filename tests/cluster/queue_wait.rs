@@ -1,0 +1,176 @@
+//! Consumers waiting in the server for jobs (consume_task's p_wait): woken
+//! by what commits, not by what rolls back; by leases running out; stopped
+//! by cancel and statement_timeout; through PgBouncer; and without preload.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// What a waiting consumer got, and how long its call took.
+struct Waited {
+    job: Option<i64>,
+    took: Duration,
+}
+
+/// Consumers of `db` sleeping in the server right now, seen on the server
+/// itself (`server_port`), not through a pooler.
+fn sleeping(server_port: u16, db: &str) -> i64 {
+    let mut watcher = connect_to(server_port, db, "watcher");
+    scalar(
+        &mut watcher,
+        &format!("SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Extension'"),
+    )
+    .expect("count")
+    .parse()
+    .expect("count")
+}
+
+/// Starts `consume_task(p_wait => wait)` through `port` and returns once one
+/// more consumer sleeps in the server, so that what the test does next
+/// happens while it waits.
+fn start_waiting(
+    port: u16,
+    server_port: u16,
+    db: &str,
+    worker: &str,
+    wait: &str,
+) -> thread::JoinHandle<Result<Waited, postgres::Error>> {
+    let before = sleeping(server_port, db);
+    let mut c = connect_to(port, db, worker);
+    let sql = format!("SELECT task_id FROM distlock.consume_task('{worker}', p_wait => '{wait}')");
+    let handle = thread::spawn(move || {
+        let started = Instant::now();
+        let rows = c.simple_query(&sql)?;
+        let job = rows.iter().find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(row) => row.get(0).map(|v| v.parse::<i64>().expect("id")),
+            _ => None,
+        });
+        Ok(Waited { job, took: started.elapsed() })
+    });
+    eventually(&format!("{worker} to sleep in the server"), Duration::from_secs(10), || {
+        sleeping(server_port, db) > before
+    });
+    handle
+}
+
+fn finish(handle: thread::JoinHandle<Result<Waited, postgres::Error>>) -> Result<Waited, postgres::Error> {
+    handle.join().expect("waiting thread")
+}
+
+fn enqueue(c: &mut Client, name: &str) -> i64 {
+    scalar(c, &format!("SELECT distlock.enqueue_task('{name}')")).expect("id").parse().expect("id")
+}
+
+#[test]
+fn a_committed_enqueue_wakes_a_waiting_consumer_and_a_rolled_back_one_does_not() {
+    let db = fresh_db("queue_wait_commit");
+    let mut producer = connect(&db);
+
+    let waiter = start_waiting(primary_port(), primary_port(), &db, "w1", "3 seconds");
+    producer.batch_execute("BEGIN; SELECT distlock.enqueue_task('rolled-back'); ROLLBACK;").expect("rollback");
+    let got = finish(waiter).expect("wait");
+    assert_eq!(got.job, None, "a rolled-back job was handed out");
+    assert!(got.took >= Duration::from_millis(2900), "returned after {:?} of a 3 s wait", got.took);
+
+    let waiter = start_waiting(primary_port(), primary_port(), &db, "w2", "60 seconds");
+    let committed = Instant::now();
+    let id = enqueue(&mut producer, "committed");
+    let got = finish(waiter).expect("wait");
+    assert_eq!(got.job, Some(id));
+    assert!(committed.elapsed() < Duration::from_secs(5), "woken {:?} after the commit", committed.elapsed());
+}
+
+#[test]
+fn a_claim_rolled_back_wakes_a_waiting_consumer() {
+    let db = fresh_db("queue_wait_claim_rollback");
+    let mut producer = connect(&db);
+    let id = enqueue(&mut producer, "job");
+    let mut first = connect(&db);
+    first.batch_execute("BEGIN").expect("begin");
+    assert_eq!(scalar(&mut first, "SELECT task_id FROM distlock.consume_task('first')"), Some(id.to_string()));
+    let waiter = start_waiting(primary_port(), primary_port(), &db, "second", "60 seconds");
+    let rolled_back = Instant::now();
+    first.batch_execute("ROLLBACK").expect("rollback");
+    let got = finish(waiter).expect("wait");
+    assert_eq!(got.job, Some(id));
+    assert!(rolled_back.elapsed() < Duration::from_secs(5), "woken {:?} after the rollback", rolled_back.elapsed());
+}
+
+#[test]
+fn a_lease_running_out_wakes_a_waiting_consumer() {
+    let db = fresh_db("queue_wait_lease");
+    let mut producer = connect(&db);
+    let id = enqueue(&mut producer, "job");
+    // A consumer that claims and then goes silent.
+    assert_eq!(scalar(&mut producer, "SELECT task_id FROM distlock.consume_task('gone', '2 seconds')"), Some(id.to_string()));
+    let claimed = Instant::now();
+    let waiter = start_waiting(primary_port(), primary_port(), &db, "next", "60 seconds");
+    let got = finish(waiter).expect("wait");
+    assert_eq!(got.job, Some(id));
+    let after = claimed.elapsed();
+    assert!(after >= Duration::from_millis(1900) && after < Duration::from_secs(10), "taken over {after:?} after the claim");
+    assert_eq!(scalar(&mut producer, &format!("SELECT attempts FROM distlock.task_queue WHERE id = {id}")), Some("2".into()));
+}
+
+#[test]
+fn a_waiting_consumer_stops_at_cancel_and_statement_timeout() {
+    let db = fresh_db("queue_wait_cancel");
+    let mut c = connect_to(primary_port(), &db, "waiter");
+    let pid = backend_pid(&mut c);
+    let waiter = thread::spawn(move || {
+        let started = Instant::now();
+        let result = c.simple_query("SELECT * FROM distlock.consume_task('w', p_wait => '60 seconds')");
+        (sqlstate(result), started.elapsed(), c)
+    });
+    let mut admin = connect(&db);
+    eventually("the consumer to wait", Duration::from_secs(10), || {
+        scalar(&mut admin, &format!("SELECT wait_event_type FROM pg_stat_activity WHERE pid = {pid}")).as_deref()
+            == Some("Extension")
+    });
+    admin.batch_execute(&format!("SELECT pg_cancel_backend({pid})")).expect("cancel");
+    let (state, took, mut c) = waiter.join().expect("thread");
+    assert_eq!(state, "57014");
+    assert!(took < Duration::from_secs(10), "cancel took {took:?}");
+
+    c.batch_execute("SET statement_timeout = '300ms'").expect("set");
+    let started = Instant::now();
+    assert_eq!(sqlstate(c.simple_query("SELECT * FROM distlock.consume_task('w', p_wait => '60 seconds')")), "57014");
+    assert!(started.elapsed() < Duration::from_secs(10), "statement_timeout took {:?}", started.elapsed());
+    // The session is usable afterwards and no longer counted as sleeping:
+    // a claim in another session is not slowed by wake-ups.
+    c.batch_execute("RESET statement_timeout").expect("reset");
+    assert_eq!(scalar(&mut c, "SELECT count(*) FROM distlock.consume_task('w')"), Some("0".into()));
+}
+
+#[test]
+fn waiting_is_refused_where_the_snapshot_cannot_move() {
+    let db = fresh_db("queue_wait_isolation");
+    let mut c = connect(&db);
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").expect("begin");
+    assert_eq!(sqlstate(c.simple_query("SELECT * FROM distlock.consume_task('w', p_wait => '1 second')")), "0A000");
+}
+
+#[test]
+fn a_consumer_waits_through_pgbouncer_holding_one_server_connection() {
+    let db = fresh_db("queue_wait_pooler");
+    // Three of the pool's four server connections wait; the fourth still serves.
+    let waiters: Vec<_> =
+        (0..3).map(|i| start_waiting(pooler_port(), primary_port(), &db, &format!("pooled-{i}"), "60 seconds")).collect();
+    let mut producer = connect_to(pooler_port(), &db, "producer");
+    let ids: Vec<i64> = (0..3).map(|i| enqueue(&mut producer, &format!("job-{i}"))).collect();
+    let mut got: Vec<i64> = waiters.into_iter().map(|w| finish(w).expect("wait").job.expect("a job")).collect();
+    got.sort_unstable();
+    assert_eq!(got, ids);
+}
+
+#[test]
+fn without_preload_a_waiting_consumer_still_gets_the_job() {
+    let db = fresh_db_on(plain_port(), "queue_wait_plain");
+    let waiter = start_waiting(plain_port(), plain_port(), &db, "plain", "60 seconds");
+    let mut producer = connect_to(plain_port(), &db, "producer");
+    let committed = Instant::now();
+    let id = enqueue(&mut producer, "job");
+    assert_eq!(finish(waiter).expect("wait").job, Some(id));
+    assert!(committed.elapsed() < Duration::from_secs(5), "found {:?} after the commit", committed.elapsed());
+}
