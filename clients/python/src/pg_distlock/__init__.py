@@ -1,0 +1,214 @@
+"""pg_distlock for Python: the blocking API. `pg_distlock.aio` has the same
+classes for asyncio.
+
+Every class takes a source: a psycopg connection, a psycopg_pool pool, or a
+conninfo string (the client then opens its own autocommit connections and
+reopens them after a failure).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, TypeVar
+
+from . import snowflake
+from ._core.election import LeaderLogic
+from ._core.features import Features, detect_op
+from ._core.holds import LeaseLogic, SemaphoreLogic
+from ._core.locks import LockLogic
+from ._core.loop import Loop, WorkerStats
+from ._core.queue import Job, QueueLogic, QueueWorkerLogic
+from ._core.ratelimit import RateLimiterLogic, Throttle, check_rate_limit_op, throttle_op
+from ._core.tasks import TaskClaim, TaskWorkerLogic
+from ._core import effects as fx
+from ._core.keeper import Seconds
+from ._sync import Runtime, Source, stop_on_signals
+from .errors import (
+    ConnectionLost, Deadlock, DistlockError, Fenced, InvalidArgument, LeaseLost, LockLost, LockTimeout,
+    NotFound, NotHolder, PermissionDenied, RateLimited, ResourceExhausted, Unavailable,
+)
+
+__all__ = [
+    "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
+    "RateLimiter", "Throttle", "throttle", "check_rate_limit", "generate_snowflake_id", "snowflake", "features",
+    "Features", "WorkerStats", "Source",
+    "DistlockError", "LockTimeout", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
+    "RateLimited", "InvalidArgument", "NotFound", "Unavailable", "ConnectionLost", "ResourceExhausted", "Deadlock",
+]
+
+H = TypeVar("H")
+
+
+def _once(source: Source, op: fx.Gen[H]) -> H:
+    rt = Runtime(source)
+    try:
+        return rt.run(op)
+    finally:
+        rt.close()
+
+
+HeldT = TypeVar("HeldT", bound="_Held")
+
+
+class _Held:
+    """Lock, Lease and Semaphore as context managers."""
+
+    _rt: Runtime
+    _release_op: Callable[[], fx.Gen[bool]]
+
+    def acquire(self) -> object:
+        raise NotImplementedError
+
+    def release(self) -> bool:
+        """Gives the hold back; False when it had been lost meanwhile."""
+        return self._rt.run(self._release_op())
+
+    def __enter__(self: HeldT) -> HeldT:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class Lock(LockLogic[Source], _Held):
+    """distlock.lock as a context manager: LockTimeout when not granted in
+    time; `lost` is set (and on_lost called) when the holding connection dies."""
+
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    def acquire(self) -> None:
+        self._rt.run(self._acquire_op())
+
+
+lock = Lock
+
+
+class Lease(LeaseLogic[Source], _Held):
+    """A lease renewed in the background at ttl/3; `token` fences writes,
+    `lost` is set the moment it is lost."""
+
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    def acquire(self) -> int:
+        return int(self._rt.run(self._acquire_op()))
+
+
+class Semaphore(SemaphoreLogic[Source], _Held):
+    """One of `max` places, renewed in the background like a Lease."""
+
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    def acquire(self) -> None:
+        self._rt.run(self._acquire_op())
+
+
+class Leader(LeaderLogic[Source]):
+    """Campaigns in the background while entered; on_elected(term) and
+    on_demoted(reason) run in the campaign thread."""
+
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    def start(self) -> None:
+        self._rt.run(self._start_op())
+
+    def stop(self) -> None:
+        self._rt.run(self._stop_op())
+
+    def wait_elected(self, timeout: float | None = None) -> bool:
+        return bool(self.elected.wait(timeout))
+
+    def __enter__(self) -> Leader:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class _Runs:
+    """TaskWorker and QueueWorker: run() until idle (exit_when_idle), stop(),
+    SIGTERM or SIGINT; the task at hand is finished first."""
+
+    _rt: Runtime
+    _loop: Loop
+    _run_op: Callable[[], fx.Gen[WorkerStats]]
+    stop: Callable[[], None]
+
+    def run(self) -> WorkerStats:
+        with stop_on_signals(self.stop, self._loop.handle_signals):
+            try:
+                return self._rt.run(self._run_op())
+            finally:
+                self._rt.close()
+
+
+class TaskWorker(TaskWorkerLogic[Source], _Runs):
+    """Runs handler(claim) for each due scheduled task with its fencing token."""
+
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+
+class Queue(QueueLogic[Source]):
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    def enqueue(self, name: str, payload: object = None, **options: object) -> int:
+        return self._rt.run(self._enqueue_op(name, payload, **options))  # type: ignore[arg-type]
+
+    def consume(self, batch: int = 1, wait: Seconds = 0.0) -> list[Job]:
+        return self._rt.run(self._consume_op(batch, wait))
+
+    def complete(self, job: Job) -> bool:
+        return self._rt.run(self._complete_op(job))
+
+    def complete_many(self, jobs: list[Job]) -> set[int]:
+        return self._rt.run(self._complete_many_op(jobs))
+
+    def fail(self, job: Job, error: str | None = None) -> bool:
+        return self._rt.run(self._fail_op(job, error))
+
+    def extend(self, job: Job, lease: Seconds | None = None) -> bool:
+        return self._rt.run(self._extend_op(job, lease))
+
+    def close(self) -> None:
+        self._rt.close()
+
+
+class QueueWorker(QueueWorkerLogic[Source], _Runs):
+    """Runs handler(job) for each job; completed on return, failed with the
+    error text on an exception."""
+
+    _queue = staticmethod(Queue)
+
+
+class RateLimiter(RateLimiterLogic[Source]):
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    def try_acquire(self, quantity: int = 1) -> Throttle:
+        return self._rt.run(self._try_acquire_op(quantity))
+
+    def acquire(self, quantity: int = 1, timeout: Seconds | None = None) -> Throttle:
+        return self._rt.run(self._acquire_op(quantity, timeout))
+
+
+def throttle(source: Source, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1) -> Throttle:
+    return _once(source, throttle_op(key, max_burst, count_per_period, period, quantity))
+
+
+def check_rate_limit(source: Source, key: str, max_requests: int, window_seconds: int) -> bool:
+    return _once(source, check_rate_limit_op(key, max_requests, window_seconds))
+
+
+def generate_snowflake_id(source: Source, worker_id: int) -> int:
+    return int(_once(source, fx.first("SELECT distlock.generate_snowflake_id(%s)", (worker_id,))))
+
+
+def features(source: Source) -> Features:
+    """Which optional server functions the connected pg_distlock offers."""
+    return _once(source, detect_op())

@@ -1,0 +1,200 @@
+"""The asyncio driver: performs effects with psycopg.AsyncConnection and tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import signal
+import weakref
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, TypeVar, Union
+
+import psycopg
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+from ._core import effects as fx
+from ._core import features
+from ._sync import OWN_CONNECTION
+from .errors import DistlockError, translate
+
+T = TypeVar("T")
+
+AsyncSource = Union[psycopg.AsyncConnection[Any], "AsyncConnectionPool[Any]", str]
+"""An async connection (used as is), a psycopg_pool.AsyncConnectionPool, or a
+conninfo string (see pg_distlock.Source)."""
+
+
+class Held:
+    def __init__(self, conn: psycopg.AsyncConnection[Any], owned: bool) -> None:
+        self.conn = conn
+        self.owned = owned
+
+
+async def run_statement(conn: psycopg.AsyncConnection[Any], effect: fx.Execute) -> fx.Rows:
+    if conn.autocommit or effect.in_caller_xact:
+        cur = await conn.execute(effect.sql, effect.params)
+        return await cur.fetchall() if cur.description else []
+    async with conn.transaction():
+        cur = await conn.execute(effect.sql, effect.params)
+        return await cur.fetchall() if cur.description else []
+
+
+class Runtime:
+    def __init__(self, source: AsyncSource) -> None:
+        self.source = source
+        self._shared: psycopg.AsyncConnection[Any] | None = None
+        self._shared_lock = asyncio.Lock()
+        self._features: weakref.WeakKeyDictionary[Any, features.Features] = weakref.WeakKeyDictionary()
+
+    def new_flag(self) -> asyncio.Event:
+        return asyncio.Event()
+
+    async def close(self) -> None:
+        async with self._shared_lock:
+            if self._shared is not None:
+                await self._shared.close()
+                self._shared = None
+
+    async def run(self, gen: fx.Gen[T]) -> T:
+        send: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = gen.send(send) if error is None else gen.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            try:
+                send, error = await self._perform(effect), None
+            except psycopg.Error as exc:
+                send, error = None, translate(exc)
+            except BaseException as exc:  # the logic's finally blocks must see it
+                send, error = None, exc
+
+    @asynccontextmanager
+    async def _borrow(self, on: fx.Session | None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if isinstance(on, Held):
+            yield on.conn
+        elif isinstance(self.source, psycopg.AsyncConnection):
+            yield self.source
+        elif isinstance(self.source, str):
+            conn = await self._shared_connection()
+            try:
+                yield conn
+            except psycopg.Error:
+                if conn.broken or conn.closed:
+                    if self._shared is conn:
+                        self._shared = None
+                    await conn.close()
+                raise
+        else:
+            async with self.source.connection() as conn:
+                yield conn
+
+    async def _shared_connection(self) -> psycopg.AsyncConnection[Any]:
+        async with self._shared_lock:
+            if self._shared is None or self._shared.closed:
+                self._shared = await psycopg.AsyncConnection.connect(self.source, **OWN_CONNECTION)  # type: ignore[arg-type]
+            return self._shared
+
+    async def _perform(self, effect: fx.Effect) -> Any:
+        if isinstance(effect, fx.Execute):
+            async with self._borrow(effect.on) as conn:
+                return await run_statement(conn, effect)
+        if isinstance(effect, fx.Sleep):
+            if effect.until is None:
+                await asyncio.sleep(effect.seconds)
+                return False
+            flag = effect.until
+            assert isinstance(flag, asyncio.Event)
+            try:
+                await asyncio.wait_for(flag.wait(), effect.seconds)
+            except asyncio.TimeoutError:
+                return False
+            return True
+        if isinstance(effect, fx.Call):
+            result = effect.fn(*effect.args)
+            return await result if inspect.isawaitable(result) else result
+        if isinstance(effect, fx.Detect):
+            async with self._borrow(effect.on) as conn:
+                found = self._features.get(conn)
+                if found is None:
+                    found = features.parse(await run_statement(conn, fx.Execute(features.SQL)))
+                    self._features[conn] = found
+                return found
+        if isinstance(effect, fx.Open):
+            return await self._open()
+        if isinstance(effect, fx.Close):
+            await self._close(effect.session, effect.discard)
+            return None
+        if isinstance(effect, fx.Probe):
+            assert isinstance(effect.on, Held)
+            return await probe(effect.on.conn)
+        if isinstance(effect, fx.Spawn):
+            return asyncio.ensure_future(self.run(effect.gen))
+        if isinstance(effect, fx.Join):
+            task = effect.task
+            assert isinstance(task, asyncio.Future)
+            done, _ = await asyncio.wait({task}, timeout=effect.timeout)
+            return task.result() if done else None
+        raise DistlockError(f"unknown effect {effect!r}")
+
+    async def _open(self) -> Held:
+        if isinstance(self.source, psycopg.AsyncConnection):
+            return Held(self.source, owned=False)
+        if isinstance(self.source, str):
+            return Held(await psycopg.AsyncConnection.connect(self.source, **OWN_CONNECTION), owned=True)  # type: ignore[arg-type]
+        return Held(await self.source.getconn(), owned=True)
+
+    async def _close(self, session: fx.Session, discard: bool) -> None:
+        assert isinstance(session, Held)
+        if not session.owned:
+            return
+        if isinstance(self.source, str) or discard:
+            await session.conn.close()
+        if not isinstance(self.source, str):
+            await self.source.putconn(session.conn)  # type: ignore[union-attr]
+
+
+async def probe(conn: psycopg.AsyncConnection[Any]) -> bool:
+    if conn.closed or conn.broken:
+        return False
+    try:
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            await run_statement(conn, fx.Execute("SELECT 1"))
+        elif not conn.lock.locked():
+            async with conn.lock:
+                conn.pgconn.consume_input()
+    except psycopg.OperationalError:
+        return False
+    except psycopg.Error:
+        pass
+    return not (conn.closed or conn.broken)
+
+
+@contextmanager
+def stop_on_signals(stop: Callable[[], None], enabled: bool) -> Iterator[None]:
+    """SIGTERM and SIGINT call `stop` once; a second signal acts as it did before."""
+    loop = asyncio.get_running_loop()
+    installed: list[int] = []
+
+    def restore() -> None:
+        while installed:
+            loop.remove_signal_handler(installed.pop())
+
+    def on_signal() -> None:
+        stop()
+        restore()
+
+    if enabled:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, on_signal)
+            except (NotImplementedError, RuntimeError, ValueError):
+                break  # not the main thread, or no signals on this platform
+            installed.append(sig)
+    try:
+        yield
+    finally:
+        restore()

@@ -1,0 +1,46 @@
+"""What every client object shares: the runtime of its flavor (blocking or
+asyncio), and for holds, the flag that says they were lost."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from .keeper import Lost, LostCallback
+from ..errors import LeaseLost
+
+S = TypeVar("S")
+
+
+class Bound(Generic[S]):
+    """The public classes of pg_distlock and pg_distlock.aio set `_runtime`
+    to their driver's Runtime."""
+
+    def __init__(self, source: S) -> None:
+        self._rt: Any = self._runtime(source)
+
+    @staticmethod
+    def _runtime(source: Any) -> Any:
+        raise NotImplementedError
+
+
+class Losable(Bound[S]):
+    lost_error: type[LeaseLost] = LeaseLost
+
+    def __init__(self, source: S, on_lost: LostCallback | None) -> None:
+        super().__init__(source)
+        self._lost = Lost(self._rt.new_flag, on_lost)
+
+    @property
+    def lost(self) -> Any:
+        """An Event (threading or asyncio) set the moment the hold is lost:
+        stop the work; on_lost(reason) has been called."""
+        return self._lost.flag
+
+    @property
+    def lost_reason(self) -> str | None:
+        return self._lost.reason
+
+    def check(self) -> None:
+        """Raises LeaseLost (LockLost for locks) if the hold was lost; call it
+        before each step whose result must not be recorded by a stale holder."""
+        self._lost.check(self.lost_error)

@@ -1,0 +1,122 @@
+"""What the shared logic asks a driver to do.
+
+Every operation is a generator that yields these effects and receives their
+results (or has their errors thrown in). The blocking driver performs them
+with threads and psycopg.Connection, the asyncio driver with tasks and
+psycopg.AsyncConnection, so one copy of each algorithm serves both APIs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Generator, Mapping, Protocol, Sequence, TypeVar
+
+T = TypeVar("T")
+
+Gen = Generator["Effect", Any, T]
+Rows = list[tuple[Any, ...]]
+
+
+class Flag(Protocol):
+    """threading.Event or asyncio.Event: what the logic sets and tests."""
+
+    def set(self) -> None: ...
+
+    def clear(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+
+class Session(Protocol):
+    """A connection the logic keeps across calls (a session lock, a claim)."""
+
+
+class Task(Protocol):
+    """A spawned generator running concurrently (a thread or an asyncio task)."""
+
+
+@dataclass(frozen=True)
+class Execute:
+    """Runs one statement, in a transaction of its own unless `in_caller_xact`
+    (a savepoint when the caller's connection is inside a transaction), on
+    `on` or on any connection of the source. Returns the rows."""
+
+    sql: str
+    params: Sequence[Any] | Mapping[str, Any] = ()
+    on: Session | None = None
+    in_caller_xact: bool = False
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Asks whether `on` is still connected without disturbing a transaction
+    the caller has open on it. Returns a bool."""
+
+    on: Session
+
+
+@dataclass(frozen=True)
+class Detect:
+    """The Features of the server behind `on` (or any connection), looked up
+    once per connection."""
+
+    on: Session | None = None
+
+
+@dataclass(frozen=True)
+class Open:
+    """A connection for the logic alone (the caller's own when the source is a
+    single connection). Returns a Session."""
+
+
+@dataclass(frozen=True)
+class Close:
+    """Gives a Session back; `discard` closes the connection first, because
+    it may still hold something (a session lock that could not be unlocked)."""
+
+    session: Session
+    discard: bool = False
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Waits `seconds`, or until `until` is set. Returns True if it was set."""
+
+    seconds: float
+    until: Flag | None = None
+
+
+@dataclass(frozen=True)
+class Call:
+    """Calls user code (a handler or callback); awaits it in the asyncio driver."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class Spawn:
+    gen: Gen[Any]
+
+
+@dataclass(frozen=True)
+class Join:
+    """Waits for a spawned generator, at most `timeout` seconds (None: no limit).
+    Returns its result; raises what it raised."""
+
+    task: Task
+    timeout: float | None = None
+
+
+Effect = Execute | Probe | Detect | Open | Close | Sleep | Call | Spawn | Join
+
+
+def execute(sql: str, params: Sequence[Any] | Mapping[str, Any] = (), on: Session | None = None) -> Gen[Rows]:
+    rows: Rows = yield Execute(sql, params, on)
+    return rows
+
+
+def first(sql: str, params: Sequence[Any] | Mapping[str, Any] = (), on: Session | None = None) -> Gen[Any]:
+    """The first column of the first row, None without rows."""
+    rows = yield from execute(sql, params, on)
+    return rows[0][0] if rows else None

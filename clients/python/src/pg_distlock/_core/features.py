@@ -1,0 +1,48 @@
+"""Which optional server functions this pg_distlock offers, so the client
+works with the installed release and uses newer calls once they exist."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from . import effects as fx
+
+SQL = """
+SELECT p.proname::text, coalesce(p.proargnames, '{}'::text[])
+  FROM pg_catalog.pg_proc p
+  JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'distlock'
+   AND p.proname = ANY ('{consume_task,consume_tasks,complete_tasks,try_acquire_task_lease}'::text[])
+"""
+
+
+@dataclass(frozen=True)
+class Features:
+    task_leases: bool = False
+    """try_acquire_task_lease and the lease forms of the fetch functions."""
+    consume_wait: bool = False
+    """consume_task(p_worker_id, p_lease, p_wait): waits in the server."""
+    consume_batch_wait: bool = False
+    """consume_tasks(p_batch, p_worker_id, p_lease, p_wait)."""
+    complete_batch: bool = False
+    """complete_tasks(p_task_ids, p_worker_id, p_attempts)."""
+
+
+def parse(rows: Iterable[tuple[Any, ...]]) -> Features:
+    signatures = [(name, set(args or ())) for name, args in rows]
+
+    def has(name: str, *args: str) -> bool:
+        return any(n == name and set(args) <= a for n, a in signatures)
+
+    return Features(
+        task_leases=has("try_acquire_task_lease"),
+        consume_wait=has("consume_task", "p_wait"),
+        consume_batch_wait=has("consume_tasks", "p_batch", "p_wait"),
+        complete_batch=has("complete_tasks", "p_task_ids", "p_worker_id", "p_attempts"),
+    )
+
+
+def detect_op() -> fx.Gen[Features]:
+    found: Features = yield fx.Detect()
+    return found

@@ -1,0 +1,135 @@
+"""Leases and semaphore slots: rows with a TTL that a background renewer
+keeps alive while the holder works, released when it is done."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+import sys
+from typing import Any, TypedDict, TypeVar
+
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:
+    from typing_extensions import Unpack
+
+from . import effects as fx
+from .base import Losable
+from .keeper import Keeper, LostCallback, Seconds, interval, retry_until, seconds
+from ..errors import LeaseLost, Unavailable
+
+S = TypeVar("S")
+
+
+def default_owner() -> str:
+    """Unique per holder object: two holders in one process must not share an
+    owner string, or each would renew and release the other's hold."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class HoldOptions(TypedDict, total=False):
+    wait: Seconds
+    """How long acquire() keeps trying while others hold it (0: once)."""
+    renew_every: Seconds | None
+    """Default ttl/3."""
+    on_lost: LostCallback | None
+
+
+class TtlHold(Losable[S]):
+    """What Lease and Semaphore share; subclasses say how to take, renew and
+    give back their row."""
+
+    kind = "hold"
+
+    def __init__(
+        self, source: S, name: str, owner: str | None = None, ttl: Seconds = 30.0, **options: Unpack[HoldOptions]
+    ) -> None:
+        super().__init__(source, options.get("on_lost"))
+        self.name = name
+        self.owner = owner or default_owner()
+        self.ttl = seconds(ttl)
+        self.wait = seconds(options.get("wait", 0.0))
+        renew_every = options.get("renew_every")
+        every = seconds(renew_every) if renew_every is not None else self.ttl / 3
+        self._keeper = Keeper(self._rt.new_flag, self._lost, self.ttl, every, self._renew, f"{self.kind} {name!r}")
+        self.held = False
+
+    def _take(self) -> fx.Gen[Any]:
+        raise NotImplementedError
+
+    def _renew(self) -> fx.Gen[bool]:
+        raise NotImplementedError
+
+    def _give_back(self) -> fx.Gen[bool]:
+        raise NotImplementedError
+
+    def _acquire_op(self) -> fx.Gen[Any]:
+        sent = time.monotonic()
+
+        def attempt() -> fx.Gen[Any]:
+            nonlocal sent
+            sent = time.monotonic()
+            return (yield from self._take())
+
+        granted = yield from retry_until(attempt, self.wait, f"{self.kind} {self.name!r}")
+        self._lost.reset()
+        self.held = True
+        yield from self._keeper.start(sent)
+        return granted
+
+    def _release_op(self) -> fx.Gen[bool]:
+        """Stops renewing and gives the hold back; True if it was still held."""
+        if not self.held:
+            return False
+        self.held = False
+        yield from self._keeper.stop()
+        try:
+            return (yield from self._give_back())
+        except (Unavailable, LeaseLost):
+            return False
+
+
+class LeaseLogic(TtlHold[S]):
+    kind = "lease"
+    token: int | None = None
+
+    def _take(self) -> fx.Gen[Any]:
+        self.token = yield from fx.first(
+            "SELECT distlock.acquire_lease(%s, %s, %s)", (self.name, self.owner, interval(self.ttl))
+        )
+        return self.token
+
+    def _renew(self) -> fx.Gen[bool]:
+        return bool((yield from fx.first(
+            "SELECT distlock.renew_lease(%s, %s, %s)", (self.name, self.owner, interval(self.ttl))
+        )))
+
+    def _give_back(self) -> fx.Gen[bool]:
+        return bool((yield from fx.first("SELECT distlock.release_lease(%s, %s)", (self.name, self.owner))))
+
+
+class SemaphoreLogic(TtlHold[S]):
+    """One of `max` places of a semaphore."""
+
+    kind = "semaphore"
+
+    def __init__(
+        self, source: S, name: str, max: int, owner: str | None = None, ttl: Seconds = 30.0,
+        **options: Unpack[HoldOptions],
+    ) -> None:
+        self.max = max
+        super().__init__(source, name, owner, ttl, **options)
+
+    def _take(self) -> fx.Gen[Any]:
+        return (yield from self._renew())
+
+    def _renew(self) -> fx.Gen[bool]:
+        # acquire_semaphore renews the owner's place when it has one.
+        return bool((yield from fx.first(
+            "SELECT distlock.acquire_semaphore(%s, %s, %s, %s)", (self.name, self.max, self.owner, interval(self.ttl))
+        )))
+
+    def _give_back(self) -> fx.Gen[bool]:
+        return bool((yield from fx.first("SELECT distlock.release_semaphore(%s, %s)", (self.name, self.owner))))

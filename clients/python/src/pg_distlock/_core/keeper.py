@@ -1,0 +1,147 @@
+"""Keeping a hold with a TTL alive, and knowing the moment it is gone.
+
+A renewer renews every `every` seconds; a watchdog declares the hold lost
+once `ttl` has passed since the last renewal that was sent and confirmed,
+even while a renewal hangs on a dead connection. The local deadline counts
+from when the request was sent, before the server stamped its expiry, so it
+never outlives the server's view of the hold.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Callable
+
+from . import effects as fx
+from ..errors import LeaseLost, LockTimeout, Unavailable
+
+log = logging.getLogger("pg_distlock")
+
+Seconds = float | timedelta
+LostCallback = Callable[[str], Any]
+
+
+def seconds(value: Seconds) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def interval(value: Seconds) -> timedelta:
+    return value if isinstance(value, timedelta) else timedelta(seconds=value)
+
+
+class Lost:
+    """A flag set once, with its reason and a callback run once."""
+
+    def __init__(self, new_flag: Callable[[], fx.Flag], callback: LostCallback | None) -> None:
+        self.flag: Any = new_flag()
+        self.reason: str | None = None
+        self.callback = callback
+        self._once = threading.Lock()
+
+    def reset(self) -> None:
+        self.flag.clear()
+        self.reason = None
+
+    def declare(self, reason: str, expected: bool = False) -> fx.Gen[None]:
+        with self._once:
+            if self.flag.is_set():
+                return
+            self.reason = reason
+            self.flag.set()
+        log.log(logging.INFO if expected else logging.WARNING, "pg_distlock: %s", reason)
+        if self.callback is not None:
+            try:
+                yield fx.Call(self.callback, (reason,))
+            except Exception:
+                log.exception("pg_distlock: the on_lost callback failed")
+
+    def check(self, error: type[LeaseLost] = LeaseLost) -> None:
+        if self.flag.is_set():
+            raise error(self.reason or "lost")
+
+
+class Keeper:
+    def __init__(
+        self,
+        new_flag: Callable[[], fx.Flag],
+        lost: Lost,
+        ttl: float,
+        every: float,
+        renew: Callable[[], fx.Gen[bool]],
+        what: str,
+    ) -> None:
+        self._new_flag = new_flag
+        self.lost = lost
+        self.ttl = ttl
+        self.every = every
+        self._renew = renew
+        self.what = what
+        self._stop: fx.Flag = new_flag()
+        self._deadline = 0.0
+        self._tasks: list[fx.Task] = []
+
+    @property
+    def deadline(self) -> float:
+        """When the hold runs out, on time.monotonic(), unless renewed."""
+        return self._deadline
+
+    def start(self, sent_at: float) -> fx.Gen[None]:
+        """Starts renewing a hold whose grant was requested at `sent_at`."""
+        self._deadline = sent_at + self.ttl
+        self._stop = self._new_flag()
+        self._tasks = [(yield fx.Spawn(self._renewing())), (yield fx.Spawn(self._watching()))]
+
+    def stop(self) -> fx.Gen[None]:
+        self._stop.set()
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            yield fx.Join(task, timeout=self.every + 5.0)
+
+    def _renewing(self) -> fx.Gen[None]:
+        delay = self.every
+        while not (yield fx.Sleep(delay, self._stop)) and not self.lost.flag.is_set():
+            sent = time.monotonic()
+            try:
+                held = yield from self._renew()
+            except Unavailable as exc:
+                # Keep trying: the hold is still ours until the deadline, and a
+                # failover or a reconnect may well come before it.
+                delay = min(self.every, 0.5)
+                log.info("pg_distlock: renewing %s failed, retrying: %s", self.what, exc)
+                continue
+            except Exception as exc:
+                yield from self.lost.declare(f"{self.what} lost: {exc}")
+                return
+            if not held:
+                yield from self.lost.declare(f"{self.what} lost: the server no longer has it")
+                return
+            self._deadline = max(self._deadline, sent + self.ttl)
+            delay = self.every
+
+    def _watching(self) -> fx.Gen[None]:
+        while not self.lost.flag.is_set():
+            remaining = self._deadline - time.monotonic()
+            if remaining <= 0:
+                yield from self.lost.declare(f"{self.what} lost: no renewal confirmed within its TTL of {self.ttl:g} s")
+                return
+            if (yield fx.Sleep(remaining, self._stop)):
+                return
+
+
+def retry_until(attempt: Callable[[], fx.Gen[Any]], wait: float, what: str) -> fx.Gen[Any]:
+    """Calls `attempt` until it returns something other than None or False,
+    backing off up to `wait` seconds; then LockTimeout."""
+    deadline = time.monotonic() + wait
+    delay = 0.02
+    while True:
+        result = yield from attempt()
+        if result is not None and result is not False:
+            return result
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LockTimeout(f"{what} was not acquired within {wait:g} s")
+        yield fx.Sleep(min(delay, left))
+        delay = min(delay * 2, 1.0)

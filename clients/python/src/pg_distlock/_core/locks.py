@@ -1,0 +1,117 @@
+"""distlock.lock with a bounded wait, as a hold the caller can lose.
+
+A session lock lives exactly as long as the connection that took it, so the
+client keeps that connection for the lock alone and probes it while the lock
+is held: when it dies, the lock is gone and `lost` is set at once. The
+transaction form is tied to the caller's open transaction instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from . import effects as fx
+from .base import Losable
+from .keeper import LostCallback, Seconds, interval, seconds
+from ..errors import LockLost, LockTimeout, Unavailable
+
+S = TypeVar("S")
+
+LOCK_SQL = {
+    str: "SELECT distlock.lock(p_key => %s::text, p_timeout => %s::interval, p_shared => %s, p_xact => %s)",
+    int: "SELECT distlock.lock(p_key => %s::bigint, p_timeout => %s::interval, p_shared => %s, p_xact => %s)",
+}
+UNLOCK_SQL = {
+    str: "SELECT distlock.unlock(p_key => %s::text, p_shared => %s)",
+    int: "SELECT distlock.unlock(p_key => %s::bigint, p_shared => %s)",
+}
+
+
+def is_connection(source: Any) -> bool:
+    return hasattr(source, "info") and hasattr(source, "autocommit")
+
+
+class LockLogic(Losable[S]):
+    lost_error = LockLost
+
+    def __init__(
+        self,
+        source: S,
+        key: str | int,
+        timeout: Seconds | None = None,
+        *,
+        shared: bool = False,
+        transaction: bool = False,
+        check_every: Seconds = 1.0,
+        on_lost: LostCallback | None = None,
+    ) -> None:
+        if transaction and not is_connection(source):
+            raise ValueError("a transaction-level lock needs the connection whose transaction it joins, not a pool")
+        super().__init__(source, on_lost)
+        self._source = source
+        self.key = key
+        self.timeout = timeout
+        self.shared = shared
+        self.transaction = transaction
+        self.check_every = seconds(check_every)
+        self._session: fx.Session | None = None
+        self._stop: fx.Flag = self._rt.new_flag()
+        self._watcher: fx.Task | None = None
+        self.held = False
+
+    def _key_type(self) -> type:
+        return int if isinstance(self.key, int) else str
+
+    def _acquire_op(self) -> fx.Gen[None]:
+        timeout = None if self.timeout is None else interval(self.timeout)
+        sql = LOCK_SQL[self._key_type()]
+        if self.transaction:
+            conn: Any = self._source
+            if conn.autocommit and conn.info.transaction_status == 0:
+                raise ValueError("a transaction-level lock needs an open transaction: use `with conn.transaction():`")
+            got = yield fx.Execute(sql, (self.key, timeout, self.shared, True), in_caller_xact=True)
+            if not got[0][0]:
+                raise LockTimeout(f"lock {self.key!r} was not acquired within {self.timeout}")
+            self.held = True
+            return
+        session = yield fx.Open()
+        try:
+            got = yield from fx.first(sql, (self.key, timeout, self.shared, False), on=session)
+        except BaseException:
+            yield fx.Close(session, discard=True)
+            raise
+        if not got:
+            yield fx.Close(session)
+            raise LockTimeout(f"lock {self.key!r} was not acquired within {self.timeout}")
+        self._session, self.held = session, True
+        self._lost.reset()
+        self._stop = self._rt.new_flag()
+        self._watcher = yield fx.Spawn(self._watching(session))
+
+    def _watching(self, session: fx.Session) -> fx.Gen[None]:
+        while not (yield fx.Sleep(self.check_every, self._stop)):
+            if not (yield fx.Probe(session)):
+                yield from self._lost.declare(f"lock {self.key!r} lost: the connection holding it died")
+                return
+
+    def _release_op(self) -> fx.Gen[bool]:
+        """Gives the lock back; False when it had been lost (or was a
+        transaction lock, which only the transaction's end releases)."""
+        if not self.held:
+            return False
+        self.held = False
+        if self.transaction:
+            return False
+        self._stop.set()
+        if self._watcher is not None:
+            yield fx.Join(self._watcher, timeout=self.check_every + 5.0)
+        session, self._session = self._session, None
+        assert session is not None
+        unlocked = False
+        if not self._lost.flag.is_set():
+            try:
+                unlocked = bool((yield from fx.first(UNLOCK_SQL[self._key_type()], (self.key, self.shared), on=session)))
+            except Unavailable:
+                unlocked = False
+        yield fx.Close(session, discard=not unlocked)
+        return unlocked

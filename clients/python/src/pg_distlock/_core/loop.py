@@ -1,0 +1,136 @@
+"""What TaskWorker and QueueWorker share: a stop flag that signals set, a
+connection reopened with backoff after a failure or failover, counters."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+from . import effects as fx
+from ..errors import Unavailable
+
+log = logging.getLogger("pg_distlock")
+
+T = TypeVar("T")
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    lost: int = 0
+    """Claims or jobs lost while running: not released, their result not recorded."""
+    reconnects: int = 0
+
+
+class Loop:
+    """A worker loop's connection and stop flag."""
+
+    def __init__(self, rt: Any, exit_when_idle: bool, handle_signals: bool) -> None:
+        self._rt = rt
+        self.stopping: Any = rt.new_flag()
+        """An Event set when the worker was asked to stop (stop(), SIGTERM,
+        SIGINT): it finishes the task at hand and takes no other."""
+        self.exit_when_idle = exit_when_idle
+        self.handle_signals = handle_signals
+        self.stats = WorkerStats()
+        self.session: fx.Session | None = None
+
+    def stop(self) -> None:
+        """Asks the worker to stop after the task at hand."""
+        self.stopping.set()
+
+    def connect(self) -> fx.Gen[fx.Session | None]:
+        """The loop's connection, opened again after a failure with backoff;
+        None once the worker is stopping."""
+        delay = 0.1
+        while self.session is None:
+            if self.stopping.is_set():
+                return None
+            try:
+                self.session = yield fx.Open()
+            except Unavailable as exc:
+                log.info("pg_distlock: cannot connect (%s), retrying in %.1f s", exc, delay)
+                if (yield fx.Sleep(delay, self.stopping)):
+                    return None
+                delay = min(delay * 2, 5.0)
+        return self.session
+
+    def disconnect(self, reason: Exception | None = None) -> fx.Gen[None]:
+        if self.session is None:
+            return
+        session, self.session = self.session, None
+        if reason is not None:
+            log.warning("pg_distlock: connection lost (%s), reconnecting", reason)
+            self.stats.reconnects += 1
+        yield fx.Close(session, discard=reason is not None)
+
+    def idle(self, poll_interval: float) -> fx.Gen[bool]:
+        """After finding no work: False when the loop should end."""
+        if self.exit_when_idle:
+            return False
+        yield fx.Sleep(poll_interval, self.stopping)
+        return not self.stopping.is_set()
+
+    def run(
+        self,
+        fetch: Callable[[fx.Session], fx.Gen[list[T]]],
+        handle: Callable[[fx.Session, list[T], float], fx.Gen[None]],
+        limit: int | None,
+        poll_interval: float,
+    ) -> fx.Gen[WorkerStats]:
+        """Fetches work on the loop's connection and handles it until stopped,
+        idle (with exit_when_idle) or `limit` items were claimed; a connection
+        failure while fetching reconnects, with backoff."""
+        try:
+            while not self.stopping.is_set() and (limit is None or self.stats.claimed < limit):
+                session = yield from self.connect()
+                if session is None:
+                    break
+                try:
+                    sent = time.monotonic()
+                    work = yield from fetch(session)
+                except Unavailable as exc:
+                    yield from self.disconnect(exc)
+                    continue
+                if not work:
+                    if not (yield from self.idle(poll_interval)):
+                        break
+                    continue
+                self.stats.claimed += len(work)
+                yield from handle(session, work, sent)
+        finally:
+            yield from self.disconnect()
+        return self.stats
+
+
+class Worker:
+    """The stop and stats of TaskWorker and QueueWorker."""
+
+    _loop: Loop
+
+    @property
+    def stopping(self) -> Any:
+        """An Event set once the worker was asked to stop."""
+        return self._loop.stopping
+
+    @property
+    def stats(self) -> WorkerStats:
+        return self._loop.stats
+
+    def stop(self) -> None:
+        """Asks the worker to stop after the task at hand (safe from another thread)."""
+        self._loop.stop()
+
+
+def error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,217 @@
+"""The job queue: enqueue, consume (waiting in the server when it can),
+settle by attempt, and a consumer loop that heartbeats long jobs.
+
+Settling always names the attempt, so a consumer whose lease ran out cannot
+complete the attempt another consumer took over.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Generic, Iterable, TypeVar
+
+from psycopg.types.json import Jsonb
+
+from . import effects as fx
+from .base import Bound
+from .holds import default_owner
+from .keeper import Keeper, Lost, Seconds, interval, seconds
+from .loop import Loop, Worker, WorkerStats, error_text, log
+from ..errors import LeaseLost, Unavailable
+
+S = TypeVar("S")
+
+COLUMNS = "task_id, task_name, payload, attempts, max_attempts, lease_expires_at, priority, worker_id"
+
+
+@dataclass
+class Job:
+    id: int
+    name: str
+    payload: Any
+    attempts: int
+    max_attempts: int
+    lease_expires_at: datetime
+    priority: int
+    worker_id: str
+    lost: Any = field(default=None, repr=False)
+    """In QueueWorker: an Event set when the job's lease could not be extended."""
+
+
+def consume_sql(batch: int, wait: bool) -> str:
+    args = "p_worker_id => %s, p_lease => %s"
+    if batch > 1:
+        args = "p_batch => %s, " + args
+    if wait:
+        args += ", p_wait => %s"
+    return f"SELECT {COLUMNS} FROM distlock.{'consume_tasks' if batch > 1 else 'consume_task'}({args})"
+
+
+class QueueLogic(Bound[S]):
+    def __init__(self, source: S, *, worker_id: str | None = None, lease: Seconds = 300.0) -> None:
+        super().__init__(source)
+        self.worker_id = worker_id or default_owner()
+        self.lease = seconds(lease)
+
+    def _enqueue_op(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        run_after: datetime | None = None,
+        priority: int = 0,
+        max_attempts: int = 5,
+    ) -> fx.Gen[int]:
+        job_id = yield from fx.first(
+            "SELECT distlock.enqueue_task(p_task_name => %s, p_payload => %s,"
+            " p_run_after => coalesce(%s::timestamptz, now()), p_priority => %s, p_max_attempts => %s)",
+            (name, Jsonb({} if payload is None else payload), run_after, priority, max_attempts),
+        )
+        return int(job_id)
+
+    def _consume_op(
+        self, batch: int = 1, wait: Seconds = 0.0, *, on: fx.Session | None = None, until: fx.Flag | None = None
+    ) -> fx.Gen[list[Job]]:
+        """Up to `batch` jobs, waiting up to `wait` seconds for one: in the
+        server when it offers that, else polling with a short backoff."""
+        wait_s = seconds(wait)
+        found = yield fx.Detect(on)
+        in_server = wait_s > 0 and (found.consume_batch_wait if batch > 1 else found.consume_wait)
+        params: tuple[Any, ...] = (self.worker_id, interval(self.lease))
+        if batch > 1:
+            params = (batch, *params)
+        if in_server:
+            rows = yield from fx.execute(consume_sql(batch, True), (*params, interval(wait_s)), on=on)
+            return [Job(*row) for row in rows]
+        deadline = time.monotonic() + wait_s
+        delay = 0.05
+        while True:
+            rows = yield from fx.execute(consume_sql(batch, False), params, on=on)
+            left = deadline - time.monotonic()
+            if rows or left <= 0:
+                return [Job(*row) for row in rows]
+            if (yield fx.Sleep(min(delay, left), until)):
+                return []
+            delay = min(delay * 2, 1.0)
+
+    def _complete_op(self, job: Job) -> fx.Gen[bool]:
+        """True if this attempt was still ours and is now completed."""
+        return bool((yield from fx.first(
+            "SELECT distlock.complete_task(%s, %s, %s)", (job.id, self.worker_id, job.attempts)
+        )))
+
+    def _complete_many_op(self, jobs: Iterable[Job], on: fx.Session | None = None) -> fx.Gen[set[int]]:
+        """The ids of the jobs completed: in one call when the server offers
+        complete_tasks, else one by one."""
+        jobs = list(jobs)
+        if not jobs:
+            return set()
+        found = yield fx.Detect(on)
+        if found.complete_batch:
+            rows = yield from fx.execute(
+                "SELECT * FROM distlock.complete_tasks(p_task_ids => %s, p_worker_id => %s, p_attempts => %s)",
+                ([j.id for j in jobs], self.worker_id, [j.attempts for j in jobs]), on=on,
+            )
+            return {row[0] for row in rows}
+        done = set()
+        for job in jobs:
+            if (yield from self._complete_op(job)):
+                done.add(job.id)
+        return done
+
+    def _fail_op(self, job: Job, error: str | None = None) -> fx.Gen[bool]:
+        """Retried later with backoff, or dead after max_attempts."""
+        return bool((yield from fx.first(
+            "SELECT distlock.fail_task(%s, %s, %s, %s)", (job.id, error, self.worker_id, job.attempts)
+        )))
+
+    def _extend_op(self, job: Job, lease: Seconds | None = None) -> fx.Gen[bool]:
+        return bool((yield from fx.first(
+            "SELECT distlock.extend_task_lease(%s, %s, %s, %s)",
+            (job.id, interval(self.lease if lease is None else lease), self.worker_id, job.attempts),
+        )))
+
+
+class QueueWorkerLogic(Generic[S], Worker):
+    """Consumes jobs in a loop and runs `handler(job)` for each: completed
+    when it returns, failed with the error text when it raises."""
+
+    def __init__(
+        self,
+        source: S,
+        handler: Callable[[Job], Any],
+        *,
+        worker_id: str | None = None,
+        batch: int = 1,
+        wait: Seconds = 5.0,
+        lease: Seconds = 300.0,
+        heartbeat: Seconds | None = None,
+        exit_when_idle: bool = False,
+        handle_signals: bool = True,
+        max_jobs: int | None = None,
+    ) -> None:
+        self.queue: QueueLogic[Any] = self._queue(source, worker_id=worker_id, lease=lease)
+        self._rt: Any = self.queue._rt
+        self.handler = handler
+        self.batch = batch
+        self.wait = seconds(wait)
+        self.heartbeat = seconds(heartbeat) if heartbeat is not None else self.queue.lease / 3
+        self.max_jobs = max_jobs
+        self._loop = Loop(self._rt, exit_when_idle, handle_signals)
+
+    _queue: Callable[..., Any]
+
+    def _run_op(self) -> fx.Gen[WorkerStats]:
+        return (yield from self._loop.run(self._fetch, self._handle, self.max_jobs, 0.0))
+
+    def _fetch(self, session: fx.Session) -> fx.Gen[list[Job]]:
+        # The loop's own connection: a wait in the server must not hold up
+        # heartbeats and settling, which use other connections.
+        return (yield from self.queue._consume_op(self.batch, self.wait, on=session, until=self._loop.stopping))
+
+    def _handle(self, session: fx.Session, jobs: list[Job], sent: float) -> fx.Gen[None]:
+        queue, stats = self.queue, self._loop.stats
+        lost = Lost(self._rt.new_flag, None)
+        pending = list(jobs)
+
+        def extend_all() -> fx.Gen[bool]:
+            for job in list(pending):
+                if not (yield from queue._extend_op(job)):
+                    return False
+            return True
+
+        keeper = Keeper(self._rt.new_flag, lost, queue.lease, self.heartbeat, extend_all, f"a batch of {len(jobs)} job(s)")
+        yield from keeper.start(sent)
+        done: list[Job] = []
+        failed = 0
+        try:
+            for job in jobs:
+                if lost.flag.is_set():
+                    break
+                job.lost = lost.flag
+                try:
+                    yield fx.Call(self.handler, (job,))
+                except LeaseLost:
+                    break
+                except Exception as exc:
+                    log.exception("pg_distlock: job %s (%s) failed", job.id, job.name)
+                    pending.remove(job)
+                    failed += 1
+                    if (yield from self._settle(queue._fail_op(job, error_text(exc)))):
+                        stats.failed += 1
+                    continue
+                done.append(job)
+        finally:
+            yield from keeper.stop()
+        completed = (yield from self._settle(queue._complete_many_op(done))) or set()
+        stats.completed += len(completed)
+        stats.lost += len(jobs) - len(completed) - failed
+
+    def _settle(self, op: fx.Gen[Any]) -> fx.Gen[Any]:
+        try:
+            return (yield from op)
+        except Unavailable as exc:
+            log.warning("pg_distlock: could not settle jobs (%s); their leases will run out", exc)
+            return None

@@ -1,0 +1,69 @@
+"""Rate limits: GCRA throttling with the server's retry delay, fixed windows."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TypeVar
+
+from . import effects as fx
+from .base import Bound
+from .keeper import Seconds, seconds
+from ..errors import RateLimited
+
+S = TypeVar("S")
+
+
+@dataclass(frozen=True)
+class Throttle:
+    allowed: bool
+    limit: int
+    remaining: int
+    retry_after: float | None
+    """Seconds until the request would be allowed; None when allowed, or when
+    the quantity exceeds the limit (waiting cannot help)."""
+    reset_after: float
+    """Seconds until the limit is fully replenished."""
+
+
+def throttle_op(key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1) -> fx.Gen[Throttle]:
+    rows = yield from fx.execute(
+        "SELECT allowed, \"limit\", remaining, retry_after_ms, reset_after_ms FROM distlock.throttle(%s, %s, %s, %s, %s)",
+        (key, max_burst, count_per_period, seconds(period), quantity),
+    )
+    allowed, limit, remaining, retry_ms, reset_ms = rows[0]
+    retry = None if allowed or retry_ms is None or retry_ms < 0 else retry_ms / 1000.0
+    return Throttle(bool(allowed), limit, remaining, retry, reset_ms / 1000.0)
+
+
+def check_rate_limit_op(key: str, max_requests: int, window_seconds: int) -> fx.Gen[bool]:
+    return bool((yield from fx.first("SELECT distlock.check_rate_limit(%s, %s, %s)", (key, max_requests, window_seconds))))
+
+
+class RateLimiterLogic(Bound[S]):
+    """GCRA limit on one key: `max_burst + 1` at once, refilled at
+    `count_per_period` per `period`."""
+
+    def __init__(self, source: S, key: str, max_burst: int, count_per_period: int, period: Seconds) -> None:
+        super().__init__(source)
+        self.key = key
+        self.max_burst = max_burst
+        self.count_per_period = count_per_period
+        self.period = seconds(period)
+
+    def _try_acquire_op(self, quantity: int = 1) -> fx.Gen[Throttle]:
+        return (yield from throttle_op(self.key, self.max_burst, self.count_per_period, self.period, quantity))
+
+    def _acquire_op(self, quantity: int = 1, timeout: Seconds | None = None) -> fx.Gen[Throttle]:
+        """Waits the server's retry delay until allowed; RateLimited when that
+        would take longer than `timeout` or can never succeed."""
+        deadline = None if timeout is None else time.monotonic() + seconds(timeout)
+        while True:
+            result = yield from self._try_acquire_op(quantity)
+            if result.allowed:
+                return result
+            if result.retry_after is None:
+                raise RateLimited(f"{quantity} exceeds the limit of {self.key!r} ({result.limit})", None)
+            if deadline is not None and time.monotonic() + result.retry_after > deadline:
+                raise RateLimited(f"rate limit {self.key!r}: retry in {result.retry_after:.3f} s", result.retry_after)
+            yield fx.Sleep(result.retry_after)

@@ -1,0 +1,195 @@
+"""TaskWorker: claims due scheduled tasks and runs a handler for each with
+the claim's fencing token, keeping the claim alive and releasing it.
+
+Lease-mode claims (when the server has them) are renewed by token from any
+connection, so they survive a pooler and a failover; session claims live on
+the worker's own connection and end with it. Either way the handler sees
+`claim.lost` set the moment the claim can no longer be trusted.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, TypeVar
+
+from . import effects as fx
+from .base import Bound
+from .keeper import Keeper, Lost, LostCallback, Seconds, interval, seconds
+from .loop import Loop, Worker, WorkerStats, default_worker_id, error_text, log
+from ..errors import LeaseLost, Unavailable
+
+S = TypeVar("S")
+Mode = Literal["auto", "session", "lease"]
+
+FETCH_SESSION = (
+    "SELECT task_id, task_name, task_type, acquired, fencing_token"
+    " FROM distlock.worker_fetch_and_execute_task(%s)"
+)
+FETCH_LEASE = (
+    "SELECT task_id, task_name, task_type, acquired, fencing_token"
+    " FROM distlock.worker_fetch_and_execute_task(%s, %s)"
+)
+
+
+@dataclass
+class TaskClaim:
+    task_id: int
+    task_name: str
+    task_type: str
+    token: int
+    """The fencing token: pass it with every write the task makes."""
+    mode: str
+    worker_id: str
+    lost: Any = field(repr=False)
+    """An Event set the moment the claim is lost: stop, record nothing."""
+    stopping: Any = field(repr=False)
+    """An Event set when the worker was asked to stop (it will take no more tasks)."""
+    _lost: Lost = field(repr=False)
+
+    def check(self) -> None:
+        """Raises LeaseLost if the claim was lost; call it before fenced writes."""
+        self._lost.check()
+
+
+class TaskWorkerLogic(Bound[S], Worker):
+    def __init__(
+        self,
+        source: S,
+        handler: Callable[[TaskClaim], Any],
+        *,
+        worker_id: str | None = None,
+        mode: Mode = "auto",
+        lease: Seconds = 30.0,
+        heartbeat: Seconds | None = None,
+        poll_interval: Seconds = 1.0,
+        exit_when_idle: bool = False,
+        handle_signals: bool = True,
+        max_tasks: int | None = None,
+        on_lost: LostCallback | None = None,
+    ) -> None:
+        super().__init__(source)
+        self.handler = handler
+        self.worker_id = worker_id or default_worker_id()
+        self.mode: Mode = mode
+        self.lease = seconds(lease)
+        self.heartbeat = seconds(heartbeat) if heartbeat is not None else self.lease / 3
+        self.poll_interval = seconds(poll_interval)
+        self.max_tasks = max_tasks
+        self.on_lost = on_lost
+        self._loop = Loop(self._rt, exit_when_idle, handle_signals)
+
+    def _run_op(self) -> fx.Gen[WorkerStats]:
+        return (yield from self._loop.run(self._fetch, self._execute, self.max_tasks, self.poll_interval))
+
+    def _fetch(self, session: fx.Session) -> fx.Gen[list[TaskClaim]]:
+        mode = yield from self._mode(session)
+        claim = yield from self._claim(session, mode)
+        return [] if claim is None else [claim]
+
+    def _mode(self, session: fx.Session) -> fx.Gen[str]:
+        if self.mode != "auto":
+            return self.mode
+        found = yield fx.Detect(session)
+        return "lease" if found.task_leases else "session"
+
+    def _claim(self, session: fx.Session, mode: str) -> fx.Gen[TaskClaim | None]:
+        if mode == "lease":
+            rows = yield from fx.execute(FETCH_LEASE, (self.worker_id, interval(self.lease)), on=session)
+        else:
+            rows = yield from fx.execute(FETCH_SESSION, (self.worker_id,), on=session)
+        task_id, task_name, task_type, acquired, token = rows[0]
+        if not acquired:
+            return None
+        lost = Lost(self._rt.new_flag, self.on_lost)
+        return TaskClaim(task_id, task_name, task_type, token, mode, self.worker_id, lost.flag, self._loop.stopping, lost)
+
+    def _renewer(self, session: fx.Session, claim: TaskClaim) -> Callable[[], fx.Gen[bool]]:
+        if claim.mode == "lease":
+            def renew_lease() -> fx.Gen[bool]:
+                yield from fx.execute(
+                    "SELECT distlock.renew_task_lease(%s, %s, %s)", (claim.task_id, claim.token, interval(self.lease))
+                )
+                return True
+            return renew_lease
+
+        def confirm_session() -> fx.Gen[bool]:
+            # A session claim dies with its connection: no retrying elsewhere.
+            try:
+                current = yield from fx.first(
+                    "SELECT distlock.check_fencing_token(%s, %s)", (claim.task_id, claim.token), on=session
+                )
+            except Unavailable:
+                return False
+            return bool(current)
+        return confirm_session
+
+    def _execute(self, session: fx.Session, claims: list[TaskClaim], sent: float) -> fx.Gen[None]:
+        [claim] = claims
+        keeper = Keeper(
+            self._rt.new_flag, claim._lost, self.lease, self.heartbeat, self._renewer(session, claim),
+            f"the claim of task {claim.task_id} ({claim.task_name})",
+        )
+        yield from keeper.start(sent)
+        status, error = "completed", None
+        try:
+            yield fx.Call(self.handler, (claim,))
+        except LeaseLost:
+            status = "lost"
+        except Exception as exc:
+            log.exception("pg_distlock: task %s (%s) failed", claim.task_id, claim.task_name)
+            status, error = "failed", error_text(exc)
+        finally:
+            yield from keeper.stop()
+        if claim.lost.is_set() or status == "lost":
+            self._loop.stats.lost += 1
+            if claim.mode == "session":
+                # A claim the sweep revoked still holds its lock until released.
+                yield from self._release_session(session, claim, "failed", claim._lost.reason)
+            return
+        if claim.mode == "lease":
+            done = yield from self._release_lease(claim, status, error, keeper)
+        else:
+            done = yield from self._release_session(session, claim, status, error)
+        if done:
+            if status == "completed":
+                self._loop.stats.completed += 1
+            else:
+                self._loop.stats.failed += 1
+        else:
+            self._loop.stats.lost += 1
+
+    def _release_session(self, session: fx.Session, claim: TaskClaim, status: str, error: str | None) -> fx.Gen[bool]:
+        try:
+            yield from fx.execute(
+                "SELECT distlock.release_task_lock(%s, %s, %s, %s)", (claim.task_id, self.worker_id, status, error),
+                on=session,
+            )
+            return True
+        except Unavailable as exc:
+            yield from self._loop.disconnect(exc)
+        except LeaseLost as exc:
+            log.warning("pg_distlock: %s", exc)
+        return False
+
+    def _release_lease(self, claim: TaskClaim, status: str, error: str | None, keeper: Keeper) -> fx.Gen[bool]:
+        """Releases by token from any connection, retrying through a failover
+        until the lease would have run out."""
+        delay = 0.1
+        while True:
+            try:
+                yield from fx.execute(
+                    "SELECT distlock.release_task_lease(%s, %s, %s, %s)", (claim.task_id, claim.token, status, error)
+                )
+                return True
+            except LeaseLost as exc:
+                log.warning("pg_distlock: %s", exc)
+                return False
+            except Unavailable as exc:
+                if time.monotonic() + delay >= keeper.deadline:
+                    log.warning("pg_distlock: could not release task %s before its lease ran out: %s", claim.task_id, exc)
+                    return False
+                yield fx.Sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+

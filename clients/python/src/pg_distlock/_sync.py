@@ -1,0 +1,219 @@
+"""The blocking driver: performs effects with psycopg.Connection and threads."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import weakref
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar, Union
+
+import psycopg
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
+from ._core import effects as fx
+from ._core import features
+from .errors import DistlockError, translate
+
+T = TypeVar("T")
+
+Source = Union[psycopg.Connection[Any], "ConnectionPool[Any]", str]
+"""A connection (used as is), a psycopg_pool.ConnectionPool, or a conninfo
+string (the client opens autocommit connections itself and reopens them after
+a failure, so a multi-host conninfo follows a failover)."""
+
+# Transaction-pooling PgBouncer cannot keep a prepared statement across
+# transactions, so connections the client opens never prepare.
+OWN_CONNECTION = {"autocommit": True, "prepare_threshold": None}
+
+
+class Held:
+    """A connection kept across calls; `owned` when the client opened it."""
+
+    def __init__(self, conn: psycopg.Connection[Any], owned: bool) -> None:
+        self.conn = conn
+        self.owned = owned
+
+
+class Spawned:
+    def __init__(self, runtime: Runtime, gen: fx.Gen[Any]) -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, args=(runtime, gen), daemon=True)
+        self.thread.start()
+
+    def _main(self, runtime: Runtime, gen: fx.Gen[Any]) -> None:
+        try:
+            self.result = runtime.run(gen)
+        except BaseException as exc:  # handed to whoever joins
+            self.error = exc
+
+
+def run_statement(conn: psycopg.Connection[Any], effect: fx.Execute) -> fx.Rows:
+    if conn.autocommit or effect.in_caller_xact:
+        cur = conn.execute(effect.sql, effect.params)
+        return cur.fetchall() if cur.description else []
+    with conn.transaction():
+        cur = conn.execute(effect.sql, effect.params)
+        return cur.fetchall() if cur.description else []
+
+
+class Runtime:
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self._shared: psycopg.Connection[Any] | None = None
+        self._shared_lock = threading.Lock()
+        self._features: weakref.WeakKeyDictionary[Any, features.Features] = weakref.WeakKeyDictionary()
+
+    def new_flag(self) -> threading.Event:
+        return threading.Event()
+
+    def close(self) -> None:
+        """Closes the connection the client opened for a conninfo source."""
+        with self._shared_lock:
+            if self._shared is not None:
+                self._shared.close()
+                self._shared = None
+
+    def run(self, gen: fx.Gen[T]) -> T:
+        send: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = gen.send(send) if error is None else gen.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            try:
+                send, error = self._perform(effect), None
+            except psycopg.Error as exc:
+                send, error = None, translate(exc)
+            except BaseException as exc:  # the logic's finally blocks must see it
+                send, error = None, exc
+
+    @contextmanager
+    def _borrow(self, on: fx.Session | None) -> Iterator[psycopg.Connection[Any]]:
+        if isinstance(on, Held):
+            yield on.conn
+        elif isinstance(self.source, psycopg.Connection):
+            yield self.source
+        elif isinstance(self.source, str):
+            conn = self._shared_connection()
+            try:
+                yield conn
+            except psycopg.Error:
+                if conn.broken or conn.closed:
+                    with self._shared_lock:
+                        if self._shared is conn:
+                            self._shared = None
+                    conn.close()
+                raise
+        else:
+            with self.source.connection() as conn:
+                yield conn
+
+    def _shared_connection(self) -> psycopg.Connection[Any]:
+        with self._shared_lock:
+            if self._shared is None or self._shared.closed:
+                self._shared = psycopg.connect(self.source, **OWN_CONNECTION)  # type: ignore[arg-type]
+            return self._shared
+
+    def _perform(self, effect: fx.Effect) -> Any:
+        if isinstance(effect, fx.Execute):
+            with self._borrow(effect.on) as conn:
+                return run_statement(conn, effect)
+        if isinstance(effect, fx.Sleep):
+            if effect.until is None:
+                time.sleep(effect.seconds)
+                return False
+            return effect.until.wait(effect.seconds)  # type: ignore[attr-defined]
+        if isinstance(effect, fx.Call):
+            return effect.fn(*effect.args)
+        if isinstance(effect, fx.Detect):
+            with self._borrow(effect.on) as conn:
+                found = self._features.get(conn)
+                if found is None:
+                    found = features.parse(run_statement(conn, fx.Execute(features.SQL)))
+                    self._features[conn] = found
+                return found
+        if isinstance(effect, fx.Open):
+            return self._open()
+        if isinstance(effect, fx.Close):
+            self._close(effect.session, effect.discard)
+            return None
+        if isinstance(effect, fx.Probe):
+            assert isinstance(effect.on, Held)
+            return probe(effect.on.conn)
+        if isinstance(effect, fx.Spawn):
+            return Spawned(self, effect.gen)
+        if isinstance(effect, fx.Join):
+            assert isinstance(effect.task, Spawned)
+            effect.task.thread.join(effect.timeout)
+            if effect.task.error is not None:
+                raise effect.task.error
+            return effect.task.result
+        raise DistlockError(f"unknown effect {effect!r}")
+
+    def _open(self) -> Held:
+        if isinstance(self.source, psycopg.Connection):
+            return Held(self.source, owned=False)
+        if isinstance(self.source, str):
+            return Held(psycopg.connect(self.source, **OWN_CONNECTION), owned=True)  # type: ignore[arg-type]
+        return Held(self.source.getconn(), owned=True)
+
+    def _close(self, session: fx.Session, discard: bool) -> None:
+        assert isinstance(session, Held)
+        if not session.owned:
+            return
+        if isinstance(self.source, str) or discard:
+            session.conn.close()
+        if not isinstance(self.source, str):
+            self.source.putconn(session.conn)  # type: ignore[union-attr]
+
+
+def probe(conn: psycopg.Connection[Any]) -> bool:
+    if conn.closed or conn.broken:
+        return False
+    try:
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            run_statement(conn, fx.Execute("SELECT 1"))
+        elif conn.lock.acquire(blocking=False):
+            # The caller has a transaction open here: only read what the
+            # server may have sent (a termination notice, end of stream).
+            try:
+                conn.pgconn.consume_input()
+            finally:
+                conn.lock.release()
+    except psycopg.OperationalError:
+        return False
+    except psycopg.Error:
+        pass
+    return not (conn.closed or conn.broken)
+
+
+@contextmanager
+def stop_on_signals(stop: Callable[[], None], enabled: bool) -> Iterator[None]:
+    """SIGTERM and SIGINT call `stop` once; a second signal acts as it did before."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, Any] = {}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        # From another thread: this handler may have interrupted the main
+        # thread inside Event.wait, which holds the lock Event.set needs.
+        threading.Thread(target=stop, daemon=True).start()
+        restore()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, on_signal)
+    try:
+        yield
+    finally:
+        restore()

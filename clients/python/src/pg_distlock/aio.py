@@ -1,0 +1,188 @@
+"""pg_distlock for asyncio: the same classes as `pg_distlock`, with
+coroutines and `async with`. Sources are psycopg.AsyncConnection,
+psycopg_pool.AsyncConnectionPool, or a conninfo string; callbacks and
+handlers may be plain functions or coroutine functions."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Callable, TypeVar
+
+from ._async import AsyncSource, Runtime, stop_on_signals
+from ._core import effects as fx
+from ._core.election import LeaderLogic
+from ._core.features import Features, detect_op
+from ._core.holds import LeaseLogic, SemaphoreLogic
+from ._core.keeper import Seconds
+from ._core.locks import LockLogic
+from ._core.loop import Loop, WorkerStats
+from ._core.queue import Job, QueueLogic, QueueWorkerLogic
+from ._core.ratelimit import RateLimiterLogic, Throttle, check_rate_limit_op, throttle_op
+from ._core.tasks import TaskClaim, TaskWorkerLogic
+
+__all__ = [
+    "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
+    "RateLimiter", "Throttle", "throttle", "check_rate_limit", "generate_snowflake_id", "features", "Features",
+    "WorkerStats", "AsyncSource",
+]
+
+H = TypeVar("H")
+
+
+async def _once(source: AsyncSource, op: fx.Gen[H]) -> H:
+    rt = Runtime(source)
+    try:
+        return await rt.run(op)
+    finally:
+        await rt.close()
+
+
+HeldT = TypeVar("HeldT", bound="_Held")
+
+
+class _Held:
+    _rt: Runtime
+    _release_op: Callable[[], fx.Gen[bool]]
+
+    async def acquire(self) -> object:
+        raise NotImplementedError
+
+    async def release(self) -> bool:
+        return bool(await self._rt.run(self._release_op()))
+
+    async def __aenter__(self: HeldT) -> HeldT:
+        await self.acquire()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+
+class Lock(LockLogic[AsyncSource], _Held):
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    async def acquire(self) -> None:
+        await self._rt.run(self._acquire_op())
+
+
+lock = Lock
+
+
+class Lease(LeaseLogic[AsyncSource], _Held):
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    async def acquire(self) -> int:
+        return int(await self._rt.run(self._acquire_op()))
+
+
+class Semaphore(SemaphoreLogic[AsyncSource], _Held):
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    async def acquire(self) -> None:
+        await self._rt.run(self._acquire_op())
+
+
+class Leader(LeaderLogic[AsyncSource]):
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    async def start(self) -> None:
+        await self._rt.run(self._start_op())
+
+    async def stop(self) -> None:
+        await self._rt.run(self._stop_op())
+
+    async def wait_elected(self, timeout: float | None = None) -> bool:
+        try:
+            await asyncio.wait_for(self.elected.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def __aenter__(self) -> Leader:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class _Runs:
+    _rt: Runtime
+    _loop: Loop
+    _run_op: Callable[[], fx.Gen[WorkerStats]]
+    stop: Callable[[], None]
+
+    async def run(self) -> WorkerStats:
+        with stop_on_signals(self.stop, self._loop.handle_signals):
+            try:
+                return await self._rt.run(self._run_op())
+            finally:
+                await self._rt.close()
+
+
+class TaskWorker(TaskWorkerLogic[AsyncSource], _Runs):
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+
+class Queue(QueueLogic[AsyncSource]):
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    async def enqueue(self, name: str, payload: object = None, **options: object) -> int:
+        return await self._rt.run(self._enqueue_op(name, payload, **options))  # type: ignore[arg-type]
+
+    async def consume(self, batch: int = 1, wait: Seconds = 0.0) -> list[Job]:
+        return await self._rt.run(self._consume_op(batch, wait))
+
+    async def complete(self, job: Job) -> bool:
+        return bool(await self._rt.run(self._complete_op(job)))
+
+    async def complete_many(self, jobs: list[Job]) -> set[int]:
+        return await self._rt.run(self._complete_many_op(jobs))
+
+    async def fail(self, job: Job, error: str | None = None) -> bool:
+        return bool(await self._rt.run(self._fail_op(job, error)))
+
+    async def extend(self, job: Job, lease: Seconds | None = None) -> bool:
+        return bool(await self._rt.run(self._extend_op(job, lease)))
+
+    async def close(self) -> None:
+        await self._rt.close()
+
+
+class QueueWorker(QueueWorkerLogic[AsyncSource], _Runs):
+    _queue = staticmethod(Queue)
+
+
+class RateLimiter(RateLimiterLogic[AsyncSource]):
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    async def try_acquire(self, quantity: int = 1) -> Throttle:
+        return await self._rt.run(self._try_acquire_op(quantity))
+
+    async def acquire(self, quantity: int = 1, timeout: Seconds | None = None) -> Throttle:
+        return await self._rt.run(self._acquire_op(quantity, timeout))
+
+
+async def throttle(
+    source: AsyncSource, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1
+) -> Throttle:
+    return await _once(source, throttle_op(key, max_burst, count_per_period, period, quantity))
+
+
+async def check_rate_limit(source: AsyncSource, key: str, max_requests: int, window_seconds: int) -> bool:
+    return await _once(source, check_rate_limit_op(key, max_requests, window_seconds))
+
+
+async def generate_snowflake_id(source: AsyncSource, worker_id: int) -> int:
+    return int(await _once(source, fx.first("SELECT distlock.generate_snowflake_id(%s)", (worker_id,))))
+
+
+async def features(source: AsyncSource) -> Features:
+    return await _once(source, detect_op())

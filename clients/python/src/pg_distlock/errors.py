@@ -1,0 +1,124 @@
+"""The exceptions pg_distlock calls raise, chosen by SQLSTATE.
+
+Each server error keeps its SQLSTATE in ``sqlstate`` and the psycopg
+exception as ``__cause__``, so nothing the server said is lost; callers
+catch the few classes below instead of matching codes.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+
+class DistlockError(Exception):
+    """Base of every error this package raises."""
+
+    sqlstate: str | None = None
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        if sqlstate is not None:
+            self.sqlstate = sqlstate
+
+
+class LockTimeout(DistlockError):
+    """Not acquired within the allowed wait (55P03 and 57014 included: the
+    session's own lock_timeout or statement_timeout ended the wait)."""
+
+
+class PermissionDenied(DistlockError):
+    """42501: the hold belongs to another role, or the role lacks the capability."""
+
+
+NotHolder = PermissionDenied
+
+
+class LeaseLost(DistlockError):
+    """55000: the claim, lease or lock is no longer held by the caller (its TTL
+    ran out, it was released, recovered or superseded, or its connection
+    died). Stop the work; its result must not be recorded."""
+
+
+class LockLost(LeaseLost):
+    """The connection holding a session lock died, so the lock is gone."""
+
+
+class Fenced(DistlockError):
+    """40001: a fenced write carried a token or row version that is no longer
+    current (a stale writer)."""
+
+
+class RateLimited(DistlockError):
+    """Refused by a rate limit; ``retry_after`` says how many seconds to wait
+    (None when waiting cannot help: the request exceeds the limit)."""
+
+    def __init__(self, message: str, retry_after: float | None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class InvalidArgument(DistlockError):
+    """22xxx: a NULL, blank, malformed or out-of-range argument."""
+
+
+class NotFound(DistlockError):
+    """P0002: an unknown task or job id."""
+
+
+class Unavailable(DistlockError):
+    """The server cannot serve the call here and now: the connection failed or
+    was ended (08xxx, 57P01-57P03), or it reached a standby (25006). Reconnect,
+    with a multi-host conninfo and target_session_attrs=read-write after a
+    failover, and retry."""
+
+
+ConnectionLost = Unavailable
+
+
+class ResourceExhausted(DistlockError):
+    """53xxx: a server table is full (rate-limit keys, locks per session)."""
+
+
+class Deadlock(DistlockError):
+    """40P01: the lock wait closed a cycle; PostgreSQL chose this call to fail."""
+
+
+_BY_SQLSTATE: dict[str, type[DistlockError]] = {
+    "55P03": LockTimeout,
+    "57014": LockTimeout,
+    "42501": PermissionDenied,
+    "55000": LeaseLost,
+    "40001": Fenced,
+    "P0002": NotFound,
+    "25006": Unavailable,
+    "57P01": Unavailable,
+    "57P02": Unavailable,
+    "57P03": Unavailable,
+    "53300": Unavailable,
+    "40P01": Deadlock,
+}
+
+_BY_CLASS: dict[str, type[DistlockError]] = {
+    "08": Unavailable,
+    "22": InvalidArgument,
+    "53": ResourceExhausted,
+}
+
+
+def error_class(sqlstate: str | None) -> type[DistlockError]:
+    if sqlstate is None:
+        return DistlockError
+    return _BY_SQLSTATE.get(sqlstate) or _BY_CLASS.get(sqlstate[:2], DistlockError)
+
+
+def translate(exc: psycopg.Error) -> DistlockError:
+    """The DistlockError for a psycopg error; a failure without SQLSTATE is a
+    lost or refused connection."""
+    sqlstate = exc.sqlstate
+    cls = error_class(sqlstate) if sqlstate else (
+        Unavailable if isinstance(exc, psycopg.OperationalError) else DistlockError
+    )
+    message = exc.diag.message_primary if sqlstate and exc.diag.message_primary else str(exc)
+    err = cls(message, sqlstate)
+    err.__cause__ = exc
+    return err

@@ -1,0 +1,114 @@
+"""Clusters come from scripts/test_python.sh (ports in DISTLOCK_PY_*); every
+test that needs isolation gets a database of its own."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from typing import Callable, Iterator
+
+import psycopg
+import pytest
+
+PRIMARY = int(os.environ.get("DISTLOCK_PY_PRIMARY_PORT", "55436"))
+STANDBY = int(os.environ.get("DISTLOCK_PY_STANDBY_PORT", "55437"))
+POOLER = int(os.environ.get("DISTLOCK_PY_POOLER_PORT", "55438"))
+
+
+def dsn(port: int = PRIMARY, dbname: str = "postgres", **extra: object) -> str:
+    params = {"host": "127.0.0.1", "port": port, "user": "postgres", "dbname": dbname, **extra}
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def connect(conninfo: str) -> psycopg.Connection:
+    return psycopg.connect(conninfo, autocommit=True, prepare_threshold=None)
+
+
+def eventually(check: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> object:
+    """Polls `check` until it returns something truthy, or fails the test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def on_standby(db: Db, sql: str) -> object:
+    """The first value `sql` gives on the standby; None while the standby has
+    not yet replayed the database and its extension."""
+    try:
+        with connect(dsn(STANDBY, db.name, connect_timeout=2)) as standby:
+            if not standby.execute("SELECT count(*) FROM pg_extension WHERE extname = 'pg_distlock'").fetchone() == (1,):
+                return None
+            row = standby.execute(sql).fetchone()
+            return row[0] if row else None
+    except psycopg.Error:
+        return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The failover test ends the primary the other tests use.
+    items.sort(key=lambda item: item.get_closest_marker("failover") is not None)
+
+
+class Db:
+    """A database with pg_distlock, and an autocommit admin connection to it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.dsn = dsn(PRIMARY, name)
+        self.pooled_dsn = dsn(POOLER, name)
+        self.admin = connect(self.dsn)
+
+    def value(self, sql: str, *params: object) -> object:
+        row = self.admin.execute(sql, params).fetchone()
+        return row[0] if row else None
+
+    def rows(self, sql: str, *params: object) -> list[tuple]:
+        return self.admin.execute(sql, params).fetchall()
+
+    def add_tasks(self, count: int, prefix: str = "task", **columns: object) -> list[int]:
+        extra_cols = "".join(f", {c}" for c in columns)
+        extra_vals = "".join(", %s" for _ in columns)
+        return [
+            r[0] for r in self.rows(
+                f"INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at{extra_cols})"
+                f" SELECT %s || '-' || i, 'test', '0 0 1 1 *', now(){extra_vals} FROM generate_series(1, %s) AS i"
+                " RETURNING id",
+                prefix, *columns.values(), count,
+            )
+        ]
+
+
+def new_database(port: int = PRIMARY) -> Db:
+    name = f"pydl_{uuid.uuid4().hex[:12]}"
+    with connect(dsn(port)) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    db = Db(name)
+    db.admin.execute("CREATE EXTENSION pg_distlock")
+    return db
+
+
+def drop_database(db: Db) -> None:
+    db.admin.close()
+    try:
+        with connect(dsn(connect_timeout=2)) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {db.name} WITH (FORCE)")
+    except psycopg.OperationalError:
+        pass  # the failover test ended the primary
+
+
+@pytest.fixture
+def db() -> Iterator[Db]:
+    database = new_database()
+    yield database
+    drop_database(database)
+
+
+@pytest.fixture
+def name() -> str:
+    return f"n-{uuid.uuid4().hex[:10]}"

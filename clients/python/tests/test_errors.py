@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import uuid
+from typing import Iterator
+
+import psycopg
+import pytest
+
+from pg_distlock import (
+    DistlockError, Fenced, InvalidArgument, LeaseLost, LockTimeout, NotFound, PermissionDenied, Unavailable, errors,
+)
+from pg_distlock._core import effects as fx
+from pg_distlock._sync import Runtime
+from conftest import STANDBY, Db, connect, dsn, eventually, on_standby
+
+
+def raised(source: object, sql: str) -> DistlockError:
+    with pytest.raises(DistlockError) as info:
+        Runtime(source).run(fx.execute(sql))  # type: ignore[arg-type]
+    return info.value
+
+
+@pytest.mark.parametrize("sql, sqlstate, cls", [
+    ("SELECT distlock.acquire_lease(NULL, 'o', '1 second')", "22004", InvalidArgument),
+    ("SELECT distlock.acquire_lease(' ', 'o', '1 second')", "22023", InvalidArgument),
+    ("SELECT distlock.try_acquire_task_lock(987654, 'w')", "P0002", NotFound),
+    ("SELECT distlock.release_task_lock({task}, 'w', 'completed')", "55000", LeaseLost),
+    ("UPDATE versioned SET v = 1 WHERE id = 1", "40001", Fenced),
+])
+def test_server_errors_map_to_the_hierarchy(db: Db, sql: str, sqlstate: str, cls: type) -> None:
+    [task] = db.add_tasks(1)
+    db.admin.execute("CREATE TABLE versioned (id int PRIMARY KEY, v int NOT NULL DEFAULT 1)")
+    db.admin.execute("CREATE TRIGGER bump BEFORE UPDATE ON versioned FOR EACH ROW EXECUTE FUNCTION distlock.bump_version('v')")
+    db.admin.execute("INSERT INTO versioned VALUES (1, 1)")
+    db.admin.execute("UPDATE versioned SET v = 1 WHERE id = 1")  # the row is now at version 2: v = 1 is stale
+    error = raised(db.dsn, sql.format(task=task))
+    assert type(error) is cls and error.sqlstate == sqlstate
+    assert isinstance(error.__cause__, psycopg.Error)
+
+
+@pytest.mark.parametrize("setting", ["lock_timeout", "statement_timeout"])
+def test_the_sessions_own_timeouts_are_lock_timeouts(db: Db, name: str, setting: str) -> None:
+    db.admin.execute("SELECT distlock.lock(%s)", (name,))
+    with connect(db.dsn) as conn:
+        conn.execute(f"SET {setting} = '50ms'")
+        error = raised(conn, f"SELECT distlock.lock('{name}')")
+    assert isinstance(error, LockTimeout) and error.sqlstate in ("55P03", "57014")
+
+
+def test_claims_on_a_standby_are_unavailable(db: Db) -> None:
+    eventually(lambda: on_standby(db, "SELECT true"), timeout=10, what="the database on the standby")
+    error = raised(dsn(STANDBY, db.name), "SELECT distlock.acquire_lease('x', 'o', '1 second')")
+    assert isinstance(error, Unavailable) and error.sqlstate == "25006"
+
+
+def test_a_refused_connection_is_unavailable() -> None:
+    error = raised(dsn(1, "postgres", connect_timeout=2), "SELECT 1")
+    assert isinstance(error, Unavailable) and error.sqlstate is None
+
+
+@pytest.fixture
+def two_roles(db: Db) -> Iterator[tuple[str, str]]:
+    roles = [f"r_{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    for role in roles:
+        db.admin.execute(f"CREATE ROLE {role} LOGIN")
+        db.admin.execute("SELECT distlock.grant_capability(%s, 'worker')", (role,))
+    yield roles[0], roles[1]
+    for role in roles:
+        db.admin.execute(f"DROP OWNED BY {role}")
+        db.admin.execute(f"DROP ROLE {role}")
+
+
+def test_another_roles_hold_is_permission_denied(db: Db, two_roles: tuple[str, str]) -> None:
+    a, b = two_roles
+    Runtime(f"{db.dsn} user={a}").run(fx.execute("SELECT distlock.acquire_lease('shared', 'o', '1 minute')"))
+    error = raised(f"{db.dsn} user={b}", "SELECT distlock.release_lease('shared', 'o')")
+    assert isinstance(error, PermissionDenied) and error.sqlstate == "42501"
+
+
+def test_unknown_sqlstates_are_the_base_class() -> None:
+    assert errors.error_class("XX000") is DistlockError
+    assert errors.error_class("08006") is Unavailable

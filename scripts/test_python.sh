@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Tests of the Python client (clients/python) against clusters of its own:
+# a primary with pg_cron and pg_distlock preloaded, its streaming standby
+# (promoted by the failover test, which runs last), and a transaction-pooling
+# PgBouncer in front of the primary, on ports 55436-55438. The client is
+# installed into a fresh venv from the checkout, as a user would.
+#   PYTHON (default python3), DISTLOCK_PY_TEST_DIR, PYTEST_ARGS
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+work=${DISTLOCK_PY_TEST_DIR:-/tmp/pg_distlock_pytest}
+primary_port=55436
+standby_port=55437
+pooler_port=55438
+
+if [ ! -f "$(/usr/lib/postgresql/15/bin/pg_config --sharedir)/extension/pg_distlock.control" ]; then
+  scripts/setup.sh
+  scripts/install.sh
+fi
+
+cleanup() {
+  scripts/cluster.sh stop "$work/pgbouncer" || true
+  scripts/cluster.sh stop "$work/standby" || true
+  scripts/cluster.sh stop "$work/primary" || true
+}
+trap cleanup EXIT
+
+cleanup
+rm -rf "$work/primary" "$work/standby" "$work/pgbouncer"
+mkdir -p "$work"
+chown postgres "$work"
+
+echo "== python client: clusters on $primary_port (primary), $standby_port (standby), $pooler_port (PgBouncer)"
+scripts/cluster.sh start "$work/primary" "$primary_port" pg_cron,pg_distlock
+scripts/cluster.sh standby "$work/standby" "$standby_port" "$primary_port"
+scripts/cluster.sh bouncer "$work/pgbouncer" "$pooler_port" "$primary_port"
+
+echo "== python client: installing clients/python into a fresh venv"
+rm -rf "$work/venv"
+"${PYTHON:-python3}" -m venv "$work/venv"
+"$work/venv/bin/pip" install --quiet --disable-pip-version-check "./clients/python[test]"
+
+echo "== python client: mypy --strict"
+(cd clients/python && "$work/venv/bin/mypy" --cache-dir "$work/mypy_cache")
+
+echo "== python client: pytest"
+# The tests import the installed package (src/ is not on the path).
+(
+  cd clients/python
+  DISTLOCK_PY_PRIMARY_PORT=$primary_port \
+  DISTLOCK_PY_STANDBY_PORT=$standby_port \
+  DISTLOCK_PY_POOLER_PORT=$pooler_port \
+  DISTLOCK_PY_PRIMARY_PGDATA="$work/primary" \
+  DISTLOCK_PY_STANDBY_PGDATA="$work/standby" \
+    "$work/venv/bin/python" -m pytest -p no:cacheprovider ${PYTEST_ARGS:-}
+)
