@@ -115,12 +115,14 @@ impl Drop for OwnerRights {
 /// `Spi::connect` with the owner's rights.
 pub fn connect<R, F: FnOnce(&SpiClient<'_>) -> R>(f: F) -> R {
     let _rights = as_owner();
+    let _plans = crate::plans::generic_plans();
     Spi::connect(f)
 }
 
 /// `Spi::connect_mut` with the owner's rights.
 pub fn connect_mut<R, F: FnOnce(&mut SpiClient<'_>) -> R>(f: F) -> R {
     let _rights = as_owner();
+    let _plans = crate::plans::generic_plans();
     Spi::connect_mut(f)
 }
 

@@ -10,13 +10,42 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use pgrx::pg_sys::PgOid;
+use pgrx::pg_sys::{self, PgOid};
 use pgrx::datum::{FromDatum, IntoDatum};
 use crate::errors::OrRaise;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult, SpiTupleTable};
 
 thread_local! {
     static PLANS: RefCell<HashMap<usize, Rc<OwnedPreparedStatement>>> = RefCell::new(HashMap::new());
+}
+
+/// While alive, kept plans run as generic plans; dropping it (also when an
+/// ERROR unwinds) restores the caller's plan_cache_mode.
+///
+/// With parameters, PostgreSQL's plan cache plans each execution anew (a
+/// custom plan) until the generic plan looks no costlier, and for some
+/// statements (a claim with LIMIT $1) it never does: re-planning then costs
+/// more than running the statement. Every pg_distlock statement finds its
+/// rows by a key or an index condition whatever the values, so the generic
+/// plan is the one to run. pgrx does not expose SPI_prepare_cursor's
+/// CURSOR_OPT_GENERIC_PLAN, so the setting is held while pg_distlock's own
+/// statements run, as SET LOCAL would, without the GUC machinery's cost.
+pub struct GenericPlans {
+    saved: i32,
+}
+
+pub fn generic_plans() -> GenericPlans {
+    unsafe {
+        let saved = pg_sys::plan_cache_mode;
+        pg_sys::plan_cache_mode = pg_sys::PlanCacheMode::PLAN_CACHE_MODE_FORCE_GENERIC_PLAN as i32;
+        GenericPlans { saved }
+    }
+}
+
+impl Drop for GenericPlans {
+    fn drop(&mut self) {
+        unsafe { pg_sys::plan_cache_mode = self.saved };
+    }
 }
 
 /// The kept plan for `sql` (a `'static` text: its address is the cache key).

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The job queue against the hand-written FOR UPDATE SKIP LOCKED queue
+# (benches/queue_baseline.sql), side by side in one run on a throwaway
+# cluster with pg_distlock preloaded; fsync and synchronous_commit on.
+# Prints throughput ratios and wake-up latencies, writes them to
+# $BENCH_DIR/queue.csv and draws benches/queue_throughput.png when
+# matplotlib can be installed. Measurements, not pass/fail tests.
+#   BENCH_SECONDS=8 benches/queue.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${BENCH_SECONDS:-8}
+dir=${BENCH_DIR:-/tmp/pg_distlock_queue_bench}
+port=55534
+plain_port=55535
+bin=/usr/lib/postgresql/15/bin
+
+scripts/setup.sh
+PG_CONFIG="$bin/pg_config" scripts/install.sh >/dev/null 2>&1
+
+stop() { scripts/cluster.sh stop "$dir/memory"; scripts/cluster.sh stop "$dir/plain"; }
+stop
+rm -rf "$dir/memory" "$dir/plain"
+mkdir -p "$dir"
+trap stop EXIT
+production="fsync = on
+synchronous_commit = on"
+CLUSTER_EXTRA_CONF="$production" scripts/cluster.sh start "$dir/memory" "$port" pg_distlock
+CLUSTER_EXTRA_CONF="$production" scripts/cluster.sh start "$dir/plain" "$plain_port" ""
+
+psql_on() { local p=$1; shift; "$bin/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$p" -U postgres -d bench "$@"; }
+for p in "$port" "$plain_port"; do
+  "$bin/psql" -X -q -h 127.0.0.1 -p "$p" -U postgres -d postgres -c "CREATE DATABASE bench"
+  psql_on "$p" -c "CREATE EXTENSION pg_distlock" -f benches/queue_baseline.sql
+done
+
+# A queue of $2 pending jobs (and $3 completed ones) in table $1, vacuumed
+# and analyzed as autovacuum would leave it.
+fill() {
+  local table=$1 pending=$2 completed=${3:-0}
+  psql_on "$port" -c "
+    TRUNCATE $table;
+    INSERT INTO $table (task_name, payload, status, completed_at)
+    SELECT 'bench', pg_catalog.jsonb_build_object('n', g), 'completed', now() - interval '1 hour'
+      FROM generate_series(1, $completed) g;
+    INSERT INTO $table (task_name, payload) SELECT 'bench', pg_catalog.jsonb_build_object('n', g)
+      FROM generate_series(1, $pending) g;"
+  psql_on "$port" -c "VACUUM ANALYZE $table"
+}
+# Jobs per second: each pgbench transaction of these scripts is one job (or 100).
+tps() {
+  local clients=$1 script=$2
+  "$bin/pgbench" -n -M prepared -c "$clients" -j 2 -T "$seconds" -f "benches/pgbench/$script.sql" \
+    -h 127.0.0.1 -p "$port" -U postgres bench 2>/dev/null | awk '/^tps = / { printf "%.0f", $3 }'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'; }
+rows=()
+row() { rows+=("$(printf '%-52s %14s %14s %9s' "$1" "$2" "$3" "$4")"); echo "  $1: $2 -> $3 ($4)"; }
+csv="$dir/queue.csv"
+echo "consumers,hand_written,pg_distlock" >"$csv"
+
+echo "== consume + complete, one job per transaction each, ${seconds}s per point (jobs/s)"
+# Enough jobs that no consumer finds the queue empty within one point.
+jobs=$((seconds * 30000))
+for clients in 1 2 4 8 16; do
+  fill recipe.task_queue "$jobs"
+  recipe=$(tps "$clients" queue_recipe)
+  fill distlock.task_queue "$jobs"
+  ours=$(tps "$clients" queue_ext)
+  echo "$clients,$recipe,$ours" >>"$csv"
+  row "consume + complete, $clients consumers" "$recipe" "$ours" "$(ratio "$ours" "$recipe")"
+  [ "$clients" = 4 ] && ours_4=$ours
+  [ "$clients" = 16 ] && ours_16=$ours
+done
+row "16 consumers against 4 (pg_distlock)" "$ours_4" "$ours_16" "$(ratio "$ours_16" "$ours_4")"
+
+echo "== batches of 100: consume_tasks(100) + complete_tasks, 4 consumers"
+fill distlock.task_queue $((seconds * 150000))
+batch=$(( $(tps 4 queue_batch_ext) * 100 ))
+row "batches of 100 against one by one, 4 consumers" "$ours_4" "$batch" "$(ratio "$batch" "$ours_4")"
+
+echo "== a queue holding 1M completed jobs, 4 consumers"
+fill distlock.task_queue "$jobs"
+empty=$(tps 4 queue_ext)
+fill distlock.task_queue "$jobs" 1000000
+full=$(tps 4 queue_ext)
+row "1M completed jobs kept against none, 4 consumers" "$empty" "$full" "$(ratio "$full" "$empty")"
+
+latency_consumers=16
+echo "== enqueue-to-start latency: $latency_consumers idle consumers, one job every 10-50 ms"
+psql_on "$port" -c "CREATE TABLE IF NOT EXISTS public.latency (mode text, ms float8)"
+# $1 mode (wait or poll); each consumer records, for every job it gets, the
+# time from the enqueue (its payload's t, taken just before the producer's
+# commit) to holding the job.
+consumers() {
+  local mode=$1 pids=()
+  for i in $(seq 1 "$latency_consumers"); do
+    psql_on "$port" -c "
+      DO \$\$
+      DECLARE
+        job record;
+        stop_at timestamptz := clock_timestamp() + interval '$((seconds + 3)) seconds';
+      BEGIN
+        WHILE clock_timestamp() < stop_at LOOP
+          IF '$mode' = 'wait' THEN
+            SELECT * INTO job FROM distlock.consume_task('c-$i', p_wait => '1 second');
+          ELSE
+            SELECT * INTO job FROM distlock.consume_task('c-$i');
+          END IF;
+          IF job.task_id IS NOT NULL THEN
+            INSERT INTO public.latency
+            SELECT '$mode', extract(epoch FROM clock_timestamp() - (job.payload->>'t')::timestamptz) * 1000;
+            PERFORM distlock.complete_task(job.task_id, 'c-$i', job.attempts);
+          ELSIF '$mode' = 'poll' THEN
+            PERFORM pg_sleep(0.1);
+          END IF;
+          COMMIT;
+        END LOOP;
+      END \$\$;" &
+    pids+=($!)
+  done
+  sleep 1
+  psql_on "$port" -c "
+    DO \$\$
+    DECLARE stop_at timestamptz := clock_timestamp() + interval '$seconds seconds';
+    BEGIN
+      WHILE clock_timestamp() < stop_at LOOP
+        PERFORM distlock.enqueue_task('latency', pg_catalog.jsonb_build_object('t', clock_timestamp()));
+        COMMIT;
+        PERFORM pg_sleep(0.01 + random() * 0.04);
+      END LOOP;
+    END \$\$;"
+  wait "${pids[@]}"
+}
+psql_on "$port" -c "TRUNCATE distlock.task_queue"
+consumers wait
+consumers poll
+percentile() {
+  psql_on "$port" -c "SELECT round(percentile_cont($2) WITHIN GROUP (ORDER BY ms)::numeric, 2) FROM public.latency WHERE mode = '$1'"
+}
+for q in 0.5 0.99; do
+  row "enqueue to start, ms, p$(awk -v q=$q 'BEGIN { print q * 100 }'): polling 100 ms vs waiting" \
+    "$(percentile poll $q)" "$(percentile wait $q)" "$(ratio "$(percentile poll $q)" "$(percentile wait $q)")"
+done
+
+echo "== CPU of $latency_consumers consumers with nothing to do, ${seconds}s"
+# Server CPU (user + system) of the consumers' backends while the queue is empty.
+idle_cpu() {
+  local mode=$1 pids=()
+  for i in $(seq 1 "$latency_consumers"); do
+    if [ "$mode" = wait ]; then
+      psql_on "$port" -c "SELECT count(*) FROM distlock.consume_task('idle-$i', p_wait => '$((seconds + 2)) seconds')" >/dev/null &
+    else
+      psql_on "$port" -c "DO \$\$ BEGIN FOR n IN 1..$((seconds * 10 + 20)) LOOP PERFORM distlock.consume_task('idle-$i'); PERFORM pg_sleep(0.1); END LOOP; END \$\$" >/dev/null &
+    fi
+    pids+=($!)
+  done
+  sleep 1
+  local backends
+  backends=$(psql_on "$port" -c "SELECT string_agg(pid::text, ' ') FROM pg_stat_activity WHERE application_name = 'psql' AND query LIKE '%idle-%' AND pid <> pg_backend_pid()")
+  ticks() { local t=0; for b in $backends; do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$b/stat" 2>/dev/null || echo 0))); done; echo "$t"; }
+  local before after
+  before=$(ticks); sleep "$seconds"; after=$(ticks)
+  wait "${pids[@]}"
+  # clock ticks (1/100 s) over the whole window, as a share of one core
+  awk -v t=$((after - before)) -v s="$seconds" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f%%", 100 * t / hz / s }'
+}
+row "CPU of $latency_consumers idle consumers (% of one core): polling vs waiting" "$(idle_cpu poll)" "$(idle_cpu wait)" "-"
+
+echo
+echo "pg_distlock job-queue benchmark, $(date -u +%Y-%m-%d)"
+echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(free -g | awk '/Mem:/ { print $2 }') GiB"
+echo "postgres: $("$bin/postgres" --version), fsync on, synchronous_commit on, pgbench -M prepared"
+echo
+printf '%-52s %14s %14s %9s\n' "benchmark (jobs/s)" "baseline" "pg_distlock" "ratio"
+printf '%s\n' "${rows[@]}"
+echo
+echo "Baseline: benches/queue_baseline.sql and benches/pgbench/queue_recipe.sql, the hand-written"
+echo "SKIP LOCKED claim and completing UPDATE. pg_distlock: consume_task + complete_task(id, worker,"
+echo "attempt), each its own transaction, as in benches/pgbench/queue_ext.sql."
