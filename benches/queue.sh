@@ -175,6 +175,14 @@ echo
 printf '%-52s %14s %14s %9s\n' "benchmark (jobs/s)" "baseline" "pg_distlock" "ratio"
 printf '%s\n' "${rows[@]}"
 echo
+# The plot needs matplotlib, from PyPI, in a throwaway virtualenv.
+if python3 -m venv "$dir/venv" >/dev/null 2>&1 && "$dir/venv/bin/pip" install -q matplotlib >/dev/null 2>&1; then
+  "$dir/venv/bin/python" benches/plot_queue.py "$csv" benches/queue_throughput.png \
+    "$(nproc) cores, PostgreSQL 15, fsync and synchronous_commit on, $(date -u +%Y-%m-%d)"
+  echo "plot: benches/queue_throughput.png"
+else
+  echo "plot: skipped (matplotlib could not be installed)"
+fi
 echo "Baseline: benches/queue_baseline.sql and benches/pgbench/queue_recipe.sql, the hand-written"
 echo "SKIP LOCKED claim and completing UPDATE. pg_distlock: consume_task + complete_task(id, worker,"
 echo "attempt), each its own transaction, as in benches/pgbench/queue_ext.sql."

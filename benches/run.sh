@@ -15,7 +15,10 @@ table_port=55533
 bin=/usr/lib/postgresql/15/bin
 
 scripts/setup.sh
-PG_CONFIG="$bin/pg_config" scripts/install.sh >/dev/null 2>&1
+# benches/compare.sh installs the builds it compares itself.
+if [ "${BENCH_INSTALL:-1}" = 1 ]; then
+  PG_CONFIG="$bin/pg_config" scripts/install.sh >/dev/null 2>&1
+fi
 
 stop() { scripts/cluster.sh stop "$dir/memory"; scripts/cluster.sh stop "$dir/table"; }
 stop
@@ -41,7 +44,7 @@ done
 
 best_ms() { psql_on "$1" -c "SELECT recipe.best_ms(\$q\$$2\$q\$, ${3:-3})"; }
 tps() {
-  "$bin/pgbench" -n -c 8 -j 2 -T "$seconds" -f "benches/pgbench/$2.sql" -h 127.0.0.1 -p "$1" -U postgres bench 2>/dev/null \
+  "$bin/pgbench" -n -M prepared -c 8 -j 2 -T "$seconds" -f "benches/pgbench/$2.sql" -h 127.0.0.1 -p "$1" -U postgres bench 2>/dev/null \
     | awk '/^tps = / { printf "%.0f", $3 }'
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
@@ -66,8 +69,12 @@ memory_rate=$(per_s 1000000 "$memory_1m")
 table_rate=$(per_s 1000000 "$table_1m")
 row "snowflake IDs/s, memory mode (1M vs 10k)" "$recipe_rate" "$memory_rate" "$(ratio "$memory_rate" "$recipe_rate")"
 row "snowflake IDs/s, table mode (1M vs 10k)" "$recipe_rate" "$table_rate" "$(ratio "$table_rate" "$recipe_rate")"
+# The ID layout's ceiling: 4096 sequence numbers per millisecond per worker id.
+row "snowflake IDs/s, memory mode, of the layout's" "4096000" "$memory_rate" "$(ratio "$memory_rate" 4096000)"
 
 echo "== pgbench, 8 clients, ${seconds}s each (tps)"
+# The round-trip ceiling: what one trivial statement per transaction reaches.
+select_1=$(tps "$memory_port" select_1)
 claim_base=$(tps "$memory_port" claim_release_plpgsql)
 claim_ext=$(tps "$memory_port" claim_release_ext)
 row "claim + release cycle, tps" "$claim_base" "$claim_ext" "$(ratio "$claim_ext" "$claim_base")"
@@ -85,6 +92,7 @@ for keys in 10k hot; do
   table=$(tps "$table_port" "rate_${keys}_ext")
   row "check_rate_limit ($keys keys), memory mode, tps" "$base" "$memory" "$(ratio "$memory" "$base")"
   row "check_rate_limit ($keys keys), table mode, tps" "$base" "$table" "$(ratio "$table" "$base")"
+  row "  same, memory mode, of SELECT 1's round trips" "$select_1" "$memory" "$(ratio "$memory" "$select_1")"
   # 100 checks per transaction: the server's cost per check, with the
   # client round trip (the same for both) mostly taken out.
   base=$(tps "$memory_port" "rate_${keys}_batch_plpgsql")
@@ -124,6 +132,7 @@ echo
 printf '%-44s %16s %16s %9s\n' "benchmark" "baseline" "pg_distlock" "ratio"
 printf '%s\n' "${rows[@]}"
 echo
+echo "pgbench sends every statement prepared (-M prepared), as an application's driver does."
 echo "Baselines: benches/baseline.sql (PL/pgSQL recipes; the SQL md5 expression for lock_id);"
 echo "lock + unlock is measured against pg_advisory_lock(hashtext(key)) + pg_advisory_unlock."
 echo "One check per pgbench transaction is bound by the client round trip on this 2-core machine;"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# benches/run.sh for two builds of pg_distlock, alternating A B A B on this
+# machine, so that a change's cost is read against the same run's noise.
+# REV is any git revision (say the commit before a change); the other build
+# is the working tree. Both run today's benches/run.sh.
+#   benches/compare.sh REV [ROUNDS]      (ROUNDS pairs, default 2)
+# Output: $BENCH_DIR/compare/{old,new}_N.txt and a table of means.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rev=${1:?usage: benches/compare.sh REV [ROUNDS]}
+rounds=${2:-2}
+out=${BENCH_DIR:-/tmp/pg_distlock_bench}/compare
+pg_config=/usr/lib/postgresql/15/bin/pg_config
+mkdir -p "$out"
+scripts/setup.sh
+
+# Builds the tree in $1 into a package directory $2 (library, scripts).
+package() {
+  local tree=$1 dest=$2
+  (cd "$tree" && cargo pgrx package --pg-config "$pg_config" --out-dir "$dest" >/dev/null)
+  cp "$tree"/sql/pg_distlock--*.sql "$dest$($pg_config --sharedir)/extension/" 2>/dev/null || true
+}
+install_package() {
+  cp -r "$1"/. /
+}
+
+worktree="$out/tree-$rev"
+[ -d "$worktree" ] || git worktree add --detach "$worktree" "$rev" >/dev/null
+package "$worktree" "$out/pkg-old"
+package "$PWD" "$out/pkg-new"
+
+for i in $(seq 1 "$rounds"); do
+  for build in old new; do
+    echo "== round $i: $build"
+    install_package "$out/pkg-$build"
+    BENCH_INSTALL=0 benches/run.sh >"$out/${build}_$i.txt" 2>&1
+  done
+done
+install_package "$out/pkg-new"
+
+# Rows are "name  baseline  pg_distlock  ratio"; compare the pg_distlock column.
+awk '
+  FNR == 1 { build = (FILENAME ~ /\/old_/) ? "old" : "new" }
+  /^benchmark/ { table = 1; next }
+  table && NF >= 4 && $(NF) ~ /x$/ {
+    name = $0; sub(/[[:space:]]+[^[:space:]]+[[:space:]]+[^[:space:]]+[[:space:]]+[^[:space:]]+$/, "", name)
+    value = $(NF - 1); sub(/\/s$/, "", value)
+    sum[build, name] += value; n[build, name]++; names[name] = 1
+  }
+  /^$/ { table = 0 }
+  END {
+    printf "%-48s %14s %14s %9s\n", "benchmark (pg_distlock column, mean)", "old", "new", "new/old"
+    for (name in names) if (n["old", name] && n["new", name]) {
+      o = sum["old", name] / n["old", name]; w = sum["new", name] / n["new", name]
+      printf "%-48s %14.1f %14.1f %9.2f\n", name, o, w, (o ? w / o : 0)
+    }
+  }' "$out"/old_*.txt "$out"/new_*.txt
+echo "(rows in ms are times: below 1.00 is faster; rows in tps or /s are rates: above 1.00 is faster)"
