@@ -162,3 +162,22 @@ async def test_async_worker_has_the_same_shape(db: Db, mode: str) -> None:
     stats = await aio.TaskWorker(db.dsn, handler, mode=mode, exit_when_idle=True).run()
     assert (stats.completed, stats.failed) == (3, 1)
     assert sorted(r[2] for r in runs(db)) == sorted(seen)
+
+
+def test_a_session_worker_reconnects_after_its_connection_is_killed(db: Db) -> None:
+    first, second = db.add_tasks(2)
+    killed: list[int] = []
+
+    def handler(claim: TaskClaim) -> None:
+        if claim.task_id == first and not killed:
+            killed.append(claim.token)
+            pid = db.value("SELECT holder_pid FROM distlock.running_tasks WHERE task_id = %s", claim.task_id)
+            db.value("SELECT pg_terminate_backend(%s)", pid)
+            assert claim.lost.wait(5), "the claim's connection died unnoticed"
+
+    worker = pg_distlock.TaskWorker(db.dsn, handler, mode="session", heartbeat=0.1, exit_when_idle=True)
+    stats = worker.run()
+    # The lost slot is still due and is claimed again on the new connection.
+    assert (stats.claimed, stats.completed, stats.lost, stats.reconnects) == (3, 2, 1, 1)
+    assert [r[0] for r in db.rows("SELECT task_id FROM distlock.check_and_recover_timeout_tasks()")] == [first]
+    assert sorted((r[0], r[1]) for r in runs(db)) == [(first, "abandoned"), (first, "completed"), (second, "completed")]

@@ -8,6 +8,7 @@ reopens them after a failure).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Callable, TypeVar
 
 from . import snowflake
@@ -157,8 +158,12 @@ class Queue(QueueLogic[Source]):
     _runtime = staticmethod(Runtime)
     _rt: Runtime
 
-    def enqueue(self, name: str, payload: object = None, **options: object) -> int:
-        return self._rt.run(self._enqueue_op(name, payload, **options))  # type: ignore[arg-type]
+    def enqueue(
+        self, name: str, payload: object = None, *, run_after: datetime | None = None, priority: int = 0,
+        max_attempts: int = 5,
+    ) -> int:
+        """Queues a job (payload: anything JSON-serialisable); returns its id."""
+        return self._rt.run(self._enqueue_op(name, payload, run_after=run_after, priority=priority, max_attempts=max_attempts))
 
     def consume(self, batch: int = 1, wait: Seconds = 0.0) -> list[Job]:
         return self._rt.run(self._consume_op(batch, wait))

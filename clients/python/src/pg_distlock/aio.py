@@ -6,6 +6,7 @@ handlers may be plain functions or coroutine functions."""
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Callable, TypeVar
 
 from ._async import AsyncSource, Runtime, stop_on_signals
@@ -133,8 +134,12 @@ class Queue(QueueLogic[AsyncSource]):
     _runtime = staticmethod(Runtime)
     _rt: Runtime
 
-    async def enqueue(self, name: str, payload: object = None, **options: object) -> int:
-        return await self._rt.run(self._enqueue_op(name, payload, **options))  # type: ignore[arg-type]
+    async def enqueue(
+        self, name: str, payload: object = None, *, run_after: datetime | None = None, priority: int = 0,
+        max_attempts: int = 5,
+    ) -> int:
+        """Queues a job (payload: anything JSON-serialisable); returns its id."""
+        return await self._rt.run(self._enqueue_op(name, payload, run_after=run_after, priority=priority, max_attempts=max_attempts))
 
     async def consume(self, batch: int = 1, wait: Seconds = 0.0) -> list[Job]:
         return await self._rt.run(self._consume_op(batch, wait))

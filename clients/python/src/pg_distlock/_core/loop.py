@@ -128,7 +128,8 @@ class Worker:
         return self._loop.stats
 
     def stop(self) -> None:
-        """Asks the worker to stop after the task at hand (safe from another thread)."""
+        """Asks the worker to stop after the task at hand: from any thread with
+        the blocking API, from the event loop with asyncio."""
         self._loop.stop()
 
 
