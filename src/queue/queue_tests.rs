@@ -298,6 +298,15 @@ mod tests {
             one::<String>(&format!("SELECT status::text FROM distlock.task_queue WHERE id = {exhausted}")),
             Some("dead".into())
         );
+        // The table has no CHECK constraints; the statements keep this one.
+        assert_eq!(
+            one::<i64>(
+                "SELECT count(*) FROM distlock.task_queue \
+                  WHERE (status = 'processing') <> (lease_expires_at IS NOT NULL) \
+                     OR status NOT IN ('pending', 'processing', 'completed', 'failed', 'dead')"
+            ),
+            Some(0)
+        );
     }
 
     #[pg_test]
