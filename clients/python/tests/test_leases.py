@@ -72,7 +72,7 @@ def test_lost_when_no_renewal_is_confirmed_within_the_ttl(db: Db, name: str) -> 
         with frozen_backend(db, app):
             started = time.monotonic()
             assert lease.lost.wait(3), "a hung renewal did not end the lease"
-            assert time.monotonic() - started <= 1.2
+            assert time.monotonic() - started <= 1.0 + 0.5  # the TTL, and slack for a loaded machine
             assert "TTL" in (lease.lost_reason or "")
     finally:
         lease.release()
