@@ -6,7 +6,8 @@
 #      a plain cluster without preload (table mode), and a transaction-pooling
 #      PgBouncer in front of the primary: concurrency, kills, restarts,
 #      pg_dump, pg_cron, poolers, real process faults;
-#   3. isolation specs (pg_isolation_regress): deterministic interleavings.
+#   3. isolation specs (pg_isolation_regress): deterministic interleavings;
+#   4. the Python client's tests (clients/python), against clusters of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +33,11 @@ rm -rf "$work/pgrx-pgdata"
 install -d -o postgres -m 700 "$work/pgrx-pgdata"
 
 echo "== unit tests (cargo pgrx test)"
+# With --runas, cargo pgrx test installs its build with `sudo cp`, which
+# rewrites the installed library in place: a running server that has it
+# loaded (a demo or benchmark cluster) would crash. Unlinked first, the copy
+# gets a new file and running servers keep the old one.
+rm -f "$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/pg_distlock.so"
 cargo pgrx test pg15 --runas postgres --pgdata "$work/pgrx-pgdata"
 
 echo "== installing the release build"
@@ -56,3 +62,6 @@ DISTLOCK_TEST_PGDATA="$work/primary" \
 
 echo "== isolation specs (pg_isolation_regress)"
 scripts/isolation.sh "$primary_port"
+
+echo "== Python client (pytest, its own primary, standby and PgBouncer)"
+scripts/test_python.sh
