@@ -2,7 +2,9 @@
 # benches/run.sh for two builds of pg_distlock, alternating A B A B on this
 # machine, so that a change's cost is read against the same run's noise.
 # REV is any git revision (say the commit before a change); the other build
-# is the working tree. Both run today's benches/run.sh.
+# is the working tree. Both run today's benches/run.sh. The builds are
+# installed by turns into a private copy of PostgreSQL 15 (it finds its
+# lib/ and share/ next to its bin/), never into the system's.
 #   benches/compare.sh REV [ROUNDS]      (ROUNDS pairs, default 2)
 # Output: $BENCH_DIR/compare/{old,new}_N.txt and a table of means.
 set -euo pipefail
@@ -15,14 +17,26 @@ pg_config=/usr/lib/postgresql/15/bin/pg_config
 mkdir -p "$out"
 scripts/setup.sh
 
-# Builds the tree in $1 into a package directory $2 (library, scripts).
+# A private PostgreSQL 15 tree to install builds into.
+private="$out/postgresql"
+rm -rf "$private"
+mkdir -p "$private/usr/lib/postgresql" "$private/usr/share/postgresql"
+cp -a /usr/lib/postgresql/15 "$private/usr/lib/postgresql/"
+cp -a /usr/share/postgresql/15 "$private/usr/share/postgresql/"
+export PGBIN="$private/usr/lib/postgresql/15/bin"
+
+# Builds the tree in $1 into a package directory $2 (library and scripts).
 package() {
   local tree=$1 dest=$2
   (cd "$tree" && cargo pgrx package --pg-config "$pg_config" --out-dir "$dest" >/dev/null)
-  cp "$tree"/sql/pg_distlock--*.sql "$dest$($pg_config --sharedir)/extension/" 2>/dev/null || true
 }
+# Unlinks before copying: a library rewritten in place crashes a server that has it loaded.
 install_package() {
-  cp -r "$1"/. /
+  local pkg=$1
+  (cd "$pkg" && find usr -type f) | while read -r file; do
+    rm -f "$private/$file"
+    cp "$pkg/$file" "$private/$file"
+  done
 }
 
 worktree="$out/tree-$rev"
@@ -37,7 +51,6 @@ for i in $(seq 1 "$rounds"); do
     BENCH_INSTALL=0 benches/run.sh >"$out/${build}_$i.txt" 2>&1
   done
 done
-install_package "$out/pkg-new"
 
 # Rows are "name  baseline  pg_distlock  ratio"; compare the pg_distlock column.
 awk '

@@ -12,7 +12,7 @@ seconds=${BENCH_SECONDS:-8}
 dir=${BENCH_DIR:-/tmp/pg_distlock_bench}
 memory_port=55532
 table_port=55533
-bin=/usr/lib/postgresql/15/bin
+bin=${PGBIN:-/usr/lib/postgresql/15/bin}
 
 scripts/setup.sh
 # benches/compare.sh installs the builds it compares itself.

@@ -12,7 +12,7 @@
 #   scripts/cluster.sh stop DIR        (a cluster or a PgBouncer directory)
 set -euo pipefail
 
-PGBIN=/usr/lib/postgresql/15/bin
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 as_postgres() { if [ "$(id -un)" = postgres ]; then "$@"; else runuser -u postgres -- "$@"; fi; }
 
 write_conf() {
