@@ -20,7 +20,8 @@ pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub fn installed_version(client: &SpiClient<'_>) -> Option<String> {
     client
         .select("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'pg_distlock'", None, &[])
-        .and_then(crate::plans::first_value::<String>)
+        // No row (not installed) is an error here, and None like any other.
+        .and_then(|rows| rows.first().get_one::<String>())
         .ok()
         .flatten()
 }
