@@ -32,13 +32,22 @@ pub fn required<T>(value: Option<T>, argument: &str) -> T {
 /// Claims are refused on a standby: advisory locks are not replicated, so a
 /// lock taken there would protect nothing.
 pub fn require_primary(action: &str) {
-    if unsafe { pg_sys::RecoveryInProgress() } {
-        raise_with_hint(
-            PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
-            format!("pg_distlock cannot {action} on a standby server"),
-            "Advisory locks are not replicated; connect workers to the primary.",
-        );
+    // Recovery never starts again in a running backend, so once this backend
+    // has seen a primary it need not ask (a call into PostgreSQL on every
+    // snowflake ID).
+    static PRIMARY_SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if PRIMARY_SEEN.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
     }
+    if !unsafe { pg_sys::RecoveryInProgress() } {
+        PRIMARY_SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        return;
+    }
+    raise_with_hint(
+        PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+        format!("pg_distlock cannot {action} on a standby server"),
+        "Advisory locks are not replicated; connect workers to the primary.",
+    );
 }
 
 /// An interval's length in microseconds as PostgreSQL compares intervals

@@ -1,6 +1,7 @@
 //! Configuration settings (GUCs), all under the `distlock.` prefix.
 
 use std::ffi::CString;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::PgSqlErrorCode;
@@ -77,21 +78,22 @@ fn register_preload_only() {
     );
 }
 
-thread_local! {
-    /// (address of the setting's string, its parsed value): PostgreSQL
-    /// allocates a new string whenever the setting changes.
-    static EPOCH_CACHE: std::cell::Cell<(usize, i64)> = const { std::cell::Cell::new((0, 0)) };
-}
+/// (address of the setting's string, its parsed value): PostgreSQL
+/// allocates a new string whenever the setting changes. Plain statics, not
+/// thread-locals: a backend is one thread, and a thread-local in a shared
+/// library costs a __tls_get_addr call on every ID.
+static EPOCH_CACHE_ADDRESS: AtomicUsize = AtomicUsize::new(0);
+static EPOCH_CACHE_MS: AtomicI64 = AtomicI64::new(0);
 
 /// The snowflake epoch in milliseconds since the Unix epoch.
 pub fn snowflake_epoch_ms() -> i64 {
     let address = unsafe { *SNOWFLAKE_EPOCH.as_ptr() } as usize;
-    let (cached_address, cached) = EPOCH_CACHE.get();
-    if address != 0 && address == cached_address {
-        return cached;
+    if address != 0 && address == EPOCH_CACHE_ADDRESS.load(Ordering::Relaxed) {
+        return EPOCH_CACHE_MS.load(Ordering::Relaxed);
     }
     let parsed = parse_epoch();
-    EPOCH_CACHE.set((address, parsed));
+    EPOCH_CACHE_MS.store(parsed, Ordering::Relaxed);
+    EPOCH_CACHE_ADDRESS.store(address, Ordering::Relaxed);
     parsed
 }
 

@@ -6,9 +6,15 @@ use pgrx::PgSqlErrorCode;
 use crate::errors::raise;
 use crate::gucs::SNOWFLAKE_MAX_CLOCK_BACKWARD_MS;
 
-/// Milliseconds since 1970-01-01 UTC.
+/// Milliseconds since 1970-01-01 UTC: the clock GetCurrentTimestamp reads
+/// (CLOCK_REALTIME), read from Rust so that each ID does not pay pgrx's
+/// guard around a call into PostgreSQL.
 pub fn now_ms() -> i64 {
-    unsafe { pgrx::pg_sys::GetCurrentTimestamp() }.div_euclid(1000) + 946_684_800_000
+    match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        Ok(since) => since.as_millis() as i64,
+        // A clock before 1970 is far outside every epoch and raises in compose().
+        Err(before) => -(before.duration().as_millis() as i64),
+    }
 }
 
 /// Waits until the clock reaches `target_ms` and returns the time then.
