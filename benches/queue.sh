@@ -12,27 +12,14 @@ cd "$(dirname "$0")/.."
 seconds=${BENCH_SECONDS:-8}
 dir=${BENCH_DIR:-/tmp/pg_distlock_queue_bench}
 port=55534
-plain_port=55535
-bin=/usr/lib/postgresql/15/bin
+bin=${PGBIN:-/usr/lib/postgresql/15/bin}
 
 scripts/setup.sh
 PG_CONFIG="$bin/pg_config" scripts/install.sh >/dev/null 2>&1
 
-stop() { scripts/cluster.sh stop "$dir/memory"; scripts/cluster.sh stop "$dir/plain"; }
-stop
-rm -rf "$dir/memory" "$dir/plain"
-mkdir -p "$dir"
-trap stop EXIT
-production="fsync = on
-synchronous_commit = on"
-CLUSTER_EXTRA_CONF="$production" scripts/cluster.sh start "$dir/memory" "$port" pg_distlock
-CLUSTER_EXTRA_CONF="$production" scripts/cluster.sh start "$dir/plain" "$plain_port" ""
-
-psql_on() { local p=$1; shift; "$bin/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$p" -U postgres -d bench "$@"; }
-for p in "$port" "$plain_port"; do
-  "$bin/psql" -X -q -h 127.0.0.1 -p "$p" -U postgres -d postgres -c "CREATE DATABASE bench"
-  psql_on "$p" -c "CREATE EXTENSION pg_distlock" -f benches/queue_baseline.sql
-done
+source benches/lib.sh
+start_bench_clusters "$dir" "memory:$port:pg_distlock"
+psql_on "$port" -f benches/queue_baseline.sql
 
 # A queue of $2 pending jobs (and $3 completed ones) in table $1, vacuumed
 # and analyzed as autovacuum would leave it.

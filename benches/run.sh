@@ -12,27 +12,17 @@ seconds=${BENCH_SECONDS:-8}
 dir=${BENCH_DIR:-/tmp/pg_distlock_bench}
 memory_port=55532
 table_port=55533
-bin=${PGBIN:-/usr/lib/postgresql/15/bin}
 
 scripts/setup.sh
 # benches/compare.sh installs the builds it compares itself.
 if [ "${BENCH_INSTALL:-1}" = 1 ]; then
-  PG_CONFIG="$bin/pg_config" scripts/install.sh >/dev/null 2>&1
+  PG_CONFIG="${PGBIN:-/usr/lib/postgresql/15/bin}/pg_config" scripts/install.sh >/dev/null 2>&1
 fi
 
-stop() { scripts/cluster.sh stop "$dir/memory"; scripts/cluster.sh stop "$dir/table"; }
-stop
-rm -rf "$dir/memory" "$dir/table"
-trap stop EXIT
-production="fsync = on
-synchronous_commit = on"
-CLUSTER_EXTRA_CONF="$production" scripts/cluster.sh start "$dir/memory" "$memory_port" pg_distlock
-CLUSTER_EXTRA_CONF="$production" scripts/cluster.sh start "$dir/table" "$table_port" ""
-
-psql_on() { local port=$1; shift; "$bin/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d bench "$@"; }
+source benches/lib.sh
+start_bench_clusters "$dir" "memory:$memory_port:pg_distlock" "table:$table_port:"
 for port in "$memory_port" "$table_port"; do
-  "$bin/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE bench"
-  psql_on "$port" -c "CREATE EXTENSION pg_distlock" -f benches/baseline.sql
+  psql_on "$port" -f benches/baseline.sql
   psql_on "$port" -c "
     INSERT INTO distlock.scheduled_tasks (task_name, task_type) SELECT 'task-' || g, 'bench' FROM generate_series(1, 1000) g;
     INSERT INTO recipe.scheduled_tasks (task_name, task_type) SELECT 'task-' || g, 'bench' FROM generate_series(1, 1000) g;

@@ -1,0 +1,35 @@
+# Sourced by the benchmark scripts: throwaway clusters with production
+# durability (fsync and synchronous_commit on), each holding a database
+# "bench" with pg_distlock created, stopped again when the script exits.
+
+bin=${PGBIN:-/usr/lib/postgresql/15/bin}
+bench_clusters=()
+
+# psql on database bench of the cluster on port $1.
+psql_on() { local port=$1; shift; "$bin/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d bench "$@"; }
+
+stop_bench_clusters() {
+  local cluster
+  for cluster in "${bench_clusters[@]}"; do scripts/cluster.sh stop "$cluster"; done
+}
+
+# start_bench_clusters DIR NAME:PORT:PRELOAD...  (PRELOAD may be empty)
+start_bench_clusters() {
+  local dir=$1 spec name port preload
+  shift
+  for spec in "$@"; do
+    IFS=: read -r name port preload <<<"$spec"
+    bench_clusters+=("$dir/$name")
+  done
+  stop_bench_clusters
+  rm -rf "${bench_clusters[@]}"
+  mkdir -p "$dir"
+  trap stop_bench_clusters EXIT
+  for spec in "$@"; do
+    IFS=: read -r name port preload <<<"$spec"
+    CLUSTER_EXTRA_CONF="fsync = on
+synchronous_commit = on" scripts/cluster.sh start "$dir/$name" "$port" "$preload"
+    "$bin/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE bench"
+    psql_on "$port" -c "CREATE EXTENSION pg_distlock"
+  done
+}
