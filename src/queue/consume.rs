@@ -139,11 +139,15 @@ fn consume(p_batch: i32, p_worker_id: Option<Text>, p_lease: Option<Interval>, p
     let wait = wait_micros(p_wait);
     crate::errors::require_primary("consume jobs");
     let deadline = clock_now().saturating_add(wait);
-    let worker = crate::access::connect(|client| resolve_worker(client, p_worker_id));
+    // Resolved in the first look's connection: a second SPI connection and
+    // rights switch per claim would cost the hot path.
+    let mut given_worker = Some(p_worker_id);
+    let mut worker: Option<Text> = None;
     let mut sleeper: Option<Sleeper> = None;
     loop {
         let (jobs, due) = crate::access::connect(|client| {
-            let jobs = claim(client, p_batch, &worker, lease);
+            let worker = worker.get_or_insert_with(|| resolve_worker(client, given_worker.take().flatten()));
+            let jobs = claim(client, p_batch, worker, lease);
             let due = if jobs.is_empty() && sleeper.is_some() {
                 next_due(client, clock_now(), deadline)
             } else {
