@@ -5,9 +5,14 @@
 
 mod support;
 
+mod checker;
 mod contention;
+mod failover;
 mod faults;
 mod features;
+mod fleet;
+mod ha;
+mod history;
 mod lease_claims;
 mod locks;
 mod names;
@@ -16,6 +21,7 @@ mod pooler;
 mod queue_wait;
 mod privileges;
 mod recovery;
+mod replication_modes;
 mod snowflake;
 mod tokens;
 mod upgrade;
