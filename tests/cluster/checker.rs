@@ -160,6 +160,22 @@ fn jobs_once(c: &mut Client, ops: &[Op], v: &mut Vec<String>) {
     }
 }
 
+/// For each resource, the newest token of a grant chosen by `granted` that
+/// a later acknowledged grant has replaced: what a holder that just lost its
+/// hold would still carry.
+pub fn superseded(ops: &[Op], granted: impl Fn(&Op) -> bool) -> Vec<(String, i64)> {
+    let all: Vec<&Op> = grants(ops).collect();
+    let mut picked: BTreeMap<&str, i64> = BTreeMap::new();
+    for g in all.iter().filter(|g| granted(g)) {
+        let token = g.token.expect("token");
+        if all.iter().any(|n| n.resource == g.resource && n.token > g.token) {
+            let newest = picked.entry(&g.resource).or_insert(token);
+            *newest = (*newest).max(token);
+        }
+    }
+    picked.into_iter().map(|(r, t)| (r.to_string(), t)).collect()
+}
+
 /// Operations per kind and outcome, for the test's output.
 pub fn summary(ops: &[Op]) -> String {
     let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();

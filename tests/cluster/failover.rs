@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::checker::{check, grants, summary};
+use crate::checker::{check, grants, summary, superseded};
 use crate::fleet::{prepare, Fleet, Role, Worker};
 use crate::ha::{kill_postmaster, Ha};
 use crate::history::{history_path, History};
@@ -63,7 +63,7 @@ fn a_fleet_carries_on_after_the_leader_is_killed_and_nothing_is_lost_or_done_twi
     // since replaced, sent to the new leader: each must be refused.
     let mut zombie = Worker::new(&ha.conninfo(&db), "zombie", &history);
     assert!(zombie.connected());
-    let superseded = superseded_before(&history.read(), old);
+    let superseded = superseded(&history.read(), |g| g.port == old);
     assert!(superseded.len() >= 2, "old-epoch tokens to replay: {superseded:?}");
     for (resource, token) in &superseded {
         assert!(!zombie.fenced_write("stale-write", resource, *token, None), "{resource} took old token {token}");
@@ -77,20 +77,6 @@ fn a_fleet_carries_on_after_the_leader_is_killed_and_nothing_is_lost_or_done_twi
     assert_eq!(count(&mut c, "SELECT 1 FROM applied WHERE resource LIKE 'task:%'"), TASKS as i64, "one result per slot");
     assert_eq!(count(&mut c, "SELECT 1 FROM done"), JOBS as i64, "one result per job");
     tokens_rise_across(&ops, old, new);
-}
-
-/// Per resource, a token acknowledged on `old` below the newest acknowledged grant of it.
-fn superseded_before(ops: &[crate::history::Op], old: u16) -> Vec<(String, i64)> {
-    let grants: Vec<_> = grants(ops).collect();
-    let mut picked: Vec<(String, i64)> = Vec::new();
-    for g in grants.iter().filter(|g| g.port == old) {
-        let token = g.token.expect("token");
-        let newer = grants.iter().any(|n| n.resource == g.resource && n.token > g.token);
-        if newer && !picked.iter().any(|(r, _)| *r == g.resource) {
-            picked.push((g.resource.clone(), token));
-        }
-    }
-    picked
 }
 
 /// Every token and term first granted on the new leader exceeds every one

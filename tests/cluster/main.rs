@@ -16,6 +16,7 @@ mod history;
 mod lease_claims;
 mod locks;
 mod names;
+mod nemesis;
 mod operations;
 mod pooler;
 mod queue_wait;

@@ -116,6 +116,17 @@ pub fn sqlstate(result: Result<impl Sized, postgres::Error>) -> String {
     }
 }
 
+/// A connection to `db` on `port`, retried while the server is restarting.
+pub fn connect_when_up(port: u16, db: &str, application_name: &str) -> Client {
+    let url = format!("host=127.0.0.1 port={port} user=postgres dbname={db} application_name={application_name}");
+    let mut client = None;
+    eventually("the server to accept connections", Duration::from_secs(60), || {
+        client = Client::connect(&url, NoTls).ok();
+        client.is_some()
+    });
+    client.expect("connected")
+}
+
 /// Crashes and restarts the primary (pg_ctl -m immediate), then connects to `db` again.
 pub fn crash_restart_primary(db: &str) -> Client {
     let status = std::process::Command::new("runuser")
