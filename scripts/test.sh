@@ -7,7 +7,9 @@
 #      PgBouncer in front of the primary: concurrency, kills, restarts,
 #      pg_dump, pg_cron, poolers, real process faults;
 #   3. isolation specs (pg_isolation_regress): deterministic interleavings;
-#   4. the Python client's tests (clients/python), against clusters of its own.
+#   4. the Python client's tests (clients/python), against clusters of its own;
+#   5. failover on a Patroni + etcd stack (scripts/ha.sh) and a nemesis soak
+#      against the primary (DISTLOCK_SOAK_SECONDS, default 120).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,12 +20,17 @@ primary_port=${DISTLOCK_TEST_PORT:-55432}
 standby_port=$((primary_port + 1))
 plain_port=$((primary_port + 2))
 pooler_port=$((primary_port + 3))
+ha_base=${DISTLOCK_TEST_HA_BASE_PORT:-55440}
+# Read here and kept from the cluster-test step, which must skip the soak.
+soak_seconds=${DISTLOCK_SOAK_SECONDS:-120}
+unset DISTLOCK_SOAK_SECONDS
 
 cleanup() {
   scripts/cluster.sh stop "$work/primary" || true
   scripts/cluster.sh stop "$work/standby" || true
   scripts/cluster.sh stop "$work/plain" || true
   scripts/cluster.sh stop "$work/pgbouncer" || true
+  scripts/ha.sh stop "$work/ha" || true
 }
 trap cleanup EXIT
 
@@ -65,3 +72,15 @@ scripts/isolation.sh "$primary_port"
 
 echo "== Python client (pytest, its own primary, standby and PgBouncer)"
 scripts/test_python.sh
+
+echo "== failover (Patroni) and nemesis soak"
+scripts/ha.sh stop "$work/ha"
+rm -rf "$work/ha"
+scripts/ha.sh start "$work/ha" "$ha_base"
+DISTLOCK_TEST_PORT=$primary_port \
+DISTLOCK_TEST_PGDATA="$work/primary" \
+DISTLOCK_TEST_DIR="$work" \
+DISTLOCK_TEST_HA_PORTS=$((ha_base + 2)),$((ha_base + 3)) \
+DISTLOCK_TEST_HA_API_PORTS=$((ha_base + 4)),$((ha_base + 5)) \
+DISTLOCK_SOAK_SECONDS=$soak_seconds \
+  cargo test --features cluster-tests --test cluster -- --test-threads=1 failover:: replication_modes:: nemesis::
