@@ -54,6 +54,7 @@ pub fn plan(client: &SpiClient<'_>, sql: &'static str, arg_types: &[PgOid]) -> R
     if let Some(plan) = PLANS.with(|plans| plans.borrow().get(&key).cloned()) {
         return plan;
     }
+    check_declared_parameters(sql, arg_types);
     let prepared = crate::version::prepare_checked(client, || {
         client
             .prepare_mut(sql, arg_types)
@@ -63,6 +64,31 @@ pub fn plan(client: &SpiClient<'_>, sql: &'static str, arg_types: &[PgOid]) -> R
     let plan = Rc::new(prepared);
     PLANS.with(|plans| plans.borrow_mut().insert(key, plan.clone()));
     plan
+}
+
+/// Every statement file starts with `-- params: <types>` (or `none`), the
+/// types the library prepares it with; the search_path test compiles each
+/// statement with those types to learn what it uses. Checked once per
+/// backend and statement, when it is first prepared, so the line cannot
+/// drift from the code.
+fn check_declared_parameters(sql: &str, arg_types: &[PgOid]) {
+    let declared: Vec<&str> = sql
+        .lines()
+        .find_map(|line| line.strip_prefix("-- params:"))
+        .map(|list| list.split(',').map(str::trim).filter(|t| *t != "none").collect())
+        .unwrap_or_else(|| {
+            crate::errors::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                format!("statement has no \"-- params:\" line: {}", sql.lines().next().unwrap_or_default()),
+            )
+        });
+    let given: Vec<&str> = arg_types.iter().map(|oid| types::name(*oid)).collect();
+    if declared != given {
+        crate::errors::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("statement declares parameters {declared:?} but is prepared with {given:?}"),
+        );
+    }
 }
 
 /// Runs the kept retention DELETE `sql`, whose one argument is the age
@@ -106,4 +132,22 @@ pub mod types {
     pub const INT8_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::INT8ARRAYOID);
     pub const INT4_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::INT4ARRAYOID);
     pub const TEXT_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::TEXTARRAYOID);
+
+    /// The name a statement's `-- params:` line gives the type.
+    pub fn name(oid: PgOid) -> &'static str {
+        match oid {
+            INT4 => "integer",
+            INT8 => "bigint",
+            TEXT => "text",
+            BOOL => "boolean",
+            OID => "oid",
+            TIMESTAMPTZ => "timestamptz",
+            JSONB => "jsonb",
+            INTERVAL => "interval",
+            INT8_ARRAY => "bigint[]",
+            INT4_ARRAY => "integer[]",
+            TEXT_ARRAY => "text[]",
+            _ => "unknown",
+        }
+    }
 }

@@ -19,7 +19,7 @@ pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The version recorded for pg_distlock in this database's pg_extension.
 pub fn installed_version(client: &SpiClient<'_>) -> Option<String> {
     client
-        .select("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'pg_distlock'", None, &[])
+        .select(include_str!("../sql/queries/installed_version.sql"), None, &[])
         // No row (not installed) is an error here, and None like any other.
         .and_then(|rows| rows.first().get_one::<String>())
         .ok()

@@ -1,3 +1,4 @@
+-- params: none
 -- Roles granted the admin capability.
 SELECT c.role::pg_catalog.oid
   FROM distlock.role_capabilities c

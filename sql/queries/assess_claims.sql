@@ -1,3 +1,4 @@
+-- params: bigint[], integer
 -- Liveness and age of the locked claims $1; $2 is the default timeout in minutes.
 SELECT r.log_id,
        r.task_id,

@@ -1,3 +1,4 @@
+-- params: integer, boolean, text, bigint, timestamptz, oid
 -- Claims a task whose lock this backend has just taken: re-checks, on the
 -- latest committed row version, that the task is enabled (and due when $2),
 -- hands out the next fencing token and logs the run.

@@ -1,3 +1,4 @@
+-- params: integer, boolean, text, interval, oid
 -- Claims task $1 in lease mode for worker $3 of role $5: the claim is the
 -- task row's lease, $4 from now, rather than a session lock, so any
 -- connection may renew or release it. The caller holds the task's lock for

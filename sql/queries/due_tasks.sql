@@ -1,3 +1,4 @@
+-- params: none
 -- Due, enabled tasks, earliest slot first. Claims re-check each one after
 -- taking its lock, so this snapshot may be stale.
 SELECT id, task_name, task_type

@@ -1,3 +1,4 @@
+-- params: bigint, text, text
 -- Ends running claim $1 (a log row) with status $2 (completed, failed,
 -- timed_out or abandoned) and error $3, and schedules the task's next run.
 -- Returns the task id, or no row when the claim is not running (any more).

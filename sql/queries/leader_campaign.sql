@@ -1,3 +1,4 @@
+-- params: text, text, timestamptz, interval, oid
 -- Node $2 of role $5 campaigns in group $1 at $3 for $4: elected (a new
 -- term) when there is no live leader, renewed (same term) when it is the
 -- leader under the same role; no row otherwise.

@@ -1,3 +1,4 @@
+-- params: interval
 -- Leaderships that expired more than $1 ago (terms come from the same
 -- sequence as lease tokens, so the next term is still larger).
 DELETE FROM distlock.leader_state

@@ -1,3 +1,4 @@
+-- params: text, text, timestamptz, interval, oid
 -- Lease $1 for owner $2 of role $5 at time $3 for $4: taken when free or
 -- expired, renewed (same token) when $2 of the same role already holds it
 -- (a hold from before roles were recorded counts as the same role); no row

@@ -1,3 +1,4 @@
+-- params: interval
 -- Leases that expired more than $1 ago. Tokens come from a sequence, so the
 -- next holder of the name still gets a larger one. A lease renewed
 -- concurrently is re-checked after its row lock and kept.

@@ -1,3 +1,4 @@
+-- params: text, text, timestamptz
 -- Deletes owner $2's row of lease $1; true when it was still held at $3.
 -- The caller checks the role that took it (and errors, undoing this).
 DELETE FROM distlock.lease_state

@@ -1,3 +1,4 @@
+-- params: text, text, timestamptz, interval
 UPDATE distlock.lease_state
    SET renewed_at = $3, expires_at = $3 OPERATOR(pg_catalog.+) $4
  WHERE name OPERATOR(pg_catalog.=) $1 AND owner OPERATOR(pg_catalog.=) $2

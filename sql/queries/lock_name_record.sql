@@ -1,3 +1,4 @@
+-- params: bigint, text
 -- $1 lock id, $2 name. Written without a unique constraint so that it never
 -- waits for another session's uncommitted insert of the same name.
 INSERT INTO distlock.lock_names (lock_id, name)

@@ -1,3 +1,4 @@
+-- params: interval
 -- Names first seen more than $1 ago whose key no session of this database
 -- holds or waits for now.
 DELETE FROM distlock.lock_names n

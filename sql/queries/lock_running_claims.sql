@@ -1,3 +1,4 @@
+-- params: none
 -- Row-locks every running claim that no other sweep or release is touching.
 -- A row that changed state after our snapshot is re-checked on its latest
 -- version and dropped here, so it is never processed twice.

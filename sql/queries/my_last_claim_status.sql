@@ -1,3 +1,4 @@
+-- params: integer, timestamptz
 SELECT status
   FROM distlock.task_execution_log
  WHERE task_id OPERATOR(pg_catalog.=) $1

@@ -1,3 +1,4 @@
+-- params: bigint, text, boolean, integer
 -- $3 is unused: all settle statements take (job, worker, value, attempt);
 -- a NULL attempt settles whichever attempt the worker holds.
 UPDATE distlock.task_queue

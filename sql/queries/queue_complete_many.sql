@@ -1,3 +1,4 @@
+-- params: bigint[], text, integer[]
 -- Completes the jobs $1 that worker $2 holds; with $3, job $1[i] only in
 -- attempt $3[i] (ROWS FROM pads a missing $3 with NULLs).
 UPDATE distlock.task_queue q

@@ -1,3 +1,4 @@
+-- params: bigint, text, interval, oid, timestamptz
 -- Claims up to $1 jobs for worker $2 of role $4 with a lease of $3, at time
 -- $5 (a parameter, not clock_timestamp(), so that it is an index condition).
 -- Claimable: a job whose consumer's lease ran out (taken over, counting an

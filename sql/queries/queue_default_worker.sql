@@ -1,3 +1,4 @@
+-- params: none
 -- The worker id of a consumer that gave none: its application_name (at most
 -- 63 ASCII bytes), else its client address, else its backend pid.
 SELECT COALESCE(

@@ -1,3 +1,4 @@
+-- params: bigint, text, interval, integer
 UPDATE distlock.task_queue
    SET lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $3
  WHERE id OPERATOR(pg_catalog.=) $1 AND status OPERATOR(pg_catalog.=) 'processing'

@@ -1,3 +1,4 @@
+-- params: bigint, text, text, integer
 -- A failed attempt: retried after 10 s * 2^(attempts - 1), capped at 1 hour,
 -- jittered to 50-100 %; dead once max_attempts attempts have been made.
 UPDATE distlock.task_queue

@@ -1,11 +1,17 @@
+-- params: timestamptz, timestamptz
 -- When a job next becomes claimable with time alone, if at or before $2: a
 -- lease running out, or a pending or failed job's run_after coming after $1.
 -- NULL when none will before $2.
+-- A lease that ran out at or before $1 belongs to a job the caller's claim
+-- just skipped (its row is locked by an open transaction): it counts as due
+-- one second after $1, so that a waiting consumer looks again once a second
+-- instead of spinning until that transaction ends.
 SELECT LEAST(
-    (SELECT min(lease_expires_at)
+    (SELECT GREATEST(pg_catalog.min(lease_expires_at), $1 OPERATOR(pg_catalog.+) interval '1 second')
        FROM distlock.task_queue
-      WHERE status OPERATOR(pg_catalog.=) 'processing'),
-    (SELECT min(run_after)
+      WHERE status OPERATOR(pg_catalog.=) 'processing'
+     HAVING pg_catalog.min(lease_expires_at) IS NOT NULL),
+    (SELECT pg_catalog.min(run_after)
        FROM distlock.task_queue
       WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
         AND run_after OPERATOR(pg_catalog.>) $1

@@ -1,3 +1,4 @@
+-- params: interval
 -- Completed and dead jobs that finished more than $1 ago. Pending, failed
 -- (waiting for a retry) and processing jobs are never deleted.
 DELETE FROM distlock.task_queue

@@ -1,3 +1,4 @@
+-- params: bigint, timestamptz
 -- Jobs whose consumer's lease ran out go back to pending (their next claim
 -- counts another attempt), or to dead when no attempt is left. Rows another
 -- consumer is touching are skipped. $2 is the time (a parameter, so that

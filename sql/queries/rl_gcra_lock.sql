@@ -1,3 +1,4 @@
+-- params: text, timestamptz
 -- The key's GCRA state, row-locked until the transaction ends: inserted at
 -- $2 (now) when missing, otherwise locked as it is. One statement, so the
 -- sweep's prune cannot delete the row between creating and locking it

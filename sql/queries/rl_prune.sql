@@ -1,3 +1,4 @@
+-- params: none
 -- Expired state behaves exactly like no state, so it can go.
 WITH windows AS (
     DELETE FROM distlock.rate_limit_windows

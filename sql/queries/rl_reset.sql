@@ -1,3 +1,4 @@
+-- params: text, timestamptz
 -- Forgets key $1 in both tables; true when it had live state at time $2.
 WITH windows AS (
     DELETE FROM distlock.rate_limit_windows WHERE key OPERATOR(pg_catalog.=) $1

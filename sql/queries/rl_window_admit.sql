@@ -1,3 +1,4 @@
+-- params: text, timestamptz, bigint, integer
 -- Admits one request for key $1 at time $2 into a window of $3 microseconds
 -- allowing $4 requests. The upsert locks the key's row, so concurrent calls
 -- queue on it: exactly $4 of them get a row back per window.

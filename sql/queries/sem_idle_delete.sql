@@ -1,3 +1,4 @@
+-- params: text[]
 -- The semaphores $1 locked by sem_idle_lock.sql, re-checked on a new
 -- snapshot: a holder that committed before the lock was taken keeps its row.
 DELETE FROM distlock.semaphore_state s

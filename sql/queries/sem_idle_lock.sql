@@ -1,3 +1,4 @@
+-- params: none
 -- Semaphores without holders, locked so no acquirer can add one before the
 -- delete (acquirers lock the same row first, see sem_lock.sql); busy ones
 -- are skipped.

@@ -1,3 +1,4 @@
+-- params: text, text, timestamptz, interval, bigint, oid
 -- A new holder (owner $2 of role $6) when fewer than $5 hold the semaphore;
 -- no row when $2 is taken by another role.
 INSERT INTO distlock.semaphore_holders (name, owner, acquired_at, expires_at, holder_role)

@@ -1,3 +1,4 @@
+-- params: integer
 -- Task locks held by a backend whose transaction has been open longer than
 -- the task's timeout ($1 minutes when it has none) without a committed
 -- running claim: a claim inside a transaction that never ended.

@@ -1,3 +1,4 @@
+-- params: integer, bigint
 -- The running log row and claiming role of task $1's current lease-mode
 -- claim, token $2, while its lease lasts; the task row stays locked until
 -- the release commits, so no claim can take over in between.

@@ -1,3 +1,4 @@
+-- params: integer, bigint, interval
 -- Extends the lease of task $1's current claim, token $2, to $3 from now.
 -- No row when that claim is not the current one or its lease has run out.
 -- Returns the new expiry and the role that claimed it (the caller checks

@@ -50,7 +50,7 @@ fn preload(client: &pgrx::spi::SpiClient<'_>) {
     PRELOADED.set(true);
     let stmt = plan(
         client,
-        "SELECT lock_id, name FROM distlock.lock_names LIMIT $1",
+        include_str!("../../sql/queries/lock_names_preload.sql"),
         &[types::INT8],
     );
     let rows = client

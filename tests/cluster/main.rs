@@ -23,6 +23,7 @@ mod queue_wait;
 mod privileges;
 mod recovery;
 mod replication_modes;
+mod search_path;
 mod snowflake;
 mod tokens;
 mod upgrade;
