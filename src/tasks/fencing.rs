@@ -4,19 +4,60 @@
 use pgrx::prelude::*;
 
 use crate::errors::{required, OrRaise};
-use crate::plans::{first_value, plan, types};
+use crate::lock_keys::{holds_task_lock, try_lock_task, unlock_task, TryLock};
+use crate::plans::{plan, types};
 
-/// True only for the token of the claim that currently runs the task.
+/// True only for the token of the claim that currently runs the task, and,
+/// for a session claim, only while its holder still holds the task's lock:
+/// a holder that died or lost its session (pg_terminate_backend, a crash, a
+/// pooler's DISCARD ALL) ends its token at once, before any sweep runs.
 #[pg_extern(stable)]
 fn check_fencing_token(p_task_id: Option<i32>, p_token: Option<i64>) -> bool {
     let task_id = required(p_task_id, "p_task_id");
     let token = required(p_token, "p_token");
-    crate::access::connect(|client| {
+    let current = crate::access::connect(|client| {
         let stmt = plan(client, include_str!("../../sql/queries/current_token.sql"), &[types::INT4]);
-        let current = client
+        client
             .select(&*stmt, None, &[task_id.into()])
-            .and_then(first_value::<i64>)
-            .or_raise();
-        current == Some(token)
-    })
+            .and_then(|rows| {
+                if rows.is_empty() {
+                    return Ok(None);
+                }
+                let row = rows.first();
+                Ok(Some((row.get::<i64>(1)?, row.get::<bool>(2)?.unwrap_or(false), row.get::<i32>(3)?)))
+            })
+            .or_raise()
+    });
+    match current {
+        Some((Some(current), session_claim, holder_pid)) if current == token => {
+            !session_claim || session_holder_alive(task_id, holder_pid)
+        }
+        _ => false,
+    }
+}
+
+/// Whether the backend that made a session claim still holds the task's
+/// lock, without reading the lock table: a free lock means the holder let go
+/// or is gone, and a busy one counts as the holder's while its process lives
+/// (a new claimer of a dead holder's task also makes the lock busy, so the
+/// process is checked first). The probe takes a free lock for an instant: a
+/// claimer that tries the task in that instant skips it until its next look.
+fn session_holder_alive(task_id: i32, holder_pid: Option<i32>) -> bool {
+    let my_pid = unsafe { pg_sys::MyProcPid };
+    if holder_pid == Some(my_pid) {
+        return holds_task_lock(task_id);
+    }
+    if let Some(pid) = holder_pid {
+        if unsafe { pg_sys::BackendPidGetProc(pid) }.is_null() {
+            return false;
+        }
+    }
+    match try_lock_task(task_id) {
+        TryLock::Busy => true,
+        TryLock::Acquired => {
+            unlock_task(task_id);
+            false
+        }
+        TryLock::AlreadyHeld => false,
+    }
 }

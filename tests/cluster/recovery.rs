@@ -254,3 +254,44 @@ fn a_foreign_holder_of_a_task_key_is_shown_and_not_mistaken_for_a_claim() {
     assert_eq!(count(&mut worker, "SELECT 1 FROM distlock.blocked_tasks"), 0);
     assert_eq!(claim_one(&mut worker, "w"), Some(1));
 }
+
+/// A session claim's token is current only while its holder holds the task:
+/// the moment the holder is terminated, or its session lets go of its locks
+/// (a pooler's DISCARD ALL runs pg_advisory_unlock_all), the token is
+/// refused, before any sweep, and running_tasks agrees.
+#[test]
+fn a_session_claims_token_ends_with_its_holder() {
+    let db = fresh_db("recovery_token_ends");
+    one_task(&db, "");
+    let mut checker = connect(&db);
+    let fenced = |c: &mut Client, task: i32, token: i64| -> bool {
+        c.query_one("SELECT distlock.check_fencing_token($1, $2)", &[&task, &token]).expect("check").get(0)
+    };
+    let alive = |c: &mut Client, token: i64| -> bool {
+        c.query_one("SELECT holder_alive FROM distlock.running_tasks WHERE fencing_token = $1", &[&token]).expect("view").get(0)
+    };
+    let token_of = |c: &mut Client, task: i32| -> i64 {
+        c.query_one("SELECT current_token FROM distlock.scheduled_tasks WHERE id = $1", &[&task]).expect("token").get(0)
+    };
+
+    let mut doomed = connect(&db);
+    let doomed_pid = backend_pid(&mut doomed);
+    assert_eq!(claim_one(&mut doomed, "doomed"), Some(1));
+    let token = token_of(&mut checker, 1);
+    assert!(fenced(&mut checker, 1, token), "current while its holder lives");
+    assert!(fenced(&mut doomed, 1, token), "the holder itself sees its token as current");
+    assert!(alive(&mut checker, token));
+    checker.execute("SELECT pg_terminate_backend($1, 5000)", &[&doomed_pid]).expect("terminate");
+    assert!(backend_gone(&mut checker, doomed_pid), "pg_terminate_backend waited for the exit");
+    assert!(!fenced(&mut checker, 1, token), "a dead holder's token is refused");
+    assert!(!alive(&mut checker, token), "the view agrees");
+
+    let mut discarding = connect(&db);
+    let task = claim_one(&mut discarding, "discarding").expect("a claim");
+    let token = token_of(&mut checker, task);
+    assert!(fenced(&mut checker, task, token));
+    discarding.batch_execute("DISCARD ALL").expect("discard");
+    assert!(!fenced(&mut checker, task, token), "a holder that let go of its lock no longer fences");
+    assert!(!fenced(&mut discarding, task, token), "not even for itself");
+    assert!(!alive(&mut checker, token), "the view agrees");
+}
