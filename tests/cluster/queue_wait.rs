@@ -174,3 +174,42 @@ fn without_preload_a_waiting_consumer_still_gets_the_job() {
     assert_eq!(finish(waiter).expect("wait").job, Some(id));
     assert!(committed.elapsed() < Duration::from_secs(5), "found {:?} after the commit", committed.elapsed());
 }
+
+/// CPU ticks (user + system, 1/100 s) a server process has used so far.
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat of the backend");
+    // Fields after the command name, which is in parentheses: utime and
+    // stime are the 12th and 13th of them.
+    let after_name = &stat[stat.rfind(')').expect("command name") + 2..];
+    let fields: Vec<&str> = after_name.split(' ').collect();
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+/// A job whose lease ran out while another transaction keeps its row locked
+/// cannot be taken over until that transaction ends; a consumer waiting
+/// meanwhile looks again once a second instead of spinning on it.
+#[test]
+fn a_waiting_consumer_does_not_spin_on_a_locked_expired_job() {
+    let db = fresh_db("queue_wait_locked_expired");
+    let mut c = connect(&db);
+    let job = enqueue(&mut c, "stuck");
+    c.batch_execute("SELECT * FROM distlock.consume_task('gone', '1 second')").expect("claim with a short lease");
+    let mut locker = connect(&db);
+    locker
+        .batch_execute(&format!("BEGIN; SELECT 1 FROM distlock.task_queue WHERE id = {job} FOR UPDATE"))
+        .expect("lock the job's row");
+    eventually("the lease to run out", Duration::from_secs(10), || {
+        count(&mut c, &format!("SELECT 1 FROM distlock.task_queue WHERE id = {job} AND lease_expires_at < now()")) == 1
+    });
+    let mut waiter = connect(&db);
+    let pid = backend_pid(&mut waiter);
+    let before = cpu_ticks(pid);
+    let started = Instant::now();
+    let got = waiter.query("SELECT task_id FROM distlock.consume_task('w', '1 minute', '3 seconds')", &[]).expect("wait");
+    let took = started.elapsed();
+    let used = cpu_ticks(pid) - before;
+    locker.batch_execute("ROLLBACK").expect("unlock");
+    assert!(got.is_empty(), "the locked job was handed out");
+    assert!(took >= Duration::from_millis(2900), "the wait ended early: {took:?}");
+    assert!(used <= 3, "the waiting backend used {used} CPU ticks in 3 s (idle is 0; spinning used 27)");
+}
