@@ -34,17 +34,19 @@ fn get_version(tuple: &PgHeapTuple<'_, impl pgrx::WhoAllocated>, column: &str, w
     value.or_raise()
 }
 
-fn version_overflow(column: &str, value: i64) -> ! {
+/// Raised rather than wrapping: a version that went back to a smaller
+/// number would let an update carrying an old version through again.
+fn version_overflow(column: &str, current: i64) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
-        format!("version column \"{column}\" cannot go past {}", value - 1),
+        format!("version column \"{column}\" cannot go past {current}"),
     )
 }
 
 fn set_version(tuple: &mut PgHeapTuple<'_, AllocatedByRust>, column: &str, width: IntWidth, value: i64) {
     let result = match width {
-        IntWidth::Int2 => tuple.set_by_name(column, i16::try_from(value).unwrap_or_else(|_| version_overflow(column, value))),
-        IntWidth::Int4 => tuple.set_by_name(column, i32::try_from(value).unwrap_or_else(|_| version_overflow(column, value))),
+        IntWidth::Int2 => tuple.set_by_name(column, i16::try_from(value).unwrap_or_else(|_| version_overflow(column, value - 1))),
+        IntWidth::Int4 => tuple.set_by_name(column, i32::try_from(value).unwrap_or_else(|_| version_overflow(column, value - 1))),
         IntWidth::Int8 => tuple.set_by_name(column, value),
     };
     result.or_raise();
@@ -67,6 +69,17 @@ unsafe fn may_see_values(relation: pg_sys::Relation, attnums: &[pg_sys::AttrNumb
             pg_sys::pg_attribute_aclcheck(relid, attnum, user, pg_sys::ACL_SELECT as pg_sys::AclMode)
                 == pg_sys::AclResult::ACLCHECK_OK
         })
+    }
+}
+
+/// Whether the current user may see the row's version: the same rule as
+/// for key values, so that row-level security hides it too.
+fn may_see_version(trigger: &PgTrigger<'_>, column: &str) -> bool {
+    unsafe {
+        let relation = trigger.trigger_data().tg_relation;
+        let Ok(name) = std::ffi::CString::new(column) else { return false };
+        let attnum = pg_sys::get_attnum((*relation).rd_id, name.as_ptr());
+        attnum > 0 && may_see_values(relation, &[attnum])
     }
 }
 
@@ -151,17 +164,20 @@ fn bump_version<'a>(
     let current = get_version(&old, column, width).unwrap_or(0);
     let given = get_version(&new, column, width).unwrap_or(0);
     if given != current {
+        let now_at = if may_see_version(trigger, column) {
+            format!("the row is at version {current}")
+        } else {
+            "the row has changed since".to_string()
+        };
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
-            format!(
-                "stale update of {table}{}: version {given} was read, but the row is at version {current}",
-                describe_key(trigger)
-            ),
+            format!("stale update of {table}{}: version {given} was read, but {now_at}", describe_key(trigger)),
             "Re-read the row and apply the change again.",
         );
     }
+    let next = current.checked_add(1).unwrap_or_else(|| version_overflow(column, current));
     let mut updated = new.into_owned();
-    set_version(&mut updated, column, width, current + 1);
+    set_version(&mut updated, column, width, next);
     Ok(Some(updated))
 }
 
@@ -207,6 +223,33 @@ mod tests {
         )
         .expect("setup");
         Spi::run("UPDATE accounts SET version = 1 WHERE version = 2").expect("stale");
+    }
+
+    #[pg_test(error = "version column \"version\" cannot go past 9223372036854775807")]
+    fn optimistic_a_bigint_version_at_its_largest_value_does_not_wrap() {
+        Spi::run(
+            "CREATE TABLE ledger (id int PRIMARY KEY, version bigint NOT NULL); \
+             INSERT INTO ledger VALUES (1, 9223372036854775807); \
+             CREATE TRIGGER ledger_version BEFORE UPDATE ON ledger \
+                 FOR EACH ROW EXECUTE FUNCTION distlock.bump_version();",
+        )
+        .expect("setup");
+        Spi::run("UPDATE ledger SET id = 1").expect("update at the largest version");
+    }
+
+    #[pg_test(error = "stale update of public.accounts: version 1 was read, but the row has changed since")]
+    fn optimistic_row_level_security_hides_the_current_version() {
+        setup("version");
+        Spi::run(
+            "UPDATE accounts SET balance = 90 WHERE id = 42; \
+             ALTER TABLE accounts ENABLE ROW LEVEL SECURITY; \
+             CREATE POLICY everything ON accounts USING (true); \
+             CREATE ROLE rls_writer; \
+             GRANT SELECT, UPDATE ON accounts TO rls_writer; \
+             SET LOCAL ROLE rls_writer",
+        )
+        .expect("setup");
+        Spi::run("UPDATE accounts SET version = 1 WHERE id = 42").expect("stale");
     }
 
     #[pg_test]

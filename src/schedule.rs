@@ -9,6 +9,7 @@ use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 use crate::errors::raise;
+use crate::text::Text;
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01 UTC).
 const PG_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;
@@ -26,8 +27,12 @@ fn parse(expression: &str) -> Cron {
     })
 }
 
+/// 0001-01-01 00:00:00 UTC in PostgreSQL's microseconds: croner finds no
+/// occurrence before year 1 and answers with that year's first instead.
+const EARLIEST_PG_MICROS: i64 = -63_082_281_600_000_000;
+
 fn to_chrono(ts: TimestampWithTimeZone) -> Option<DateTime<Utc>> {
-    if ts.is_infinity() || ts.is_neg_infinity() {
+    if ts.is_infinity() || ts.is_neg_infinity() || ts.into_inner() < EARLIEST_PG_MICROS {
         return None;
     }
     DateTime::<Utc>::from_timestamp_micros(ts.into_inner().checked_add(PG_EPOCH_UNIX_MICROS)?)
@@ -39,7 +44,7 @@ pub fn next_occurrence(expression: &str, after: TimestampWithTimeZone) -> Timest
     let Some(start) = to_chrono(after) else {
         raise(
             PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
-            "cron_next needs a finite timestamp",
+            format!("cron_next needs a finite timestamp from 0001-01-01 00:00:00+00 on, got {after}"),
         );
     };
     let next = cron.find_next_occurrence(&start, false).unwrap_or_else(|e| {
@@ -59,12 +64,20 @@ pub fn next_occurrence(expression: &str, after: TimestampWithTimeZone) -> Timest
 }
 
 /// The first time after `p_after` that matches the cron expression `p_expr` (UTC).
+/// Taken as the database's bytes, not `&str`: in a LATIN1 or EUC database a
+/// non-ASCII character must be a 22023 like any other bad expression.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn cron_next(
-    p_expr: &str,
+    p_expr: Text,
     p_after: default!(TimestampWithTimeZone, "now()"),
 ) -> TimestampWithTimeZone {
-    next_occurrence(p_expr, p_after)
+    let Some(expression) = std::str::from_utf8(p_expr.bytes()).ok().filter(|e| e.is_ascii()) else {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("invalid cron expression \"{}\": only ASCII characters are allowed", p_expr.shown()),
+        )
+    };
+    next_occurrence(expression, p_after)
 }
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -98,6 +111,17 @@ mod tests {
     fn schedule_timezone_of_the_session_does_not_matter() {
         Spi::run("SET LOCAL TimeZone = 'America/New_York'").expect("set");
         assert_eq!(next("0 3 * * *", "2026-03-14 10:17:30+00"), "2026-03-15 03:00:00");
+    }
+
+    #[pg_test(error = "cron_next needs a finite timestamp from 0001-01-01 00:00:00+00 on, got 4713-01-01 00:00:00+00 BC")]
+    fn schedule_refuses_a_start_before_year_one() {
+        Spi::run("SET LOCAL TimeZone = 'UTC'").expect("set");
+        next("* * * * *", "4713-01-01 00:00:00+00 BC");
+    }
+
+    #[pg_test]
+    fn schedule_the_first_minute_of_year_one_is_in_range() {
+        assert_eq!(next("* * * * *", "0001-01-01 00:00:00+00"), "0001-01-01 00:01:00");
     }
 
     #[pg_test(error = "invalid cron expression \"61 * * * *\": Component error: Number out of bounds.")]
