@@ -83,8 +83,15 @@ fn may_terminate(pid: i32) -> bool {
         if proc_.is_null() {
             return false;
         }
+        // Only client backends: a background worker (pg_cron's job runner,
+        // a parallel worker, another extension's worker) or an auxiliary
+        // process has no client to retry, and a roleless one no owner whose
+        // rights the caller could be checked against.
         let role = (*proc_).roleId;
-        if role != pg_sys::InvalidOid && pg_sys::superuser_arg(role) && !pg_sys::superuser_arg(crate::access::caller()) {
+        if (*proc_).isBackgroundWorker || role == pg_sys::InvalidOid {
+            return false;
+        }
+        if pg_sys::superuser_arg(role) && !pg_sys::superuser_arg(crate::access::caller()) {
             return false;
         }
         let me = pg_sys::GetUserId();

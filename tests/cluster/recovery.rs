@@ -157,6 +157,48 @@ fn pg_cron_runs_the_sweep() {
     }
 }
 
+/// A task lock held by a background worker (a pg_cron job: this primary
+/// runs jobs in background workers) is reported, never signalled, even by
+/// a superuser's sweep: only client backends are ended.
+#[test]
+fn the_sweep_never_terminates_a_background_worker() {
+    let db = fresh_db("recovery_bgworker");
+    one_task(&db, "UPDATE distlock.scheduled_tasks SET timeout = '1 second';");
+    let mut c = connect("postgres");
+    c.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_cron").expect("pg_cron");
+    let command = "SELECT distlock.worker_fetch_and_execute_task('cron-worker'); SELECT pg_sleep(300);";
+    c.execute(
+        "SELECT cron.schedule_in_database('distlock-bgworker-claim', '* * * * *', $1, $2)",
+        &[&command, &db],
+    )
+    .expect("schedule");
+    let mut sweeper = connect(&db);
+    let holder_query = "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                         WHERE l.locktype = 'advisory' AND l.classid = distlock.task_lock_class()::oid \
+                           AND l.objid = 1 AND l.granted AND a.backend_type <> 'client backend'";
+    // pg_cron 1.4 runs jobs on minute boundaries.
+    let held = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        eventually("a pg_cron background worker to claim the task", Duration::from_secs(130), || {
+            count(&mut sweeper, holder_query) == 1
+        })
+    }));
+    c.batch_execute("SELECT cron.unschedule('distlock-bgworker-claim')").expect("unschedule");
+    if let Err(panic) = held {
+        std::panic::resume_unwind(panic);
+    }
+    let holder: i32 = sweeper.query_one(holder_query, &[]).expect("holder").get(0);
+    eventually("the claim to pass its timeout", Duration::from_secs(10), || {
+        count(
+            &mut sweeper,
+            &format!("SELECT 1 FROM pg_stat_activity WHERE pid = {holder} AND now() - xact_start > interval '2 seconds'"),
+        ) == 1
+    });
+    sweep(&mut sweeper);
+    let alive = count(&mut sweeper, &format!("SELECT 1 FROM pg_stat_activity WHERE pid = {holder}")) == 1;
+    c.execute("SELECT pg_terminate_backend($1, 5000)", &[&holder]).expect("end the job");
+    assert!(alive, "the sweep terminated background worker {holder}");
+}
+
 #[test]
 fn concurrent_sweeps_never_recover_the_same_claim_twice() {
     let db = fresh_db("recovery_sweeps");
