@@ -156,3 +156,16 @@ fn every_name_is_refused_when_blank_or_longer_than_1000_bytes_before_anything_is
     let task = c.execute("INSERT INTO distlock.scheduled_tasks (task_name, task_type) VALUES (E'\\t', 't')", &[]);
     assert_eq!(sqlstate(task), "23514", "and may not be blank");
 }
+
+/// cron_next (and the scheduled_tasks trigger that calls it) answers a
+/// non-ASCII expression with 22023 in a LATIN1 database too, not XX000.
+#[test]
+fn a_non_ascii_cron_expression_is_a_22023_in_a_latin1_database() {
+    let mut c = latin1_db(plain_port(), "names_latin1_cron");
+    let direct = c.batch_execute("SELECT distlock.cron_next('é * * * *', now())");
+    assert_eq!(sqlstate(direct), "22023");
+    let through_the_trigger = c.batch_execute(
+        "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron) VALUES ('t', 'etl', 'é * * * *')",
+    );
+    assert_eq!(sqlstate(through_the_trigger), "22023");
+}
