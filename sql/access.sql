@@ -97,7 +97,9 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_jobs(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_leases(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),
-    ('admin',    'SELECT, INSERT, DELETE', 'distlock.scheduled_tasks'),
+    ('admin',    'SELECT, DELETE', 'distlock.scheduled_tasks'),
+    ('admin',    'INSERT (id, task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
+                 'max_retries, retry_delay)', 'distlock.scheduled_tasks'),
     ('admin',    'UPDATE (task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
                  'max_retries, retry_delay, consecutive_failures)', 'distlock.scheduled_tasks'),
     ('admin',    'USAGE',   'SEQUENCE distlock.scheduled_tasks_id_seq'),

@@ -391,3 +391,123 @@ fn look_alike_objects_on_the_callers_search_path_are_never_used() {
     assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status IN ('completed', 'failed')"), 3);
     assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE status = 'completed'"), 1);
 }
+
+/// An admin defines tasks but never writes a token: INSERT is granted on
+/// the definition columns only, so a forged current_token is refused.
+#[test]
+fn an_admin_defines_tasks_but_cannot_forge_a_token() {
+    let port = plain_port();
+    let db = fresh_db_on(port, "privileges_forge");
+    let mut c = connect_to(port, &db, "privileges");
+    fresh_roles(&mut c, &["distlock_forger"]);
+    c.batch_execute("SELECT distlock.grant_capability('distlock_forger', 'admin')").expect("admin");
+    refused(
+        &mut c,
+        "distlock_forger",
+        "INSERT INTO distlock.scheduled_tasks (id, task_name, task_type, current_token) VALUES (100, 'forged', 'x', 1)",
+    );
+    refused(
+        &mut c,
+        "distlock_forger",
+        "INSERT INTO distlock.scheduled_tasks (id, task_name, task_type, lease_expires_at) VALUES (100, 'forged', 'x', now())",
+    );
+    refused(&mut c, "distlock_forger", "UPDATE distlock.scheduled_tasks SET current_token = 1");
+    as_role(&mut c, "distlock_forger", |c| {
+        c.batch_execute(
+            "INSERT INTO distlock.scheduled_tasks (id, task_name, task_type, schedule_cron, timeout) \
+             VALUES (100, 'defined', 'etl', '@daily', '1 hour')",
+        )
+    })
+    .expect("an admin defines a task");
+    assert_eq!(scalar(&mut c, "SELECT distlock.check_fencing_token(100, 1)").as_deref(), Some("f"));
+}
+
+/// A connection that keeps the notices and warnings it receives.
+fn connect_keeping_notices(port: u16, db: &str) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = notices.clone();
+    let client = postgres::Config::new()
+        .host("127.0.0.1")
+        .port(port)
+        .user("postgres")
+        .dbname(db)
+        .notice_callback(move |notice| sink.lock().expect("notices").push(notice.message().to_string()))
+        .connect(NoTls)
+        .expect("connect");
+    (client, notices)
+}
+
+/// Updating from 0.1.0 through 0.2.0 to this version: EXECUTE grants that
+/// no capability gives are revoked, each named in a WARNING; a 0.2.0 admin's
+/// table-wide INSERT becomes the column list; pg_init_privs keeps only the
+/// extension's own privileges, so users' grants survive pg_dump and
+/// pg_restore.
+#[test]
+fn an_update_resets_grants_to_the_capabilities_and_keeps_users_grants_out_of_pg_init_privs() {
+    let port = plain_port();
+    let mut admin = connect_to(port, "postgres", "privileges");
+    for db in ["privileges_init", "privileges_restored"] {
+        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).expect("drop");
+    }
+    admin.batch_execute("CREATE DATABASE privileges_init").expect("db");
+    fresh_roles(&mut admin, &["distlock_reader", "distlock_consumer", "distlock_legacy", "distlock_admin"]);
+    let (mut c, notices) = connect_keeping_notices(port, "privileges_init");
+    // Users' grants recorded as the extension's own.
+    let foreign_initial = |c: &mut Client| {
+        rows(
+            c,
+            "SELECT pg_describe_object(ip.classoid, ip.objoid, ip.objsubid) || ' to ' || pg_get_userbyid(x.grantee) \
+               FROM pg_init_privs ip \
+               JOIN pg_depend d ON d.classid = ip.classoid AND d.objid = ip.objoid AND d.deptype = 'e' \
+               JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_distlock' \
+              CROSS JOIN LATERAL aclexplode(ip.initprivs) x \
+              WHERE ip.privtype = 'e' AND x.grantee NOT IN (e.extowner, 'pg_monitor'::regrole) ORDER BY 1",
+        )
+    };
+    c.batch_execute(
+        "CREATE EXTENSION pg_distlock VERSION '0.1.0'; \
+         GRANT USAGE ON SCHEMA distlock TO distlock_reader, distlock_consumer, distlock_legacy; \
+         GRANT SELECT ON distlock.queue_stats TO distlock_reader; \
+         GRANT EXECUTE ON FUNCTION distlock.consume_task(text, interval) TO distlock_consumer, distlock_legacy; \
+         ALTER EXTENSION pg_distlock UPDATE TO '0.2.0'; \
+         SELECT distlock.grant_capability('distlock_consumer', 'consumer'); \
+         SELECT distlock.grant_capability('distlock_admin', 'admin');",
+    )
+    .expect("0.1.0, users' grants, 0.2.0 and capabilities");
+    assert!(
+        foreign_initial(&mut c).iter().any(|line| line.contains("distlock_consumer")),
+        "the 0.1.0 -> 0.2.0 script records the grant it carries over as the extension's own"
+    );
+    notices.lock().expect("notices").clear();
+    c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
+    let said = notices.lock().expect("notices").join("\n");
+    for expected in [
+        "revoked EXECUTE on function distlock.consume_task(text,interval,interval) from distlock_legacy",
+        "revoked INSERT ON distlock.scheduled_tasks FROM distlock_admin",
+    ] {
+        assert!(said.contains(expected), "no WARNING \"{expected}\" in:\n{said}");
+    }
+    assert!(!said.contains("distlock_consumer"), "a grant the consumer capability gives was taken away:\n{said}");
+    let privilege = |c: &mut Client, sql: &str| scalar(c, sql).as_deref() == Some("t");
+    let consumer_consumes = "SELECT has_function_privilege('distlock_consumer', \
+                              'distlock.consume_task(text, interval, interval)', 'EXECUTE')";
+    assert!(privilege(&mut c, consumer_consumes));
+    assert!(!privilege(&mut c, "SELECT has_function_privilege('distlock_legacy', 'distlock.consume_task(text, interval, interval)', 'EXECUTE')"));
+    assert!(!privilege(&mut c, "SELECT has_column_privilege('distlock_admin', 'distlock.scheduled_tasks', 'current_token', 'INSERT')"));
+    assert!(privilege(&mut c, "SELECT has_column_privilege('distlock_admin', 'distlock.scheduled_tasks', 'task_name', 'INSERT')"));
+    assert!(privilege(&mut c, "SELECT has_table_privilege('distlock_reader', 'distlock.queue_stats', 'SELECT')"));
+    let foreign = foreign_initial(&mut c);
+    assert!(foreign.is_empty(), "users' grants recorded as the extension's own: {foreign:?}");
+
+    let dump = format!("/tmp/pg_distlock_privileges_{}.pgdump", std::process::id());
+    pg_tool(port, "pg_dump", &["-Fc", "-f", &dump, "privileges_init"]);
+    admin.batch_execute("DROP DATABASE IF EXISTS privileges_restored WITH (FORCE)").expect("drop");
+    admin.batch_execute("CREATE DATABASE privileges_restored").expect("db");
+    pg_tool(port, "pg_restore", &["--exit-on-error", "-d", "privileges_restored", &dump]);
+    let _ = std::fs::remove_file(&dump);
+    let mut restored = connect_to(port, "privileges_restored", "privileges");
+    assert!(privilege(&mut restored, "SELECT has_table_privilege('distlock_reader', 'distlock.queue_stats', 'SELECT')"), "a user's grant was lost in the restore");
+    assert!(privilege(&mut restored, consumer_consumes), "a user's grant was lost in the restore");
+    assert!(privilege(&mut restored, "SELECT has_column_privilege('distlock_admin', 'distlock.scheduled_tasks', 'task_name', 'INSERT')"));
+    assert!(!privilege(&mut restored, "SELECT has_column_privilege('distlock_admin', 'distlock.scheduled_tasks', 'current_token', 'INSERT')"));
+}

@@ -100,6 +100,16 @@ facts(line) AS (
       FROM acl CROSS JOIN LATERAL pg_catalog.aclexplode(acl.acl) x
      WHERE acl.acl IS NOT NULL
     UNION ALL
+    -- what pg_dump takes as the extension's own privileges (pg_init_privs),
+    -- item by item: a user's grant recorded here would vanish in a restore
+    SELECT 'initial grant ' || pg_catalog.pg_describe_object(ip.classoid, ip.objoid, ip.objsubid) || ' '
+           || CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.pg_get_userbyid(x.grantee) END
+           || ' ' || x.privilege_type || CASE WHEN x.is_grantable THEN ' with grant option' ELSE '' END
+      FROM pg_catalog.pg_init_privs ip
+      JOIN members m ON m.classid = ip.classoid AND m.objid = ip.objoid
+     CROSS JOIN LATERAL pg_catalog.aclexplode(ip.initprivs) x
+     WHERE ip.privtype = 'e'
+    UNION ALL
     -- comments on the schema, relations, columns and functions
     SELECT 'comment ' || pg_catalog.pg_describe_object(dsc.classoid, dsc.objoid, dsc.objsubid) || ': ' || dsc.description
       FROM pg_catalog.pg_description dsc, ext

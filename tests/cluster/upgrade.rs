@@ -262,11 +262,10 @@ fn a_populated_0_1_0_database_upgrades_in_place() {
     assert_eq!(restored_rows, dumped, "pg_restore did not bring back every dumped row");
 }
 
-/// Every C function that 0.1.0's install script binds must still be in the
-/// library, or a database not yet updated would fail to call it.
+/// Every C function that a released install script binds must still be in
+/// the library, or a database not yet updated would fail to call it.
 #[test]
-fn the_library_exports_every_symbol_of_0_1_0() {
-    let script = include_str!("../../sql/pg_distlock--0.1.0.sql");
+fn the_library_exports_every_symbol_of_every_release() {
     let pkglibdir = Command::new("/usr/lib/postgresql/15/bin/pg_config").arg("--pkglibdir").output().expect("pg_config");
     let library = format!("{}/pg_distlock.so", String::from_utf8_lossy(&pkglibdir.stdout).trim());
     let nm = Command::new("nm").args(["-D", "--defined-only", &library]).output().expect("nm");
@@ -274,13 +273,18 @@ fn the_library_exports_every_symbol_of_0_1_0() {
         .lines()
         .filter_map(|line| line.split_whitespace().last().map(str::to_string))
         .collect();
-    let mut needed = Vec::new();
-    for part in script.split("'MODULE_PATHNAME', '").skip(1) {
-        let symbol = part.split('\'').next().expect("symbol");
-        needed.push(symbol.to_string());
-        needed.push(format!("pg_finfo_{symbol}"));
+    for (release, script) in [
+        ("0.1.0", include_str!("../../sql/pg_distlock--0.1.0.sql")),
+        ("0.2.0", include_str!("../../sql/pg_distlock--0.2.0.sql")),
+    ] {
+        let mut needed = Vec::new();
+        for part in script.split("'MODULE_PATHNAME', '").skip(1) {
+            let symbol = part.split('\'').next().expect("symbol");
+            needed.push(symbol.to_string());
+            needed.push(format!("pg_finfo_{symbol}"));
+        }
+        assert!(needed.len() > 80, "read only {} symbols from the {release} script", needed.len());
+        let missing: Vec<_> = needed.iter().filter(|s| !exported.contains(*s)).collect();
+        assert!(missing.is_empty(), "{library} lacks symbols {release}'s SQL binds: {missing:?}");
     }
-    assert!(needed.len() > 80, "read only {} symbols from the 0.1.0 script", needed.len());
-    let missing: Vec<_> = needed.iter().filter(|s| !exported.contains(*s)).collect();
-    assert!(missing.is_empty(), "{library} lacks symbols 0.1.0's SQL binds: {missing:?}");
 }

@@ -1,0 +1,195 @@
+-- pg_distlock 0.2.0 -> 0.3.0, run by ALTER EXTENSION pg_distlock UPDATE.
+-- Every schema or grant change since 0.2.0 is here as well as in the install
+-- script that sql/*.sql and src/ generate; tests/cluster/upgrade.rs walks
+-- 0.1.0 -> 0.2.0 -> 0.3.0 and checks that the result equals a fresh 0.3.0
+-- install (tests/cluster/schema_fingerprint.sql) and keeps its data.
+\echo Use "ALTER EXTENSION pg_distlock UPDATE TO '0.3.0'" to load this file. \quit
+
+-- Admins define tasks but never write a token: INSERT on scheduled_tasks
+-- becomes a column list without current_token and lease_expires_at (a
+-- table-wide INSERT let an admin insert a row with a token of its choosing,
+-- which check_fencing_token then accepted).
+CREATE OR REPLACE FUNCTION distlock.capability_privileges(p_capability text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_capability OPERATOR(pg_catalog.<>) ALL (ARRAY['worker', 'producer', 'consumer', 'monitor', 'admin']) THEN
+        RAISE EXCEPTION 'unknown capability "%"', p_capability
+            USING ERRCODE = '22023', HINT = 'One of worker, producer, consumer, monitor, admin.';
+    END IF;
+    RETURN QUERY
+SELECT g.privilege, g.object FROM (VALUES
+    -- Pure helpers, for everyone with a capability.
+    ('any',      'USAGE',   'SCHEMA distlock'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.lock_id(text)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.get_task_lock_id(text)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.task_lock_class()'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.cron_next(text, timestamptz)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_timestamp(bigint)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_worker_id(bigint)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_sequence(bigint)'),
+    -- Scheduled tasks and the coordination primitives a service uses.
+    ('worker',   'EXECUTE', 'FUNCTION distlock.worker_fetch_and_execute_task(text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_multiple_tasks(text, integer)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_task_lock(integer, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_task_lock(integer, text, text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.check_fencing_token(integer, bigint)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.worker_fetch_and_execute_task(text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_multiple_tasks(text, integer, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_task_lease(integer, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.renew_task_lease(integer, bigint, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_task_lease(integer, bigint, text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.lock(bigint, interval, boolean, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.lock(text, interval, boolean, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_lock(bigint, boolean, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_lock(text, boolean, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.unlock(bigint, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.unlock(text, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.unlock_all()'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.acquire_lease(text, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.renew_lease(text, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_lease(text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.check_lease_token(text, bigint)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.acquire_semaphore(text, integer, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_semaphore(text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_become_leader(text, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.resign_leader(text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.check_rate_limit(text, integer, integer)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.throttle(text, integer, integer, double precision, integer)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.rate_limit_status(text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.generate_snowflake_id(integer)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.bump_version()'),
+    -- The job queue.
+    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_tasks(bigint[], text, integer[])'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text, integer)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.fail_task(bigint, text, text)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.fail_task(bigint, text, text, integer)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.extend_task_lease(bigint, interval, text)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.extend_task_lease(bigint, interval, text, integer)'),
+    -- The monitoring views (what pg_monitor is granted).
+    ('monitor',  'SELECT',  'distlock.advisory_locks, distlock.lock_waits, distlock.running_tasks, '
+                            'distlock.task_stats, distlock.queue_stats, distlock.leases, distlock.leaders, '
+                            'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
+    -- Recovery, retention and resets; defining tasks.
+    ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limit(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.reset_lock_stats()'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.prune_execution_log(interval)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.prune_jobs(interval)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.prune_leases(interval)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),
+    ('admin',    'SELECT, DELETE', 'distlock.scheduled_tasks'),
+    ('admin',    'INSERT (id, task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
+                 'max_retries, retry_delay)', 'distlock.scheduled_tasks'),
+    ('admin',    'UPDATE (task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
+                 'max_retries, retry_delay, consecutive_failures)', 'distlock.scheduled_tasks'),
+    ('admin',    'USAGE',   'SEQUENCE distlock.scheduled_tasks_id_seq'),
+    ('admin',    'SELECT',  'distlock.task_execution_log, distlock.task_queue')
+) AS g (capability, privilege, object)
+WHERE g.capability OPERATOR(pg_catalog.=) ANY (
+    CASE p_capability
+        WHEN 'admin' THEN ARRAY['any', 'worker', 'producer', 'consumer', 'monitor', 'admin']
+        ELSE ARRAY['any', p_capability]
+    END);
+END
+$$;
+
+-- Grants are reset to what the capability model gives, naming each one it
+-- takes away in a WARNING (PostgreSQL raises client_min_messages to warning
+-- while an extension script runs, so a NOTICE would never be seen). pg_distlock's functions run their statements as the
+-- extension's owner since 0.2.0, so an EXECUTE granted by hand under 0.1.0
+-- (on the sweep, say) now gives more than it did then; and the table-wide
+-- INSERT on scheduled_tasks of 0.2.0's admins is replaced by the column list.
+DO $reset$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN
+        SELECT pg_catalog.format('INSERT ON distlock.scheduled_tasks FROM %s',
+                                 CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END) AS what
+          FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+         WHERE c.oid OPERATOR(pg_catalog.=) 'distlock.scheduled_tasks'::pg_catalog.regclass
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'INSERT'
+           AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+    LOOP
+        EXECUTE 'REVOKE ' OPERATOR(pg_catalog.||) g.what;
+        RAISE WARNING 'pg_distlock 0.3.0: revoked % (admins insert task definitions through a column list)', g.what;
+    END LOOP;
+    FOR g IN
+        -- Named with its schema whatever the script's search_path.
+        SELECT 'distlock.' OPERATOR(pg_catalog.||) p.proname OPERATOR(pg_catalog.||) '('
+               OPERATOR(pg_catalog.||) pg_catalog.array_to_string(p.proargtypes::pg_catalog.regtype[], ',')
+               OPERATOR(pg_catalog.||) ')' AS function,
+               CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END AS grantee
+          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'distlock'::pg_catalog.regnamespace
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+           -- What the install script itself grants.
+           AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_monitor'::pg_catalog.regrole
+                    AND p.oid OPERATOR(pg_catalog.=) ANY (ARRAY['distlock.task_lock_class()'::pg_catalog.regprocedure,
+                                                               'distlock.lock_stats_entries()'::pg_catalog.regprocedure]::pg_catalog.oid[]))
+           -- What a capability of the grantee gives.
+           AND NOT EXISTS (
+                SELECT 1
+                  FROM distlock.role_capabilities rc,
+                       distlock.capability_privileges(rc.capability) cp
+                 WHERE rc.role::pg_catalog.oid OPERATOR(pg_catalog.=) a.grantee
+                   AND cp.privilege OPERATOR(pg_catalog.=) 'EXECUTE'
+                   AND pg_catalog.to_regprocedure(pg_catalog.substr(cp.object, 10))::pg_catalog.oid OPERATOR(pg_catalog.=) p.oid)
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM %s', g.function, g.grantee);
+        RAISE WARNING 'pg_distlock 0.3.0: revoked EXECUTE on function % from % (no capability of that role includes it; grant one with distlock.grant_capability)',
+            g.function, g.grantee;
+    END LOOP;
+    FOR g IN SELECT rc.role FROM distlock.role_capabilities rc WHERE rc.capability OPERATOR(pg_catalog.=) 'admin' LOOP
+        PERFORM distlock.grant_capability(g.role, 'admin');
+    END LOOP;
+END
+$reset$;
+
+-- Last: privileges granted or revoked by an extension script are recorded in
+-- pg_init_privs as the extension's own, and pg_dump writes only what differs
+-- from them, so grants to users that this or an earlier update script made
+-- (0.1.0 -> 0.2.0 kept users' grants on recreated objects) would vanish in a
+-- dump and restore. What a fresh install records is the owner's and
+-- pg_monitor's privileges alone; everything else is taken out again.
+WITH members AS (
+    SELECT d.classid, d.objid, e.extowner
+      FROM pg_catalog.pg_depend d
+      JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+     WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+       AND e.extname OPERATOR(pg_catalog.=) 'pg_distlock'
+       AND d.deptype OPERATOR(pg_catalog.=) 'e'
+),
+kept AS (
+    SELECT ip.objoid, ip.classoid, ip.objsubid,
+           (SELECT pg_catalog.array_agg(u.item ORDER BY u.position)
+              FROM pg_catalog.unnest(ip.initprivs) WITH ORDINALITY AS u(item, position)
+             WHERE (SELECT x.grantee FROM pg_catalog.aclexplode(ARRAY[u.item]) x LIMIT 1)
+                   OPERATOR(pg_catalog.=) ANY (ARRAY[m.extowner, 'pg_monitor'::pg_catalog.regrole::pg_catalog.oid])) AS initprivs
+      FROM pg_catalog.pg_init_privs ip
+      JOIN members m ON m.classid OPERATOR(pg_catalog.=) ip.classoid AND m.objid OPERATOR(pg_catalog.=) ip.objoid
+     WHERE ip.privtype OPERATOR(pg_catalog.=) 'e'
+),
+emptied AS (
+    DELETE FROM pg_catalog.pg_init_privs ip
+     USING kept k
+     WHERE k.initprivs IS NULL
+       AND ip.objoid OPERATOR(pg_catalog.=) k.objoid AND ip.classoid OPERATOR(pg_catalog.=) k.classoid
+       AND ip.objsubid OPERATOR(pg_catalog.=) k.objsubid AND ip.privtype OPERATOR(pg_catalog.=) 'e'
+)
+UPDATE pg_catalog.pg_init_privs ip
+   SET initprivs = k.initprivs
+  FROM kept k
+ WHERE k.initprivs IS NOT NULL
+   AND ip.objoid OPERATOR(pg_catalog.=) k.objoid AND ip.classoid OPERATOR(pg_catalog.=) k.classoid
+   AND ip.objsubid OPERATOR(pg_catalog.=) k.objsubid AND ip.privtype OPERATOR(pg_catalog.=) 'e';
