@@ -102,6 +102,115 @@ WHERE g.capability OPERATOR(pg_catalog.=) ANY (
 END
 $$;
 
+-- Task locks move to a lock tag no SQL function makes (objsubid 25708): a
+-- session could hold pg_advisory_lock(distlock.task_lock_class(), id) and
+-- block a task for good. The legacy tag stays visible (claims of a 0.2.0
+-- library still running in an old session hold it), without showing twice.
+CREATE OR REPLACE VIEW distlock.task_lock_holders AS
+SELECT l.objid::int AS task_id,
+       l.pid,
+       l.objsubid = 2 AS legacy
+  FROM pg_catalog.pg_locks l
+ WHERE l.locktype = 'advisory'
+   AND l.objsubid IN (2, 25708)
+   AND l.classid = distlock.task_lock_class()::oid
+   AND l.granted
+   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                      WHERE d.datname = pg_catalog.current_database());
+
+CREATE OR REPLACE VIEW distlock.advisory_locks AS
+SELECT l.pid,
+       a.application_name,
+       a.client_addr,
+       a.backend_start,
+       a.query,
+       l.mode,
+       l.granted,
+       CASE l.objsubid WHEN 1 THEN 'bigint' WHEN 2 THEN 'int4_pair' ELSE 'pg_distlock' END AS key_kind,
+       -- bigint form: the key given to pg_advisory_lock(bigint)
+       CASE WHEN l.objsubid = 1 THEN (l.classid::bigint << 32) | l.objid::bigint END AS key,
+       -- the name(s) a bigint key came from, when taken with distlock.lock(text)
+       CASE WHEN l.objsubid = 1 THEN
+            (SELECT pg_catalog.string_agg(DISTINCT ln.name, ' | ' ORDER BY ln.name)
+               FROM distlock.lock_names ln
+              WHERE ln.lock_id = ((l.classid::bigint << 32) | l.objid::bigint)) END AS key_name,
+       -- int4 pair form: the two keys given to pg_advisory_lock(int, int)
+       CASE WHEN l.objsubid = 2 THEN l.classid::int END AS key1,
+       CASE WHEN l.objsubid = 2 THEN l.objid::int END AS key2,
+       (l.objsubid = 25708 AND l.classid = distlock.task_lock_class()::oid) AS is_task_lock,
+       t.id AS task_id,
+       t.task_name,
+       CASE WHEN l.granted THEN pg_catalog.now() - r.started_at END AS held_for,
+       CASE WHEN NOT l.granted THEN pg_catalog.now() - l.waitstart END AS waiting_for
+  FROM pg_catalog.pg_locks l
+  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+  LEFT JOIN distlock.scheduled_tasks t
+         ON l.objsubid = 25708
+        AND l.classid = distlock.task_lock_class()::oid
+        AND t.id = l.objid::int
+  LEFT JOIN distlock.task_execution_log r
+         ON r.task_id = t.id
+        AND r.status = 'running'
+        AND r.holder_pid = l.pid
+        AND l.granted
+ WHERE l.locktype = 'advisory'
+   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                      WHERE d.datname = pg_catalog.current_database())
+   -- A claim also holds its task's legacy tag; shown once, as the task lock.
+   AND NOT (l.objsubid = 2 AND l.classid = distlock.task_lock_class()::oid
+            AND EXISTS (SELECT 1 FROM distlock.task_lock_holders h
+                         WHERE h.pid = l.pid AND h.task_id = l.objid::int AND NOT h.legacy));
+
+CREATE OR REPLACE VIEW distlock.running_tasks AS
+SELECT r.id AS log_id,
+       r.task_id,
+       t.task_name,
+       r.worker_id,
+       r.fencing_token,
+       r.attempt,
+       r.started_at,
+       pg_catalog.now() - r.started_at AS running_for,
+       r.holder_pid,
+       r.holder_backend_start,
+       -- Alive: this claim is the task's current one and its backend still
+       -- holds the task lock (a dead or restarted backend holds nothing), or,
+       -- for a lease-mode claim (no holder backend), its lease has not run out.
+       (r.fencing_token IS NOT DISTINCT FROM t.current_token
+        AND CASE WHEN r.holder_pid IS NULL THEN t.lease_expires_at > pg_catalog.clock_timestamp()
+                 ELSE EXISTS (SELECT 1 FROM distlock.task_lock_holders h
+                               WHERE h.task_id = r.task_id AND h.pid = r.holder_pid) END) AS holder_alive,
+       t.timeout,
+       (t.timeout IS NOT NULL AND pg_catalog.now() - r.started_at > t.timeout) AS past_timeout,
+       CASE WHEN r.fencing_token IS NOT DISTINCT FROM t.current_token THEN t.lease_expires_at END AS lease_expires_at
+  FROM distlock.task_execution_log r
+  JOIN distlock.scheduled_tasks t ON t.id = r.task_id
+ WHERE r.status = 'running';
+
+CREATE OR REPLACE VIEW distlock.blocked_tasks AS
+SELECT h.task_id,
+       t.task_name,
+       h.pid,
+       a.usename,
+       a.application_name,
+       a.client_addr,
+       a.backend_start,
+       a.state,
+       a.xact_start,
+       pg_catalog.now() - a.xact_start AS in_transaction_for,
+       t.timeout,
+       a.query
+  FROM distlock.task_lock_holders h
+  JOIN distlock.scheduled_tasks t ON t.id = h.task_id
+  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
+ WHERE NOT h.legacy
+   AND NOT EXISTS (SELECT 1 FROM distlock.task_execution_log r
+                    WHERE r.task_id = h.task_id
+                      AND r.status = 'running'
+                      AND r.holder_pid = h.pid);
+
+COMMENT ON VIEW distlock.blocked_tasks IS
+    'Task locks held without a committed running claim (a claim in a transaction that has not committed).';
+
 -- Grants are reset to what the capability model gives, naming each one it
 -- takes away in a WARNING (PostgreSQL raises client_min_messages to warning
 -- while an extension script runs, so a NOTICE would never be seen). pg_distlock's functions run their statements as the

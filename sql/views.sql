@@ -1,13 +1,16 @@
 -- Monitoring views. They read pg_locks and pg_stat_activity, so they are
 -- granted to pg_monitor (see grants.sql) and show only this database's locks.
 
--- Which backend holds which task lock, decoded from the reserved key space.
+-- Which backend holds which task lock, decoded from the reserved key space
+-- (objsubid 25708, which no pg_advisory_* function makes), and, as legacy,
+-- the tag that 0.2.0's library used (objsubid 2), which SQL can also take.
 CREATE VIEW distlock.task_lock_holders AS
 SELECT l.objid::int AS task_id,
-       l.pid
+       l.pid,
+       l.objsubid = 2 AS legacy
   FROM pg_catalog.pg_locks l
  WHERE l.locktype = 'advisory'
-   AND l.objsubid = 2
+   AND l.objsubid IN (2, 25708)
    AND l.classid = distlock.task_lock_class()::oid
    AND l.granted
    AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
@@ -21,7 +24,7 @@ SELECT l.pid,
        a.query,
        l.mode,
        l.granted,
-       CASE l.objsubid WHEN 1 THEN 'bigint' ELSE 'int4_pair' END AS key_kind,
+       CASE l.objsubid WHEN 1 THEN 'bigint' WHEN 2 THEN 'int4_pair' ELSE 'pg_distlock' END AS key_kind,
        -- bigint form: the key given to pg_advisory_lock(bigint)
        CASE WHEN l.objsubid = 1 THEN (l.classid::bigint << 32) | l.objid::bigint END AS key,
        -- the name(s) a bigint key came from, when taken with distlock.lock(text)
@@ -32,7 +35,7 @@ SELECT l.pid,
        -- int4 pair form: the two keys given to pg_advisory_lock(int, int)
        CASE WHEN l.objsubid = 2 THEN l.classid::int END AS key1,
        CASE WHEN l.objsubid = 2 THEN l.objid::int END AS key2,
-       (l.objsubid = 2 AND l.classid = distlock.task_lock_class()::oid) AS is_task_lock,
+       (l.objsubid = 25708 AND l.classid = distlock.task_lock_class()::oid) AS is_task_lock,
        t.id AS task_id,
        t.task_name,
        CASE WHEN l.granted THEN pg_catalog.now() - r.started_at END AS held_for,
@@ -40,7 +43,7 @@ SELECT l.pid,
   FROM pg_catalog.pg_locks l
   LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
   LEFT JOIN distlock.scheduled_tasks t
-         ON l.objsubid = 2
+         ON l.objsubid = 25708
         AND l.classid = distlock.task_lock_class()::oid
         AND t.id = l.objid::int
   LEFT JOIN distlock.task_execution_log r
@@ -50,7 +53,11 @@ SELECT l.pid,
         AND l.granted
  WHERE l.locktype = 'advisory'
    AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
-                      WHERE d.datname = pg_catalog.current_database());
+                      WHERE d.datname = pg_catalog.current_database())
+   -- A claim also holds its task's legacy tag; shown once, as the task lock.
+   AND NOT (l.objsubid = 2 AND l.classid = distlock.task_lock_class()::oid
+            AND EXISTS (SELECT 1 FROM distlock.task_lock_holders h
+                         WHERE h.pid = l.pid AND h.task_id = l.objid::int AND NOT h.legacy));
 
 COMMENT ON VIEW distlock.advisory_locks IS
     'Every advisory lock of this database, decoded; held_for is known for task locks only.';
@@ -99,13 +106,13 @@ SELECT r.id AS log_id,
        -- for a lease-mode claim (no holder backend), its lease has not run out.
        (r.fencing_token IS NOT DISTINCT FROM t.current_token
         AND CASE WHEN r.holder_pid IS NULL THEN t.lease_expires_at > pg_catalog.clock_timestamp()
-                 ELSE h.pid IS NOT NULL END) AS holder_alive,
+                 ELSE EXISTS (SELECT 1 FROM distlock.task_lock_holders h
+                               WHERE h.task_id = r.task_id AND h.pid = r.holder_pid) END) AS holder_alive,
        t.timeout,
        (t.timeout IS NOT NULL AND pg_catalog.now() - r.started_at > t.timeout) AS past_timeout,
        CASE WHEN r.fencing_token IS NOT DISTINCT FROM t.current_token THEN t.lease_expires_at END AS lease_expires_at
   FROM distlock.task_execution_log r
   JOIN distlock.scheduled_tasks t ON t.id = r.task_id
-  LEFT JOIN distlock.task_lock_holders h ON h.task_id = r.task_id AND h.pid = r.holder_pid
  WHERE r.status = 'running';
 
 COMMENT ON VIEW distlock.running_tasks IS
@@ -135,10 +142,11 @@ COMMENT ON VIEW distlock.task_stats IS
     'Per task: runs by outcome, durations of completed runs, and its schedule.';
 
 -- Task locks held with no committed running claim behind them: a claim made
--- in a transaction that has not committed (its log row is invisible), or a
--- foreign pg_advisory_lock(distlock.task_lock_class(), task_id). Either way
--- the task is not claimed while the lock is held. The sweep ends the first
--- kind once the holder's transaction is older than the task's timeout.
+-- in a transaction that has not committed (its log row is invisible). The
+-- task is not claimed while the lock is held; the sweep ends the holder once
+-- its transaction is older than the task's timeout. (A session holding the
+-- legacy key from SQL, pg_advisory_lock(distlock.task_lock_class(), task_id),
+-- blocks nothing and is not listed.)
 CREATE VIEW distlock.blocked_tasks AS
 SELECT h.task_id,
        t.task_name,
@@ -155,10 +163,11 @@ SELECT h.task_id,
   FROM distlock.task_lock_holders h
   JOIN distlock.scheduled_tasks t ON t.id = h.task_id
   LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
- WHERE NOT EXISTS (SELECT 1 FROM distlock.task_execution_log r
+ WHERE NOT h.legacy
+   AND NOT EXISTS (SELECT 1 FROM distlock.task_execution_log r
                     WHERE r.task_id = h.task_id
                       AND r.status = 'running'
                       AND r.holder_pid = h.pid);
 
 COMMENT ON VIEW distlock.blocked_tasks IS
-    'Task locks held without a committed running claim (an uncommitted claim or a foreign advisory lock).';
+    'Task locks held without a committed running claim (a claim in a transaction that has not committed).';

@@ -9,6 +9,7 @@ mod errors;
 mod gucs;
 mod hashing;
 mod lock_keys;
+mod lock_wait;
 mod locks;
 mod optimistic;
 mod plans;

@@ -1,18 +1,33 @@
-//! The advisory-lock key space reserved for task claims.
+//! The lock tags reserved for pg_distlock's own locks.
 //!
-//! Task locks use PostgreSQL's two-int4 advisory key form with a fixed class
-//! id, so they can never collide with an application's own
-//! `pg_advisory_lock(bigint)` calls. In `pg_locks` they appear with
-//! `objsubid = 2`, `classid = distlock.task_lock_class()` and `objid = task id`.
-//! Locks are taken through the lock manager directly: that is what
-//! `pg_try_advisory_lock(int, int)` does, minus the function-call overhead,
-//! and it tells us whether this backend already held the lock.
+//! Task claims and the locks that order lease and election grants are
+//! advisory-type locks in a key space no SQL function can name: PostgreSQL's
+//! `pg_advisory_*` functions build their tags with `locktag_field4` 1 (bigint
+//! key) or 2 (two int4 keys), and these use `RESERVED_KIND`, so no session
+//! can take, hold or squat on them with plain SQL. In `pg_locks` they appear
+//! with `objsubid = 25708`, `classid` the class below and `objid` the task
+//! id (or a name's hash). Locks are taken through the lock manager directly.
+//!
+//! Until 0.2.0 task locks used `field4 = 2`, which `pg_advisory_lock(int,
+//! int)` reaches. A backend that loaded 0.2.0's library before the update
+//! (without preload, old sessions keep it) still claims with that legacy tag,
+//! so a session claim also takes the legacy tag when it is free, and a busy
+//! legacy tag blocks a claim only when a live running claim stands behind it
+//! (see tasks/claim.rs). Drop the legacy tag once no 0.2.0 library can run.
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
 
-/// "dlck": the advisory-lock class id of pg_distlock task claims.
+/// "dlck": the class id of pg_distlock task claims.
 pub const TASK_LOCK_CLASS: i32 = 0x646c_636b;
+
+/// `locktag_field4` of pg_distlock's own locks ("dl"); an int2, as pg_locks
+/// shows it in `objsubid`. The `pg_advisory_*` functions only make 1 and 2.
+pub const RESERVED_KIND: u16 = 0x646c;
+
+/// The `locktag_field4` of task locks up to 0.2.0.
+const LEGACY_KIND: u16 = 2;
 
 /// The class id that marks pg_distlock task locks in `pg_locks.classid`.
 #[pg_extern(immutable, parallel_safe)]
@@ -25,15 +40,23 @@ pub fn task_lock_id(task_id: i32) -> i64 {
     ((TASK_LOCK_CLASS as i64) << 32) | (task_id as u32 as i64)
 }
 
-fn task_lock_tag(task_id: i32) -> pg_sys::LOCKTAG {
+fn reserved_tag(class: i32, key: u32, kind: u16) -> pg_sys::LOCKTAG {
     pg_sys::LOCKTAG {
         locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        locktag_field2: TASK_LOCK_CLASS as u32,
-        locktag_field3: task_id as u32,
-        locktag_field4: 2,
+        locktag_field2: class as u32,
+        locktag_field3: key,
+        locktag_field4: kind,
         locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
         locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
     }
+}
+
+fn task_lock_tag(task_id: i32) -> pg_sys::LOCKTAG {
+    reserved_tag(TASK_LOCK_CLASS, task_id as u32, RESERVED_KIND)
+}
+
+fn legacy_task_lock_tag(task_id: i32) -> pg_sys::LOCKTAG {
+    reserved_tag(TASK_LOCK_CLASS, task_id as u32, LEGACY_KIND)
 }
 
 /// Classes of the transaction-level locks that order the grants of one
@@ -44,19 +67,33 @@ fn task_lock_tag(task_id: i32) -> pg_sys::LOCKTAG {
 pub const LEASE_GRANT_CLASS: i32 = 0x646c_6c73;
 pub const TERM_GRANT_CLASS: i32 = 0x646c_656c;
 
-/// Waits for the transaction-level lock ordering grants of `name` in
+/// How long a grant waits for another transaction granting the same name
+/// when `lock_timeout` is not set.
+const GRANT_WAIT_MS: i32 = 10_000;
+
+/// Takes the transaction-level lock ordering the grants of `name` in
 /// `class` (held to commit, like the row the grant writes). Two names whose
-/// hashes share 32 bits merely take turns.
-pub fn lock_grants_until_commit(class: i32, name: &[u8]) {
-    let tag = pg_sys::LOCKTAG {
-        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        locktag_field2: class as u32,
-        locktag_field3: crate::hashing::key_for_name(name) as u32,
-        locktag_field4: 2,
-        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
-        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+/// hashes share 32 bits merely take turns. Waits at most `lock_timeout`
+/// (10 s when it is not set), then raises 55P03 naming `what`.
+pub fn lock_grants_until_commit(class: i32, name: &[u8], what: impl FnOnce() -> String) {
+    let tag = reserved_tag(class, crate::hashing::key_for_name(name) as u32, RESERVED_KIND);
+    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+    let free = unsafe { pg_sys::LockAcquire(&tag, mode, false, true) }
+        != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL;
+    if free {
+        return;
+    }
+    let wait_ms = match unsafe { pg_sys::LockTimeout } {
+        0 => GRANT_WAIT_MS,
+        set => set,
     };
-    unsafe { pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false, false) };
+    if !crate::lock_wait::acquire_within(&tag, mode, false, wait_ms) {
+        crate::errors::raise_with_hint(
+            PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+            format!("gave up after {wait_ms} ms waiting for another transaction that is granting {}", what()),
+            "That transaction holds the grant until it ends; commit it, or set lock_timeout to wait longer.",
+        );
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,14 +141,56 @@ pub fn try_lock_task_for_transaction(task_id: i32) -> TryLock {
 /// Gives back a task lock taken by `try_lock_task_for_transaction` before
 /// the transaction ends (the claim it guarded did not happen).
 pub fn unlock_task_for_transaction(task_id: i32) {
+    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
     let tag = task_lock_tag(task_id);
-    unsafe { pg_sys::LockRelease(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false) };
+    unsafe { pg_sys::LockRelease(&tag, mode, false) };
 }
 
-/// Releases one session-level hold of a task's lock; false if none was held.
+/// Releases one session-level hold of a task's lock (and of its legacy tag,
+/// when this session holds that too); false if none was held.
 pub fn unlock_task(task_id: i32) -> bool {
-    let tag = task_lock_tag(task_id);
-    unsafe { pg_sys::LockRelease(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true) }
+    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+    let legacy = legacy_task_lock_tag(task_id);
+    unsafe {
+        if pg_sys::LockHeldByMe(&legacy, mode) {
+            pg_sys::LockRelease(&legacy, mode, true);
+        }
+        let tag = task_lock_tag(task_id);
+        pg_sys::LockHeldByMe(&tag, mode) && pg_sys::LockRelease(&tag, mode, true)
+    }
+}
+
+/// Tries to take a task's legacy (0.2.0) tag without waiting, for a session
+/// (`session`) or until the transaction ends, so that a backend still
+/// running 0.2.0's library cannot claim the task beside this claim.
+pub fn try_lock_legacy_task(task_id: i32, session: bool) -> TryLock {
+    let tag = legacy_task_lock_tag(task_id);
+    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+    match unsafe { pg_sys::LockAcquire(&tag, mode, session, true) } {
+        pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL => TryLock::Busy,
+        pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_HELD
+        | pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_CLEAR => {
+            if session {
+                unsafe { pg_sys::LockRelease(&tag, mode, true) };
+            }
+            TryLock::AlreadyHeld
+        }
+        _ => TryLock::Acquired,
+    }
+}
+
+/// Whether another backend holds the task's legacy tag (a claim made by
+/// 0.2.0's library, or a session squatting on the key from SQL).
+pub fn legacy_task_lock_busy(task_id: i32) -> bool {
+    match try_lock_legacy_task(task_id, true) {
+        TryLock::Busy => true,
+        TryLock::Acquired => {
+            let tag = legacy_task_lock_tag(task_id);
+            unsafe { pg_sys::LockRelease(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true) };
+            false
+        }
+        TryLock::AlreadyHeld => false,
+    }
 }
 
 /// Whether this backend holds the task's lock.
@@ -132,22 +211,22 @@ mod tests {
     use super::*;
 
     #[pg_test]
-    fn lock_keys_task_locks_use_the_reserved_int4_pair_space() {
+    fn lock_keys_task_locks_use_a_kind_no_sql_function_makes() {
         assert_eq!(try_lock_task(42), TryLock::Acquired);
         let row = Spi::get_two::<i64, i32>(&format!(
             "SELECT classid::bigint, objid::int FROM pg_locks \
-             WHERE locktype = 'advisory' AND objsubid = 2 AND pid = pg_backend_pid() \
+             WHERE locktype = 'advisory' AND objsubid = {RESERVED_KIND} AND pid = pg_backend_pid() \
                AND classid = {TASK_LOCK_CLASS}::oid"
         ))
         .expect("query runs");
         assert_eq!(row, (Some(TASK_LOCK_CLASS as i64), Some(42)));
-        // The same number as a bigint key is a different lock.
-        let bigint_free = Spi::get_one::<bool>(&format!(
-            "SELECT pg_try_advisory_lock({})",
+        // Neither SQL form of the same numbers is the same lock.
+        let free = Spi::get_one::<bool>(&format!(
+            "SELECT pg_try_advisory_lock({}) AND pg_try_advisory_lock({TASK_LOCK_CLASS}, 42)",
             task_lock_id(42)
         ))
         .expect("query runs");
-        assert_eq!(bigint_free, Some(true));
+        assert_eq!(free, Some(true));
         assert!(unlock_task(42));
         assert!(!unlock_task(42));
     }

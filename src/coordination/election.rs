@@ -40,7 +40,9 @@ fn try_become_leader(
     let node = text::name(p_node, "p_node");
     let ttl = positive_interval(p_ttl, "p_ttl");
     require_primary("elect leaders");
-    crate::lock_keys::lock_grants_until_commit(crate::lock_keys::TERM_GRANT_CLASS, group.bytes());
+    crate::lock_keys::lock_grants_until_commit(crate::lock_keys::TERM_GRANT_CLASS, group.bytes(), || {
+        format!("the leadership of group \"{group}\"")
+    });
     let at = now();
     let (is_leader, (term, leader, expires_at)) = crate::access::connect(|client| {
         let elected = run(

@@ -22,7 +22,7 @@ fn acquire_lease(p_name: Option<Text>, p_owner: Option<Text>, p_ttl: Option<Inte
     let owner = text::name(p_owner, "p_owner");
     let ttl = positive_interval(p_ttl, "p_ttl");
     require_primary("take leases");
-    crate::lock_keys::lock_grants_until_commit(crate::lock_keys::LEASE_GRANT_CLASS, name.bytes());
+    crate::lock_keys::lock_grants_until_commit(crate::lock_keys::LEASE_GRANT_CLASS, name.bytes(), || format!("lease \"{name}\""));
     crate::access::connect(|client| {
         run(
             client,

@@ -8,9 +8,8 @@
 //! from the timeout error and leave nothing behind.
 
 use pgrx::pg_sys;
-use pgrx::pg_sys::panic::CaughtError;
-use pgrx::pg_sys::PgTryBuilder;
-use pgrx::PgSqlErrorCode;
+
+use crate::lock_wait::acquire_within;
 
 /// How long a lock call may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,49 +84,6 @@ pub fn acquire(hold: Hold, wait: Wait) -> Outcome {
                 Outcome::TimedOut(waited())
             }
         }
-    }
-}
-
-/// Waits up to `ms` for the lock in an internal subtransaction: a lock
-/// timeout is an ERROR, and only aborting a (sub)transaction takes the
-/// backend out of the lock's wait queue cleanly.
-fn acquire_within(tag: &pg_sys::LOCKTAG, mode: pg_sys::LOCKMODE, session: bool, ms: i32) -> bool {
-    let tag = *tag;
-    unsafe {
-        let caller_context = pg_sys::CurrentMemoryContext;
-        let caller_owner = pg_sys::CurrentResourceOwner;
-        let restore = move || {
-            pg_sys::MemoryContextSwitchTo(caller_context);
-            pg_sys::CurrentResourceOwner = caller_owner;
-        };
-        let abort = move || {
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
-            restore();
-        };
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        pg_sys::MemoryContextSwitchTo(caller_context);
-        let session_timeout = pg_sys::LockTimeout;
-        pg_sys::LockTimeout = ms.max(1);
-        PgTryBuilder::new(move || {
-            pg_sys::LockAcquire(&tag, mode, session, false);
-            pg_sys::ReleaseCurrentSubTransaction();
-            restore();
-            true
-        })
-        .catch_when(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, move |_| {
-            pg_sys::FlushErrorState();
-            abort();
-            false
-        })
-        .catch_others(move |error: CaughtError| {
-            // A deadlock (40P01), a cancel, statement_timeout: the caller
-            // sees it as it would from pg_advisory_lock.
-            pg_sys::FlushErrorState();
-            abort();
-            error.rethrow()
-        })
-        .finally(move || pg_sys::LockTimeout = session_timeout)
-        .execute()
     }
 }
 

@@ -44,6 +44,10 @@ pub fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, on
         TryLock::AlreadyHeld => return Claim::AlreadyHeldHere,
         TryLock::Acquired => {}
     }
+    if !super::legacy::may_claim(client, task_id, true) {
+        unlock_task(task_id);
+        return Claim::Busy;
+    }
     // Counted once the lock is new to this session: re-claiming a task it
     // holds takes no lock.
     if crate::session_locks::is_full() {

@@ -25,6 +25,10 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: b
         TryLock::AlreadyHeld => return Claim::AlreadyHeldHere,
         TryLock::Acquired => {}
     }
+    if !super::legacy::may_claim(client, task_id, false) {
+        unlock_task_for_transaction(task_id);
+        return Claim::Busy;
+    }
     let stmt = plan(
         client,
         include_str!("../../sql/queries/claim_task_lease.sql"),

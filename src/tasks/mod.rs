@@ -6,6 +6,7 @@ mod fencing;
 mod fetch;
 mod held;
 mod lease;
+mod legacy;
 mod prune;
 mod release;
 #[cfg(any(test, feature = "pg_test"))]

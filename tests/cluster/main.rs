@@ -14,6 +14,7 @@ mod fleet;
 mod ha;
 mod history;
 mod lease_claims;
+mod lock_tags;
 mod locks;
 mod names;
 mod nemesis;
