@@ -67,3 +67,17 @@ pub fn prepare_checked<R>(client: &SpiClient<'_>, prepare: impl FnOnce() -> R) -
     }
     attempt.execute()
 }
+
+/// Whether table `distlock.<table>` has column `column` in this database:
+/// a few syscache lookups, so that a read-only call can choose the statement
+/// an older release's tables support instead of failing until the update.
+pub fn has_column(table: &std::ffi::CStr, column: &std::ffi::CStr) -> bool {
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"distlock".as_ptr(), true);
+        if schema == pg_sys::InvalidOid {
+            return false;
+        }
+        let relation = pg_sys::get_relname_relid(table.as_ptr(), schema);
+        relation != pg_sys::InvalidOid && pg_sys::get_attnum(relation, column.as_ptr()) > 0
+    }
+}

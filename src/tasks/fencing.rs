@@ -16,7 +16,12 @@ fn check_fencing_token(p_task_id: Option<i32>, p_token: Option<i64>) -> bool {
     let task_id = required(p_task_id, "p_task_id");
     let token = required(p_token, "p_token");
     let current = crate::access::connect(|client| {
-        let stmt = plan(client, include_str!("../../sql/queries/current_token.sql"), &[types::INT4]);
+        let sql = if crate::version::has_column(c"scheduled_tasks", c"lease_expires_at") {
+            include_str!("../../sql/queries/current_token.sql")
+        } else {
+            include_str!("../../sql/queries/current_token_0_1_0.sql")
+        };
+        let stmt = plan(client, sql, &[types::INT4]);
         client
             .select(&*stmt, None, &[task_id.into()])
             .and_then(|rows| {

@@ -91,8 +91,8 @@ fn lease_grants_cannot_be_blocked_from_sql_and_wait_a_bounded_time() {
     granting.batch_execute("COMMIT").expect("commit");
 }
 
-/// What 0.2.0's library does to claim task `task` in this session: the
-/// legacy tag, then the claim row.
+/// What 0.1.0's and 0.2.0's libraries do to claim task `task` in this
+/// session: the legacy tag, then the claim row (no holder role, as 0.1.0).
 fn claim_like_0_2_0(c: &mut Client, task: i32) -> i64 {
     c.batch_execute(&format!("SELECT pg_advisory_lock(1684824939, {task})")).expect("legacy tag");
     c.query_one(
@@ -148,4 +148,39 @@ fn a_claim_taken_with_the_0_2_0_tag_stays_exclusive_across_the_update() {
     let mut other = connect(db);
     let legacy_free: bool = other.query_one("SELECT pg_try_advisory_lock(1684824939, 1)", &[]).expect("try").get(0);
     assert!(!legacy_free, "a new claim leaves the legacy tag free for an old library");
+}
+
+/// Between installing this library and running ALTER EXTENSION UPDATE, a
+/// database still on 0.1.0's SQL keeps answering the read-only calls: a
+/// claim 0.1.0's library holds is fenced while its holder lives and not
+/// once it is gone, leases check, and running_tasks sees the holder.
+#[test]
+fn read_only_calls_keep_answering_on_0_1_0_sql() {
+    let port = primary_port();
+    let mut admin = connect_to(port, "postgres", "tags");
+    admin.batch_execute("DROP DATABASE IF EXISTS tags_old_sql WITH (FORCE)").expect("drop");
+    admin.batch_execute("CREATE DATABASE tags_old_sql").expect("db");
+    let db = "tags_old_sql";
+    let mut c = connect(db);
+    c.batch_execute(
+        "CREATE EXTENSION pg_distlock VERSION '0.1.0'; \
+         INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) VALUES ('old', 'etl', now()); \
+         INSERT INTO distlock.lease_state (name, owner, token, acquired_at, renewed_at, expires_at) \
+         VALUES ('old-lease', 'node-a', 7, now(), now(), now() + interval '1 hour');",
+    )
+    .expect("0.1.0 with a task and a lease");
+    let mut old = connect(db);
+    let old_pid = backend_pid(&mut old);
+    let token = claim_like_0_2_0(&mut old, 1);
+
+    let fenced = |c: &mut Client| -> bool {
+        c.query_one("SELECT distlock.check_fencing_token(1, $1)", &[&token]).expect("check_fencing_token on 0.1.0's SQL").get(0)
+    };
+    assert!(fenced(&mut c), "the old claim's token is current while its holder lives");
+    assert_eq!(scalar(&mut c, "SELECT distlock.check_lease_token('old-lease', 7)").as_deref(), Some("t"));
+    assert_eq!(scalar(&mut c, "SELECT distlock.check_lease_token('old-lease', 6)").as_deref(), Some("f"));
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.running_tasks WHERE holder_alive"), 1);
+    c.execute("SELECT pg_terminate_backend($1, 5000)", &[&old_pid]).expect("terminate");
+    assert!(!fenced(&mut c), "the token ends with its holder");
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.running_tasks WHERE holder_alive"), 0);
 }

@@ -1,0 +1,13 @@
+-- params: integer
+-- current_token.sql for a database whose SQL objects are still 0.1.0's
+-- (no lease-mode claims yet: every claim is a session claim), so that
+-- fencing keeps answering until ALTER EXTENSION pg_distlock UPDATE runs.
+SELECT t.current_token,
+       true,
+       r.holder_pid
+  FROM distlock.scheduled_tasks t
+  LEFT JOIN distlock.task_execution_log r
+    ON r.task_id OPERATOR(pg_catalog.=) t.id
+   AND r.status OPERATOR(pg_catalog.=) 'running'
+   AND r.fencing_token OPERATOR(pg_catalog.=) t.current_token
+ WHERE t.id OPERATOR(pg_catalog.=) $1
