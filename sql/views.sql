@@ -32,9 +32,10 @@ SELECT l.pid,
             (SELECT pg_catalog.string_agg(DISTINCT ln.name, ' | ' ORDER BY ln.name)
                FROM distlock.lock_names ln
               WHERE ln.lock_id = ((l.classid::bigint << 32) | l.objid::bigint)) END AS key_name,
-       -- int4 pair form: the two keys given to pg_advisory_lock(int, int)
-       CASE WHEN l.objsubid = 2 THEN l.classid::int END AS key1,
-       CASE WHEN l.objsubid = 2 THEN l.objid::int END AS key2,
+       -- int4 pair form: the two keys given to pg_advisory_lock(int, int),
+       -- or the class and key of one of pg_distlock's own locks
+       CASE WHEN l.objsubid <> 1 THEN l.classid::int END AS key1,
+       CASE WHEN l.objsubid <> 1 THEN l.objid::int END AS key2,
        (l.objsubid = 25708 AND l.classid = distlock.task_lock_class()::oid) AS is_task_lock,
        t.id AS task_id,
        t.task_name,

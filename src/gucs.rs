@@ -14,6 +14,7 @@ pub static SNOWFLAKE_MAX_CLOCK_BACKWARD_MS: GucSetting<i32> = GucSetting::<i32>:
 pub static RATE_LIMIT_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(65_536);
 pub static LOCK_STATS_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(4096);
 pub static MAX_LOCKS_PER_SESSION: GucSetting<i32> = GucSetting::<i32>::new(1000);
+pub static MAX_HOLD_TTL_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_400);
 
 pub fn register() {
     GucRegistry::define_string_guc(
@@ -43,6 +44,16 @@ pub fn register() {
         i32::MAX,
         GucContext::Suset,
         GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"distlock.max_hold_ttl",
+        c"Longest TTL a lease, a semaphore slot or a leadership may be taken or renewed for.",
+        c"A longer p_ttl is refused with 22023: a holder that dies holds its name until the TTL runs out.",
+        &MAX_HOLD_TTL_SECONDS,
+        1,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
     );
     // A postmaster-level setting can only be defined while preloading; it
     // sizes shared memory, which exists only then anyway.

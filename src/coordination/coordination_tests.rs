@@ -11,6 +11,26 @@ mod tests {
         Spi::run("SELECT pg_sleep(0.02)").expect("let a 10 ms lease expire");
     }
 
+    /// A lease, slot or leadership longer than distlock.max_hold_ttl (a day
+    /// unless set) is refused: a dead holder would keep the name that long.
+    #[pg_test]
+    fn coordination_a_ttl_above_max_hold_ttl_is_refused_with_22023() {
+        for call in [
+            "distlock.acquire_lease('long', 'a', '1 day 1 second')",
+            "distlock.renew_lease('long', 'a', '292026 years')",
+            "distlock.acquire_semaphore('long', 2, 'a', '2 days')",
+            "distlock.try_become_leader('long', 'a', '1 day 1 second')",
+        ] {
+            run(&format!(
+                "DO $$ BEGIN PERFORM {call}; RAISE EXCEPTION 'accepted %', $c${call}$c$; \
+                 EXCEPTION WHEN invalid_parameter_value THEN RETURN; END $$"
+            ));
+        }
+        assert!(one::<i64>("SELECT distlock.acquire_lease('day', 'a', '1 day')").is_some(), "a day exactly is allowed");
+        run("SET LOCAL distlock.max_hold_ttl = '7d'");
+        assert!(one::<i64>("SELECT distlock.acquire_lease('week', 'a', '7 days')").is_some(), "the setting raises the bound");
+    }
+
     #[pg_test]
     fn coordination_lease_owner_renewal_and_fencing() {
         let t1 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '10 ms')").expect("token");

@@ -6,7 +6,7 @@ use pgrx::spi::SpiTupleTable;
 
 use super::{checked_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL_ROLE};
 use crate::access::caller;
-use crate::errors::{positive_interval, require_primary};
+use crate::errors::require_primary;
 use crate::plans::types;
 
 type Leadership = (Option<i64>, Option<Text>, Option<TimestampWithTimeZone>);
@@ -38,7 +38,7 @@ fn try_become_leader(
 > {
     let group = text::name(p_group, "p_group");
     let node = text::name(p_node, "p_node");
-    let ttl = positive_interval(p_ttl, "p_ttl");
+    let ttl = super::hold_ttl(p_ttl);
     require_primary("elect leaders");
     crate::lock_keys::lock_grants_until_commit(crate::lock_keys::TERM_GRANT_CLASS, group.bytes(), || {
         format!("the leadership of group \"{group}\"")

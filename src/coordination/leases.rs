@@ -9,7 +9,7 @@ use pgrx::prelude::*;
 
 use super::{checked_bool, first_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL, NAME_OWNER_NOW_TTL_ROLE};
 use crate::access::caller;
-use crate::errors::{positive_interval, require_primary, required};
+use crate::errors::{require_primary, required};
 use crate::plans::{first_value, types};
 
 /// Takes lease `p_name` for `p_owner` for `p_ttl`, or renews it when
@@ -20,7 +20,7 @@ use crate::plans::{first_value, types};
 fn acquire_lease(p_name: Option<Text>, p_owner: Option<Text>, p_ttl: Option<Interval>) -> Option<i64> {
     let name = text::name(p_name, "p_name");
     let owner = text::name(p_owner, "p_owner");
-    let ttl = positive_interval(p_ttl, "p_ttl");
+    let ttl = super::hold_ttl(p_ttl);
     require_primary("take leases");
     crate::lock_keys::lock_grants_until_commit(crate::lock_keys::LEASE_GRANT_CLASS, name.bytes(), || format!("lease \"{name}\""));
     crate::access::connect(|client| {
@@ -40,7 +40,7 @@ fn acquire_lease(p_name: Option<Text>, p_owner: Option<Text>, p_ttl: Option<Inte
 fn renew_lease(p_name: Option<Text>, p_owner: Option<Text>, p_ttl: Option<Interval>) -> bool {
     let name = text::name(p_name, "p_name");
     let owner = text::name(p_owner, "p_owner");
-    let ttl = positive_interval(p_ttl, "p_ttl");
+    let ttl = super::hold_ttl(p_ttl);
     require_primary("renew leases");
     crate::access::connect(|client| {
         run(

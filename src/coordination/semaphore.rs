@@ -5,7 +5,7 @@ use pgrx::prelude::*;
 
 use super::{checked_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL_ROLE};
 use crate::access::caller;
-use crate::errors::{int_in_range, positive_interval, require_primary};
+use crate::errors::{int_in_range, require_primary};
 use crate::plans::types;
 
 /// Takes (or renews) one of `p_max` places of semaphore `p_name` for
@@ -20,7 +20,7 @@ fn acquire_semaphore(
     let name = text::name(p_name, "p_name");
     let max = int_in_range(p_max, "p_max", 1..=i32::MAX);
     let owner = text::name(p_owner, "p_owner");
-    let ttl = positive_interval(p_ttl, "p_ttl");
+    let ttl = super::hold_ttl(p_ttl);
     require_primary("take semaphores");
     let at = now();
     crate::access::connect(|client| {

@@ -55,6 +55,19 @@ fn ceil_ms(us: i64) -> i64 {
     }
 }
 
+/// Longest a key's state may last (31 days): the shared-memory slot of a key
+/// is not reused before its state expires, so one call with a huge window or
+/// period could otherwise pin a slot until the server restarts.
+const MAX_STATE_SECONDS: f64 = 31.0 * 86_400.0;
+
+fn refuse_long_state(what: String) -> ! {
+    crate::errors::raise_with_hint(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        what,
+        "A rate limit's state may last at most 31 days; use a shorter period.",
+    )
+}
+
 /// True for at most `p_max_requests` calls per key per window of
 /// `p_window_seconds`; a window opens at the first call after the previous
 /// one ended.
@@ -62,7 +75,11 @@ fn ceil_ms(us: i64) -> i64 {
 fn check_rate_limit(p_key: Option<Text>, p_max_requests: Option<i32>, p_window_seconds: Option<i32>) -> bool {
     let key = &text::name(p_key, "p_key");
     let max_requests = positive(p_max_requests, "p_max_requests");
-    let length_us = positive(p_window_seconds, "p_window_seconds") as i64 * MICROS_PER_SECOND;
+    let window_seconds = positive(p_window_seconds, "p_window_seconds");
+    if window_seconds as f64 > MAX_STATE_SECONDS {
+        refuse_long_state(format!("p_window_seconds must be at most 2678400 (31 days), got {window_seconds}"));
+    }
+    let length_us = window_seconds as i64 * MICROS_PER_SECOND;
     let now = now_us();
     let hashed = memory::hash_key(Kind::Window, key);
     let in_memory = memory::with_entry(&hashed, now, |entry, existing| {
@@ -111,6 +128,14 @@ fn throttle(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("p_period_seconds must be a positive number of seconds, got {period_seconds}"),
         );
+    }
+    // The state lasts until its theoretical arrival time, at most a full
+    // burst's worth of emission intervals ahead.
+    let state_seconds = (max_burst as f64 + 1.0) * period_seconds / count_per_period as f64;
+    if state_seconds > MAX_STATE_SECONDS {
+        refuse_long_state(format!(
+            "(p_max_burst + 1) * p_period_seconds / p_count_per_period must be at most 2678400 (31 days), got {state_seconds}"
+        ));
     }
     let quantity = required(p_quantity, "p_quantity");
     if quantity < 0 {

@@ -66,6 +66,24 @@ mod tests {
         );
     }
 
+    /// A state that would outlive 31 days would pin its shared-memory slot.
+    #[pg_test]
+    fn ratelimit_state_lasting_more_than_31_days_is_refused_with_22023() {
+        for call in [
+            "distlock.throttle('pin', 2147483647, 1, 999999999, 2147483647)",
+            "distlock.throttle('pin', 0, 1, 2678401)",
+            "distlock.check_rate_limit('pin', 1, 2678401)",
+        ] {
+            Spi::run(&format!(
+                "DO $$ BEGIN PERFORM {call}; RAISE EXCEPTION 'accepted %', $c${call}$c$; \
+                 EXCEPTION WHEN invalid_parameter_value THEN RETURN; END $$"
+            ))
+            .unwrap_or_else(|e| panic!("{call}: {e}"));
+        }
+        assert!(check("day-long", 1, 2_678_400), "31 days exactly is allowed");
+        assert!(throttle("'day-long', 30, 1, 86400").0);
+    }
+
     #[pg_test]
     fn ratelimit_throttle_matches_redis_cell() {
         // CL.THROTTLE user123 15 30 60 1 -> 0 16 15 -1 2

@@ -477,7 +477,7 @@ mod tests {
         assert_eq!(
             count(&format!(
                 "SELECT 1 FROM distlock.advisory_locks WHERE is_task_lock AND task_id = {id} AND task_name = 't1' \
-                 AND pid = pg_backend_pid() AND granted AND key_kind = 'int4_pair' AND key2 = {id} \
+                 AND pid = pg_backend_pid() AND granted AND key_kind = 'pg_distlock' AND key2 = {id} \
                  AND held_for IS NOT NULL"
             )),
             1
