@@ -106,21 +106,27 @@ pub enum TryLock {
     Busy,
 }
 
-/// Tries to take a task's session-level lock without waiting.
-pub fn try_lock_task(task_id: i32) -> TryLock {
-    let tag = task_lock_tag(task_id);
+/// Tries to take `tag` exclusively without waiting, for the session or
+/// until the transaction ends. A session lock this backend already held is
+/// re-entrant: the extra hold just counted is undone.
+fn try_lock(tag: &pg_sys::LOCKTAG, session: bool) -> TryLock {
     let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
-    let result = unsafe { pg_sys::LockAcquire(&tag, mode, true, true) };
-    match result {
+    match unsafe { pg_sys::LockAcquire(tag, mode, session, true) } {
         pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL => TryLock::Busy,
         pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_HELD
         | pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_CLEAR => {
-            // Advisory locks are re-entrant: undo the extra hold we just counted.
-            unsafe { pg_sys::LockRelease(&tag, mode, true) };
+            if session {
+                unsafe { pg_sys::LockRelease(tag, mode, true) };
+            }
             TryLock::AlreadyHeld
         }
         _ => TryLock::Acquired,
     }
+}
+
+/// Tries to take a task's session-level lock without waiting.
+pub fn try_lock_task(task_id: i32) -> TryLock {
+    try_lock(&task_lock_tag(task_id), true)
 }
 
 /// Tries to take a task's lock until the current transaction ends, without
@@ -128,14 +134,7 @@ pub fn try_lock_task(task_id: i32) -> TryLock {
 /// overlaps a live session claim. `AlreadyHeld` means this backend holds it
 /// (a session claim of its own, or a claim earlier in this transaction).
 pub fn try_lock_task_for_transaction(task_id: i32) -> TryLock {
-    let tag = task_lock_tag(task_id);
-    let result = unsafe { pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false, true) };
-    match result {
-        pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL => TryLock::Busy,
-        pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_HELD
-        | pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_CLEAR => TryLock::AlreadyHeld,
-        _ => TryLock::Acquired,
-    }
+    try_lock(&task_lock_tag(task_id), false)
 }
 
 /// Gives back a task lock taken by `try_lock_task_for_transaction` before
@@ -164,19 +163,7 @@ pub fn unlock_task(task_id: i32) -> bool {
 /// (`session`) or until the transaction ends, so that a backend still
 /// running 0.2.0's library cannot claim the task beside this claim.
 pub fn try_lock_legacy_task(task_id: i32, session: bool) -> TryLock {
-    let tag = legacy_task_lock_tag(task_id);
-    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
-    match unsafe { pg_sys::LockAcquire(&tag, mode, session, true) } {
-        pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL => TryLock::Busy,
-        pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_HELD
-        | pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_CLEAR => {
-            if session {
-                unsafe { pg_sys::LockRelease(&tag, mode, true) };
-            }
-            TryLock::AlreadyHeld
-        }
-        _ => TryLock::Acquired,
-    }
+    try_lock(&legacy_task_lock_tag(task_id), session)
 }
 
 /// Whether another backend holds the task's legacy tag (a claim made by
@@ -193,16 +180,31 @@ pub fn legacy_task_lock_busy(task_id: i32) -> bool {
     }
 }
 
-/// Whether this backend holds the task's lock.
-pub fn holds_task_lock(task_id: i32) -> bool {
-    match try_lock_task(task_id) {
-        TryLock::AlreadyHeld => true,
-        TryLock::Busy => false,
+/// Who holds a task's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskLockHolder {
+    ThisBackend,
+    AnotherBackend,
+    Nobody,
+}
+
+/// Who holds the task's (reserved) lock, learnt by taking it for an instant
+/// when it is free; the legacy tag is left as it is.
+pub fn task_lock_holder(task_id: i32) -> TaskLockHolder {
+    let tag = task_lock_tag(task_id);
+    match try_lock(&tag, true) {
+        TryLock::AlreadyHeld => TaskLockHolder::ThisBackend,
+        TryLock::Busy => TaskLockHolder::AnotherBackend,
         TryLock::Acquired => {
-            unlock_task(task_id);
-            false
+            unsafe { pg_sys::LockRelease(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true) };
+            TaskLockHolder::Nobody
         }
     }
+}
+
+/// Whether this backend holds the task's lock.
+pub fn holds_task_lock(task_id: i32) -> bool {
+    task_lock_holder(task_id) == TaskLockHolder::ThisBackend
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -31,6 +31,22 @@ mod tests {
         assert!(one::<i64>("SELECT distlock.acquire_lease('week', 'a', '7 days')").is_some(), "the setting raises the bound");
     }
 
+    /// One limit for all holders: another p_max while slots are held is a
+    /// 22023 (a caller could otherwise raise the limit for everyone); once
+    /// no slot is held the next taker sets it.
+    #[pg_test]
+    fn coordination_a_semaphore_has_one_limit_while_its_slots_are_held() {
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('a-sem', 2, 'a', '1 hour')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('a-sem', 2, 'b', '1 hour')"), Some(true));
+        run("DO $$ BEGIN PERFORM distlock.acquire_semaphore('a-sem', 1000, 'c', '1 hour'); \
+             RAISE EXCEPTION 'a third holder got in with its own limit'; \
+             EXCEPTION WHEN invalid_parameter_value THEN RETURN; END $$");
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('a-sem', 2, 'c', '1 hour')"), Some(false), "full at 2");
+        run("SELECT distlock.release_semaphore('a-sem', 'a'), distlock.release_semaphore('a-sem', 'b')");
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('a-sem', 1000, 'c', '1 hour')"), Some(true), "no slot held: a new limit");
+        assert_eq!(one::<i32>("SELECT max_holders FROM distlock.semaphore_state WHERE name = 'a-sem'"), Some(1000));
+    }
+
     #[pg_test]
     fn coordination_lease_owner_renewal_and_fencing() {
         let t1 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '10 ms')").expect("token");

@@ -5,11 +5,14 @@ use pgrx::prelude::*;
 
 use super::{checked_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL_ROLE};
 use crate::access::caller;
-use crate::errors::{int_in_range, require_primary};
+use crate::errors::{int_in_range, raise_with_hint, require_primary};
+use pgrx::PgSqlErrorCode;
 use crate::plans::types;
 
 /// Takes (or renews) one of `p_max` places of semaphore `p_name` for
-/// `p_owner` for `p_ttl`; false when all places are held by others.
+/// `p_owner` for `p_ttl`; false when all places are held by others. The
+/// limit is one value for all holders: another `p_max` while slots are held
+/// is refused with 22023.
 #[pg_extern]
 fn acquire_semaphore(
     p_name: Option<Text>,
@@ -32,13 +35,23 @@ fn acquire_semaphore(
             &[(&name).into(), max.into()],
             |_| Ok(()),
         );
-        run(
+        let limit = run(
             client,
             include_str!("../../sql/queries/sem_expire.sql"),
-            &[types::TEXT, types::TIMESTAMPTZ],
-            &[(&name).into(), at.into()],
-            |_| Ok(()),
+            &[types::TEXT, types::INT4, types::TIMESTAMPTZ],
+            &[(&name).into(), max.into(), at.into()],
+            crate::plans::first_value::<i32>,
         );
+        if limit.is_some_and(|limit| limit != max) {
+            raise_with_hint(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!(
+                    "semaphore \"{name}\" has a limit of {} while its slots are held, got p_max {max}",
+                    limit.unwrap_or_default()
+                ),
+                "Every holder of a semaphore passes the same p_max; it can change once no slot is held.",
+            );
+        }
         let renewed = run(
             client,
             include_str!("../../sql/queries/sem_renew.sql"),

@@ -4,7 +4,7 @@
 use pgrx::prelude::*;
 
 use crate::errors::{required, OrRaise};
-use crate::lock_keys::{holds_task_lock, legacy_task_lock_busy, try_lock_task, unlock_task, TryLock};
+use crate::lock_keys::{holds_task_lock, legacy_task_lock_busy, task_lock_holder, TaskLockHolder};
 use crate::plans::{plan, types};
 
 /// True only for the token of the claim that currently runs the task, and,
@@ -57,13 +57,10 @@ fn session_holder_alive(task_id: i32, holder_pid: Option<i32>) -> bool {
             return false;
         }
     }
-    match try_lock_task(task_id) {
-        TryLock::Busy => true,
-        TryLock::Acquired => {
-            unlock_task(task_id);
-            // A claim made by 0.2.0's library holds only the legacy tag.
-            legacy_task_lock_busy(task_id)
-        }
-        TryLock::AlreadyHeld => false,
+    match task_lock_holder(task_id) {
+        TaskLockHolder::AnotherBackend => true,
+        // A claim made by 0.2.0's library holds only the legacy tag.
+        TaskLockHolder::Nobody => legacy_task_lock_busy(task_id),
+        TaskLockHolder::ThisBackend => false,
     }
 }

@@ -215,7 +215,12 @@ fn a_populated_0_1_0_database_upgrades_in_place() {
     assert!(one_i64(&mut c, "SELECT distlock.generate_snowflake_id(7)") > last_id);
     // the lease, the semaphore, the queue, the rate limits and the names keep their meaning.
     assert!(one_bool(&mut c, "SELECT distlock.renew_lease('primary-db', 'node-a', '1 hour')"));
-    assert!(!one_bool(&mut c, "SELECT distlock.acquire_semaphore('pool', 1, 'node-b', '1 hour')"));
+    assert_eq!(
+        sqlstate(c.batch_execute("SELECT distlock.acquire_semaphore('pool', 1, 'node-b', '1 hour')")),
+        "22023",
+        "the semaphore keeps its limit while node-a holds a slot"
+    );
+    assert!(one_bool(&mut c, "SELECT distlock.acquire_semaphore('pool', 3, 'node-b', '1 hour')"));
     assert!(one_bool(
         &mut c,
         "SELECT distlock.complete_task(id, 'consumer-1') FROM distlock.task_queue WHERE task_name = 'processing-job'"
