@@ -212,6 +212,9 @@ SELECT h.task_id,
 COMMENT ON VIEW distlock.blocked_tasks IS
     'Task locks held without a committed running claim (a claim in a transaction that has not committed).';
 
+-- Jobs record the role that enqueued them (NULL for jobs already queued).
+ALTER TABLE distlock.task_queue ADD COLUMN producer_role oid;
+
 -- Grants are reset to what the capability model gives, naming each one it
 -- takes away in a WARNING (PostgreSQL raises client_min_messages to warning
 -- while an extension script runs, so a NOTICE would never be seen). pg_distlock's functions run their statements as the

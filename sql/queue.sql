@@ -28,7 +28,9 @@ CREATE TABLE distlock.task_queue (
     -- value they store (names, attempts, leases) and keep status and
     -- lease_expires_at together: processing exactly when a lease is set.
     -- The role of the consumer holding the job (an OID, see lease_state).
-    holder_role      oid
+    holder_role      oid,
+    -- The role that enqueued the job (an OID; NULL for jobs enqueued before 0.3.0).
+    producer_role    oid
 );
 
 COMMENT ON TABLE distlock.task_queue IS

@@ -23,17 +23,30 @@ fn enqueue_task(
     let priority = required(p_priority, "p_priority");
     let max_attempts = crate::errors::int_in_range(p_max_attempts, "p_max_attempts", 1..=i32::MAX);
     let id = crate::access::connect_mut(|client| {
-        let stmt = plan(
-            client,
-            include_str!("../../sql/queries/queue_enqueue.sql"),
-            &[types::TEXT, types::JSONB, types::TIMESTAMPTZ, types::INT4, types::INT4],
-        );
-        client
-            .update(
-                &*stmt,
-                None,
-                &[(&task_name).into(), payload.into(), run_after.into(), priority.into(), max_attempts.into()],
-            )
+        let values = [
+            (&task_name).into(),
+            payload.into(),
+            run_after.into(),
+            priority.into(),
+            max_attempts.into(),
+            crate::access::caller().into(),
+        ];
+        let enqueued = if crate::version::has_column(c"task_queue", c"producer_role") {
+            let stmt = plan(
+                client,
+                include_str!("../../sql/queries/queue_enqueue.sql"),
+                &[types::TEXT, types::JSONB, types::TIMESTAMPTZ, types::INT4, types::INT4, types::OID],
+            );
+            client.update(&*stmt, None, &values)
+        } else {
+            let stmt = plan(
+                client,
+                include_str!("../../sql/queries/queue_enqueue_0_2_0.sql"),
+                &[types::TEXT, types::JSONB, types::TIMESTAMPTZ, types::INT4, types::INT4],
+            );
+            client.update(&*stmt, None, &values[..5])
+        };
+        enqueued
             .and_then(first_value::<i64>)
             .or_raise()
             .unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "pg_distlock: enqueue returned no id"))

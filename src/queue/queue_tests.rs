@@ -24,6 +24,20 @@ mod tests {
         );
     }
 
+    /// The producing role is kept with the job, the calling role even when
+    /// the statement runs as the extension's owner.
+    #[pg_test]
+    fn queue_a_job_records_the_role_that_enqueued_it() {
+        run("CREATE ROLE queue_producer; SELECT distlock.grant_capability('queue_producer', 'producer'); \
+             SET LOCAL ROLE queue_producer");
+        let id = enqueue("'made-by-a-producer'");
+        run("RESET ROLE");
+        assert_eq!(
+            one::<String>(&format!("SELECT producer_role::regrole::text FROM distlock.task_queue WHERE id = {id}")),
+            Some("queue_producer".to_string())
+        );
+    }
+
     #[pg_test]
     fn queue_consume_takes_highest_priority_then_oldest() {
         let low = enqueue("'a', '{\"n\": 1}'");

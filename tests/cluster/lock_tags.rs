@@ -125,6 +125,8 @@ fn a_claim_taken_with_the_0_2_0_tag_stays_exclusive_across_the_update() {
     let mut old = connect(db);
     let old_pid = backend_pid(&mut old);
     let token = claim_like_0_2_0(&mut old, 1);
+    // Producers keep working on 0.2.0's SQL until the update.
+    assert!(scalar(&mut connect(db), "SELECT distlock.enqueue_task('before-update')").is_some());
     connect(db).batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
 
     let mut c = connect(db);
