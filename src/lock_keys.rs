@@ -67,10 +67,6 @@ fn legacy_task_lock_tag(task_id: i32) -> pg_sys::LOCKTAG {
 pub const LEASE_GRANT_CLASS: i32 = 0x646c_6c73;
 pub const TERM_GRANT_CLASS: i32 = 0x646c_656c;
 
-/// How long a grant waits for another transaction granting the same name
-/// when `lock_timeout` is not set.
-const GRANT_WAIT_MS: i32 = 10_000;
-
 /// Takes the transaction-level lock ordering the grants of `name` in
 /// `class` (held to commit, like the row the grant writes). Two names whose
 /// hashes share 32 bits merely take turns. Waits at most `lock_timeout`
@@ -83,10 +79,7 @@ pub fn lock_grants_until_commit(class: i32, name: &[u8], what: impl FnOnce() -> 
     if free {
         return;
     }
-    let wait_ms = match unsafe { pg_sys::LockTimeout } {
-        0 => GRANT_WAIT_MS,
-        set => set,
-    };
+    let wait_ms = crate::lock_wait::internal_wait_ms();
     if !crate::lock_wait::acquire_within(&tag, mode, false, wait_ms) {
         crate::errors::raise_with_hint(
             PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,

@@ -46,6 +46,7 @@ fn run<'c, R>(
     read: impl FnOnce(SpiTupleTable<'c>) -> pgrx::spi::SpiResult<R>,
 ) -> R {
     let stmt = plan(client, sql, arg_types);
+    let _bounded = crate::lock_wait::bounded_waits();
     client
         .select(&*stmt, None, args)
         .and_then(read)

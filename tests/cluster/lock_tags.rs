@@ -186,3 +186,24 @@ fn read_only_calls_keep_answering_on_0_1_0_sql() {
     assert!(!fenced(&mut c), "the token ends with its holder");
     assert_eq!(count(&mut c, "SELECT 1 FROM distlock.running_tasks WHERE holder_alive"), 0);
 }
+
+/// pg_distlock's statements that queue on a row (here a semaphore's, held
+/// by a transaction that stays open) give up after 10 s with 55P03 when the
+/// caller set no lock_timeout, and leave the caller's setting as it was.
+#[test]
+fn waits_on_a_row_another_transaction_holds_are_bounded() {
+    let db = fresh_db("tags_bounded_rows");
+    let mut holding = connect(&db);
+    holding
+        .batch_execute("BEGIN; SELECT distlock.acquire_semaphore('held-sem', 1, 'a', '1 hour')")
+        .expect("a transaction that keeps the semaphore's row");
+    let mut c = connect(&db);
+    c.batch_execute("SET statement_timeout = '60s'").expect("a backstop");
+    let started = Instant::now();
+    let waited = c.batch_execute("SELECT distlock.acquire_semaphore('held-sem', 1, 'b', '1 hour')");
+    let took = started.elapsed();
+    holding.batch_execute("ROLLBACK").expect("rollback");
+    assert_eq!(sqlstate(waited), "55P03");
+    assert!(took >= Duration::from_millis(9500) && took < Duration::from_secs(30), "gave up after {took:?}");
+    assert_eq!(scalar(&mut c, "SHOW lock_timeout").as_deref(), Some("0"), "the caller's lock_timeout is restored");
+}
