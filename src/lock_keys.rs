@@ -162,15 +162,7 @@ pub fn try_lock_legacy_task(task_id: i32, session: bool) -> TryLock {
 /// Whether another backend holds the task's legacy tag (a claim made by
 /// 0.2.0's library, or a session squatting on the key from SQL).
 pub fn legacy_task_lock_busy(task_id: i32) -> bool {
-    match try_lock_legacy_task(task_id, true) {
-        TryLock::Busy => true,
-        TryLock::Acquired => {
-            let tag = legacy_task_lock_tag(task_id);
-            unsafe { pg_sys::LockRelease(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true) };
-            false
-        }
-        TryLock::AlreadyHeld => false,
-    }
+    holder_of(&legacy_task_lock_tag(task_id)) == TaskLockHolder::AnotherBackend
 }
 
 /// Who holds a task's lock.
@@ -181,15 +173,18 @@ pub enum TaskLockHolder {
     Nobody,
 }
 
-/// Who holds the task's (reserved) lock, learnt by taking it for an instant
-/// when it is free; the legacy tag is left as it is.
+/// Who holds the task's (reserved) lock; the legacy tag is left as it is.
 pub fn task_lock_holder(task_id: i32) -> TaskLockHolder {
-    let tag = task_lock_tag(task_id);
-    match try_lock(&tag, true) {
+    holder_of(&task_lock_tag(task_id))
+}
+
+/// Who holds `tag`, learnt by taking it for an instant when it is free.
+fn holder_of(tag: &pg_sys::LOCKTAG) -> TaskLockHolder {
+    match try_lock(tag, true) {
         TryLock::AlreadyHeld => TaskLockHolder::ThisBackend,
         TryLock::Busy => TaskLockHolder::AnotherBackend,
         TryLock::Acquired => {
-            unsafe { pg_sys::LockRelease(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true) };
+            unsafe { pg_sys::LockRelease(tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true) };
             TaskLockHolder::Nobody
         }
     }
