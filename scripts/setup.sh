@@ -27,3 +27,19 @@ fi
 if ! grep -qs "^pg15 = \"${PG_CONFIG}\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
   cargo pgrx init --pg15 "${PG_CONFIG}"
 fi
+
+# The test, benchmark and demo clusters listen on fixed loopback ports that
+# lie inside Linux's ephemeral range (32768-60999): an outgoing connection of
+# an earlier step could be handed one of them as its local port, and a
+# server started later then fails with "address already in use". Reserving
+# them keeps the kernel from handing them out.
+RESERVED_PORTS="55432-55445,55532-55535,55632"
+reserved=$(cat /proc/sys/net/ipv4/ip_local_reserved_ports 2>/dev/null || true)
+case ",$reserved," in
+  *",55432-55445,"*) ;;
+  *)
+    if ! as_root sysctl -q -w net.ipv4.ip_local_reserved_ports="${reserved:+$reserved,}$RESERVED_PORTS" 2>/dev/null; then
+      echo "setup: could not reserve ports $RESERVED_PORTS; a server may rarely find its port taken" >&2
+    fi
+    ;;
+esac
