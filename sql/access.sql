@@ -8,10 +8,19 @@ CREATE TABLE distlock.role_capabilities (
     role       regrole NOT NULL,
     capability text NOT NULL,
     granted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    -- The name prefix the capability is limited to; NULL: every name.
+    scope      text,
     PRIMARY KEY (role, capability),
     CONSTRAINT role_capabilities_capability_known CHECK (
-        capability IN ('worker', 'producer', 'consumer', 'monitor', 'admin'))
+        capability IN ('worker', 'producer', 'consumer', 'monitor', 'admin')),
+    CONSTRAINT role_capabilities_scope_valid CHECK (
+        scope IS NULL OR (scope <> '' AND capability <> 'admin'))
 );
+
+-- Backends keep the scopes they have looked up; a change makes them forget.
+CREATE TRIGGER role_capabilities_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.role_capabilities
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.role_capabilities_changed();
 
 COMMENT ON TABLE distlock.role_capabilities IS
     'Capabilities granted with distlock.grant_capability; admin may act on other roles'' holds.';
@@ -41,6 +50,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_timestamp(bigint)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_worker_id(bigint)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_sequence(bigint)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.in_monitor_scope(text, text)'),
     -- Scheduled tasks and the coordination primitives a service uses.
     ('worker',   'EXECUTE', 'FUNCTION distlock.worker_fetch_and_execute_task(text)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_multiple_tasks(text, integer)'),
@@ -114,9 +124,12 @@ END
 $$;
 
 -- Gives p_role a capability: records it (admin is what lets a role act on
--- other roles' holds) and grants its privileges. Idempotent. Only the
--- extension's owner (or a superuser) can run it.
-CREATE FUNCTION distlock.grant_capability(p_role regrole, p_capability text)
+-- other roles' holds) and grants its privileges. With p_scope, the role may
+-- use the capability only on names that start with p_scope (see
+-- src/scopes.rs); a role has one scope per capability, and granting again
+-- replaces it (NULL: every name). Only the extension's owner (or a
+-- superuser) can run it.
+CREATE FUNCTION distlock.grant_capability(p_role regrole, p_capability text, p_scope text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -127,11 +140,20 @@ BEGIN
     IF p_role IS NULL OR p_capability IS NULL THEN
         RAISE EXCEPTION 'p_role and p_capability must not be NULL' USING ERRCODE = '22004';
     END IF;
+    IF p_scope OPERATOR(pg_catalog.=) '' THEN
+        RAISE EXCEPTION 'p_scope must not be empty' USING ERRCODE = '22023',
+            HINT = 'Pass NULL for a capability on every name.';
+    END IF;
+    IF p_scope IS NOT NULL AND p_capability OPERATOR(pg_catalog.=) 'admin' THEN
+        RAISE EXCEPTION 'the admin capability cannot be scoped (p_scope "%")', p_scope USING ERRCODE = '22023',
+            HINT = 'Grant worker, producer, consumer or monitor with a scope instead.';
+    END IF;
     FOR g IN SELECT * FROM distlock.capability_privileges(p_capability) LOOP
         EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', g.privilege, g.object, p_role);
     END LOOP;
-    INSERT INTO distlock.role_capabilities (role, capability) VALUES (p_role, p_capability)
-    ON CONFLICT DO NOTHING;
+    INSERT INTO distlock.role_capabilities AS c (role, capability, scope) VALUES (p_role, p_capability, p_scope)
+    ON CONFLICT (role, capability) DO UPDATE SET scope = EXCLUDED.scope
+     WHERE c.scope IS DISTINCT FROM EXCLUDED.scope;
 END
 $$;
 
@@ -144,7 +166,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     g record;
-    kept text;
+    kept record;
 BEGIN
     IF p_role IS NULL OR p_capability IS NULL THEN
         RAISE EXCEPTION 'p_role and p_capability must not be NULL' USING ERRCODE = '22004';
@@ -155,9 +177,9 @@ BEGIN
         EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %s',
                                   pg_catalog.split_part(g.privilege, ' (', 1), g.object, p_role);
     END LOOP;
-    FOR kept IN SELECT c.capability FROM distlock.role_capabilities c
+    FOR kept IN SELECT c.capability, c.scope FROM distlock.role_capabilities c
                  WHERE c.role OPERATOR(pg_catalog.=) p_role LOOP
-        PERFORM distlock.grant_capability(p_role, kept);
+        PERFORM distlock.grant_capability(p_role, kept.capability, kept.scope);
     END LOOP;
 END
 $$;

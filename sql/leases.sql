@@ -50,13 +50,15 @@ SELECT l.name, l.owner, l.token, l.acquired_at, l.renewed_at, l.expires_at,
        GREATEST(l.expires_at - pg_catalog.clock_timestamp(), interval '0') AS remaining,
        'lease' AS kind
   FROM distlock.lease_state l
+ WHERE distlock.in_monitor_scope(l.name)
 UNION ALL
 SELECT h.name, h.owner, NULL, h.acquired_at, h.acquired_at, h.expires_at,
        h.expires_at > pg_catalog.clock_timestamp(),
        GREATEST(h.expires_at - pg_catalog.clock_timestamp(), interval '0'),
        'semaphore (max ' || s.max_holders || ')'
   FROM distlock.semaphore_holders h
-  JOIN distlock.semaphore_state s USING (name);
+  JOIN distlock.semaphore_state s USING (name)
+ WHERE distlock.in_monitor_scope(h.name);
 
 COMMENT ON VIEW distlock.leases IS 'Leases and semaphore holders, held or expired.';
 
@@ -64,6 +66,7 @@ CREATE VIEW distlock.leaders AS
 SELECT l.group_name, l.leader, l.term, l.elected_at, l.renewed_at, l.expires_at,
        l.expires_at > pg_catalog.clock_timestamp() AS is_current,
        GREATEST(l.expires_at - pg_catalog.clock_timestamp(), interval '0') AS remaining
-  FROM distlock.leader_state l;
+  FROM distlock.leader_state l
+ WHERE distlock.in_monitor_scope(l.group_name);
 
 COMMENT ON VIEW distlock.leaders IS 'The leader of each election group and its term.';

@@ -21,6 +21,7 @@ SELECT n.lock_id,
        pg_catalog.array_agg(DISTINCT n.name ORDER BY n.name) AS names,
        pg_catalog.min(n.first_seen) AS first_seen
   FROM distlock.lock_names n
+ WHERE distlock.in_monitor_scope(n.name)
  GROUP BY n.lock_id
 HAVING pg_catalog.count(DISTINCT n.name) > 1;
 
@@ -61,7 +62,9 @@ SELECT s.key,
         SELECT pg_catalog.string_agg(DISTINCT ln.name, ' | ' ORDER BY ln.name) AS name,
                pg_catalog.count(DISTINCT ln.name) AS names
           FROM distlock.lock_names ln
-         WHERE ln.lock_id = s.key) n ON true;
+         WHERE ln.lock_id = s.key
+           AND distlock.in_monitor_scope(ln.name)) n ON true
+ WHERE distlock.in_monitor_scope(n.name);
 
 COMMENT ON VIEW distlock.lock_stats IS
     'Per-key telemetry of distlock.lock/try_lock since startup or distlock.reset_lock_stats(); needs pg_distlock in shared_preload_libraries.';

@@ -30,6 +30,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_timestamp(bigint)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_worker_id(bigint)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_sequence(bigint)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.in_monitor_scope(text, text)'),
     -- Scheduled tasks and the coordination primitives a service uses.
     ('worker',   'EXECUTE', 'FUNCTION distlock.worker_fetch_and_execute_task(text)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_multiple_tasks(text, integer)'),
@@ -102,6 +103,225 @@ WHERE g.capability OPERATOR(pg_catalog.=) ANY (
 END
 $$;
 
+-- Scoped capabilities: grant_capability takes a scope, a name prefix the
+-- capability is limited to (src/scopes.rs). Backends keep the scopes they
+-- look up and forget them when role_capabilities changes (its trigger).
+ALTER TABLE distlock.role_capabilities ADD COLUMN scope text;
+ALTER TABLE distlock.role_capabilities ADD CONSTRAINT role_capabilities_scope_valid CHECK (
+        scope IS NULL OR (scope <> '' AND capability <> 'admin'));
+
+CREATE FUNCTION distlock."role_capabilities_changed"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'role_capabilities_changed_wrapper';
+REVOKE ALL ON FUNCTION distlock.role_capabilities_changed() FROM PUBLIC;
+
+CREATE TRIGGER role_capabilities_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.role_capabilities
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.role_capabilities_changed();
+
+CREATE FUNCTION distlock."in_monitor_scope"(
+	"p_name" TEXT, /* Option < Text > */
+	"p_other_name" TEXT DEFAULT NULL /* Option < Text > */
+) RETURNS bool /* bool */
+STABLE PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'in_monitor_scope_wrapper';
+REVOKE ALL ON FUNCTION distlock.in_monitor_scope(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION distlock.in_monitor_scope(text, text) TO pg_monitor;
+
+DROP FUNCTION distlock.grant_capability(regrole, text);
+
+-- Gives p_role a capability: records it (admin is what lets a role act on
+-- other roles' holds) and grants its privileges. With p_scope, the role may
+-- use the capability only on names that start with p_scope (see
+-- src/scopes.rs); a role has one scope per capability, and granting again
+-- replaces it (NULL: every name). Only the extension's owner (or a
+-- superuser) can run it.
+CREATE FUNCTION distlock.grant_capability(p_role regrole, p_capability text, p_scope text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g record;
+BEGIN
+    IF p_role IS NULL OR p_capability IS NULL THEN
+        RAISE EXCEPTION 'p_role and p_capability must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF p_scope OPERATOR(pg_catalog.=) '' THEN
+        RAISE EXCEPTION 'p_scope must not be empty' USING ERRCODE = '22023',
+            HINT = 'Pass NULL for a capability on every name.';
+    END IF;
+    IF p_scope IS NOT NULL AND p_capability OPERATOR(pg_catalog.=) 'admin' THEN
+        RAISE EXCEPTION 'the admin capability cannot be scoped (p_scope "%")', p_scope USING ERRCODE = '22023',
+            HINT = 'Grant worker, producer, consumer or monitor with a scope instead.';
+    END IF;
+    FOR g IN SELECT * FROM distlock.capability_privileges(p_capability) LOOP
+        EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', g.privilege, g.object, p_role);
+    END LOOP;
+    INSERT INTO distlock.role_capabilities AS c (role, capability, scope) VALUES (p_role, p_capability, p_scope)
+    ON CONFLICT (role, capability) DO UPDATE SET scope = EXCLUDED.scope
+     WHERE c.scope IS DISTINCT FROM EXCLUDED.scope;
+END
+$$;
+
+REVOKE ALL ON FUNCTION distlock.grant_capability(regrole, text, text) FROM PUBLIC;
+
+-- Takes a capability away: revokes its privileges, then grants again what
+-- the role's remaining capabilities include.
+CREATE OR REPLACE FUNCTION distlock.revoke_capability(p_role regrole, p_capability text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g record;
+    kept record;
+BEGIN
+    IF p_role IS NULL OR p_capability IS NULL THEN
+        RAISE EXCEPTION 'p_role and p_capability must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    DELETE FROM distlock.role_capabilities c
+     WHERE c.role OPERATOR(pg_catalog.=) p_role AND c.capability OPERATOR(pg_catalog.=) p_capability;
+    FOR g IN SELECT * FROM distlock.capability_privileges(p_capability) LOOP
+        EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %s',
+                                  pg_catalog.split_part(g.privilege, ' (', 1), g.object, p_role);
+    END LOOP;
+    FOR kept IN SELECT c.capability, c.scope FROM distlock.role_capabilities c
+                 WHERE c.role OPERATOR(pg_catalog.=) p_role LOOP
+        PERFORM distlock.grant_capability(p_role, kept.capability, kept.scope);
+    END LOOP;
+END
+$$;
+
+-- The monitoring views show a scoped monitor only the rows of its scope.
+CREATE OR REPLACE VIEW distlock.lock_waits AS
+SELECT w.pid AS blocked_pid,
+       w.application_name AS blocked_application,
+       w.query AS blocked_query,
+       b.pid AS blocking_pid,
+       b.application_name AS blocking_application,
+       b.query AS blocking_query,
+       wl.locktype,
+       al.key_kind,
+       al.key,
+       al.key1,
+       al.key2,
+       al.task_name,
+       pg_catalog.now() - wl.waitstart AS waiting_for
+  FROM pg_catalog.pg_stat_activity w
+ CROSS JOIN LATERAL pg_catalog.unnest(pg_catalog.pg_blocking_pids(w.pid)) AS bp(pid)
+  JOIN pg_catalog.pg_stat_activity b ON b.pid = bp.pid
+  LEFT JOIN LATERAL (
+        SELECT l.locktype, l.waitstart
+          FROM pg_catalog.pg_locks l
+         WHERE l.pid = w.pid AND NOT l.granted
+         LIMIT 1) wl ON true
+  LEFT JOIN distlock.advisory_locks al ON al.pid = w.pid AND NOT al.granted
+ WHERE w.wait_event_type = 'Lock'
+   -- A wait for a lock the reader's scope does not show is not shown.
+   AND (al.pid IS NOT NULL OR distlock.in_monitor_scope(NULL));
+
+CREATE OR REPLACE VIEW distlock.task_stats AS
+SELECT t.id AS task_id,
+       t.task_name,
+       t.task_type,
+       t.is_enabled,
+       count(l.id) AS runs,
+       count(l.id) FILTER (WHERE l.status = 'running') AS running,
+       count(l.id) FILTER (WHERE l.status = 'completed') AS completed,
+       count(l.id) FILTER (WHERE l.status = 'failed') AS failed,
+       count(l.id) FILTER (WHERE l.status = 'timed_out') AS timed_out,
+       count(l.id) FILTER (WHERE l.status = 'abandoned') AS abandoned,
+       avg(l.completed_at - l.started_at) FILTER (WHERE l.status = 'completed') AS avg_duration,
+       max(l.completed_at - l.started_at) FILTER (WHERE l.status = 'completed') AS max_duration,
+       t.last_status,
+       t.last_run_at,
+       t.next_run_at
+  FROM distlock.scheduled_tasks t
+  LEFT JOIN distlock.task_execution_log l ON l.task_id = t.id
+ WHERE distlock.in_monitor_scope(t.task_name, t.task_type)
+ GROUP BY t.id;
+
+CREATE OR REPLACE VIEW distlock.leases AS
+SELECT l.name, l.owner, l.token, l.acquired_at, l.renewed_at, l.expires_at,
+       l.expires_at > pg_catalog.clock_timestamp() AS is_held,
+       GREATEST(l.expires_at - pg_catalog.clock_timestamp(), interval '0') AS remaining,
+       'lease' AS kind
+  FROM distlock.lease_state l
+ WHERE distlock.in_monitor_scope(l.name)
+UNION ALL
+SELECT h.name, h.owner, NULL, h.acquired_at, h.acquired_at, h.expires_at,
+       h.expires_at > pg_catalog.clock_timestamp(),
+       GREATEST(h.expires_at - pg_catalog.clock_timestamp(), interval '0'),
+       'semaphore (max ' || s.max_holders || ')'
+  FROM distlock.semaphore_holders h
+  JOIN distlock.semaphore_state s USING (name)
+ WHERE distlock.in_monitor_scope(h.name);
+
+CREATE OR REPLACE VIEW distlock.leaders AS
+SELECT l.group_name, l.leader, l.term, l.elected_at, l.renewed_at, l.expires_at,
+       l.expires_at > pg_catalog.clock_timestamp() AS is_current,
+       GREATEST(l.expires_at - pg_catalog.clock_timestamp(), interval '0') AS remaining
+  FROM distlock.leader_state l
+ WHERE distlock.in_monitor_scope(l.group_name);
+
+CREATE OR REPLACE VIEW distlock.lock_key_collisions AS
+SELECT n.lock_id,
+       pg_catalog.array_agg(DISTINCT n.name ORDER BY n.name) AS names,
+       pg_catalog.min(n.first_seen) AS first_seen
+  FROM distlock.lock_names n
+ WHERE distlock.in_monitor_scope(n.name)
+ GROUP BY n.lock_id
+HAVING pg_catalog.count(DISTINCT n.name) > 1;
+
+CREATE OR REPLACE VIEW distlock.lock_stats AS
+WITH held AS (
+    SELECT DISTINCT (l.classid::bigint << 32) | l.objid::bigint AS key
+      FROM pg_catalog.pg_locks l
+     WHERE l.locktype = 'advisory'
+       AND l.objsubid = 1
+       AND l.granted
+       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                          WHERE d.datname = pg_catalog.current_database())
+)
+SELECT s.key,
+       n.name,
+       COALESCE(n.names > 1, false) AS name_collision,
+       s.acquisitions,
+       s.failed_tries,
+       s.timeouts,
+       s.waits,
+       s.total_wait,
+       s.max_wait,
+       CASE WHEN s.waits + s.timeouts > 0
+            THEN s.total_wait / (s.waits + s.timeouts)::float8 END AS mean_wait,
+       CASE WHEN h.key IS NOT NULL THEN s.holders ELSE 0 END AS current_holders,
+       CASE WHEN h.key IS NOT NULL THEN s.held_for END AS longest_current_hold,
+       s.last_used
+  FROM distlock.lock_stats_entries() s
+  LEFT JOIN held h ON h.key = s.key AND s.holders > 0
+  LEFT JOIN LATERAL (
+        SELECT pg_catalog.string_agg(DISTINCT ln.name, ' | ' ORDER BY ln.name) AS name,
+               pg_catalog.count(DISTINCT ln.name) AS names
+          FROM distlock.lock_names ln
+         WHERE ln.lock_id = s.key
+           AND distlock.in_monitor_scope(ln.name)) n ON true
+ WHERE distlock.in_monitor_scope(n.name);
+
+CREATE OR REPLACE VIEW distlock.queue_stats AS
+SELECT q.task_name,
+       q.status,
+       count(*) AS jobs,
+       pg_catalog.now() - min(q.created_at) FILTER (WHERE q.status = 'pending') AS oldest_pending_age,
+       min(q.run_after) FILTER (WHERE q.status IN ('pending', 'failed')) AS next_run_after,
+       count(*) FILTER (WHERE q.status = 'processing'
+                          AND q.lease_expires_at <= pg_catalog.now()) AS expired_leases
+  FROM distlock.task_queue q
+ GROUP BY q.task_name, q.status
+HAVING distlock.in_monitor_scope(q.task_name);
+
 -- Task locks move to a lock tag no SQL function makes (objsubid 25708): a
 -- session could hold pg_advisory_lock(distlock.task_lock_class(), id) and
 -- block a task for good. The legacy tag stays visible (claims of a 0.2.0
@@ -133,7 +353,8 @@ SELECT l.pid,
        CASE WHEN l.objsubid = 1 THEN
             (SELECT pg_catalog.string_agg(DISTINCT ln.name, ' | ' ORDER BY ln.name)
                FROM distlock.lock_names ln
-              WHERE ln.lock_id = ((l.classid::bigint << 32) | l.objid::bigint)) END AS key_name,
+              WHERE ln.lock_id = ((l.classid::bigint << 32) | l.objid::bigint)
+                AND distlock.in_monitor_scope(ln.name)) END AS key_name,
        -- int4 pair form: the two keys given to pg_advisory_lock(int, int),
        -- or the class and key of one of pg_distlock's own locks
        CASE WHEN l.objsubid <> 1 THEN l.classid::int END AS key1,
@@ -160,7 +381,12 @@ SELECT l.pid,
    -- A claim also holds its task's legacy tag; shown once, as the task lock.
    AND NOT (l.objsubid = 2 AND l.classid = distlock.task_lock_class()::oid
             AND EXISTS (SELECT 1 FROM distlock.task_lock_holders h
-                         WHERE h.pid = l.pid AND h.task_id = l.objid::int AND NOT h.legacy));
+                         WHERE h.pid = l.pid AND h.task_id = l.objid::int AND NOT h.legacy))
+   AND (distlock.in_monitor_scope(t.task_name, t.task_type)
+        OR (l.objsubid = 1
+            AND EXISTS (SELECT 1 FROM distlock.lock_names ln
+                         WHERE ln.lock_id = ((l.classid::bigint << 32) | l.objid::bigint)
+                           AND distlock.in_monitor_scope(ln.name))));
 
 CREATE OR REPLACE VIEW distlock.running_tasks AS
 SELECT r.id AS log_id,
@@ -185,7 +411,8 @@ SELECT r.id AS log_id,
        CASE WHEN r.fencing_token IS NOT DISTINCT FROM t.current_token THEN t.lease_expires_at END AS lease_expires_at
   FROM distlock.task_execution_log r
   JOIN distlock.scheduled_tasks t ON t.id = r.task_id
- WHERE r.status = 'running';
+ WHERE r.status = 'running'
+   AND distlock.in_monitor_scope(t.task_name, t.task_type);
 
 CREATE OR REPLACE VIEW distlock.blocked_tasks AS
 SELECT h.task_id,
@@ -207,7 +434,8 @@ SELECT h.task_id,
    AND NOT EXISTS (SELECT 1 FROM distlock.task_execution_log r
                     WHERE r.task_id = h.task_id
                       AND r.status = 'running'
-                      AND r.holder_pid = h.pid);
+                      AND r.holder_pid = h.pid)
+   AND distlock.in_monitor_scope(t.task_name, t.task_type);
 
 COMMENT ON VIEW distlock.blocked_tasks IS
     'Task locks held without a committed running claim (a claim in a transaction that has not committed).';
@@ -249,7 +477,8 @@ BEGIN
            -- What the install script itself grants.
            AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_monitor'::pg_catalog.regrole
                     AND p.oid OPERATOR(pg_catalog.=) ANY (ARRAY['distlock.task_lock_class()'::pg_catalog.regprocedure,
-                                                               'distlock.lock_stats_entries()'::pg_catalog.regprocedure]::pg_catalog.oid[]))
+                                                               'distlock.lock_stats_entries()'::pg_catalog.regprocedure,
+                                                               'distlock.in_monitor_scope(text, text)'::pg_catalog.regprocedure]::pg_catalog.oid[]))
            -- What a capability of the grantee gives.
            AND NOT EXISTS (
                 SELECT 1
@@ -263,8 +492,9 @@ BEGIN
         RAISE WARNING 'pg_distlock 0.3.0: revoked EXECUTE on function % from % (no capability of that role includes it; grant one with distlock.grant_capability)',
             g.function, g.grantee;
     END LOOP;
-    FOR g IN SELECT rc.role FROM distlock.role_capabilities rc WHERE rc.capability OPERATOR(pg_catalog.=) 'admin' LOOP
-        PERFORM distlock.grant_capability(g.role, 'admin');
+    -- Admins get the column list; every capability gets what it gained.
+    FOR g IN SELECT rc.role, rc.capability FROM distlock.role_capabilities rc LOOP
+        PERFORM distlock.grant_capability(g.role, g.capability);
     END LOOP;
 END
 $reset$;

@@ -61,7 +61,8 @@ SELECT q.task_name,
        count(*) FILTER (WHERE q.status = 'processing'
                           AND q.lease_expires_at <= pg_catalog.now()) AS expired_leases
   FROM distlock.task_queue q
- GROUP BY q.task_name, q.status;
+ GROUP BY q.task_name, q.status
+HAVING distlock.in_monitor_scope(q.task_name);
 
 COMMENT ON VIEW distlock.queue_stats IS
     'Jobs per task name and status, with the age of the oldest pending job.';

@@ -1,5 +1,7 @@
 -- Monitoring views. They read pg_locks and pg_stat_activity, so they are
 -- granted to pg_monitor (see grants.sql) and show only this database's locks.
+-- A role whose monitor capability is scoped sees only rows named in its
+-- scope (distlock.in_monitor_scope).
 
 -- Which backend holds which task lock, decoded from the reserved key space
 -- (objsubid 25708, which no pg_advisory_* function makes), and, as legacy,
@@ -31,7 +33,8 @@ SELECT l.pid,
        CASE WHEN l.objsubid = 1 THEN
             (SELECT pg_catalog.string_agg(DISTINCT ln.name, ' | ' ORDER BY ln.name)
                FROM distlock.lock_names ln
-              WHERE ln.lock_id = ((l.classid::bigint << 32) | l.objid::bigint)) END AS key_name,
+              WHERE ln.lock_id = ((l.classid::bigint << 32) | l.objid::bigint)
+                AND distlock.in_monitor_scope(ln.name)) END AS key_name,
        -- int4 pair form: the two keys given to pg_advisory_lock(int, int),
        -- or the class and key of one of pg_distlock's own locks
        CASE WHEN l.objsubid <> 1 THEN l.classid::int END AS key1,
@@ -58,7 +61,12 @@ SELECT l.pid,
    -- A claim also holds its task's legacy tag; shown once, as the task lock.
    AND NOT (l.objsubid = 2 AND l.classid = distlock.task_lock_class()::oid
             AND EXISTS (SELECT 1 FROM distlock.task_lock_holders h
-                         WHERE h.pid = l.pid AND h.task_id = l.objid::int AND NOT h.legacy));
+                         WHERE h.pid = l.pid AND h.task_id = l.objid::int AND NOT h.legacy))
+   AND (distlock.in_monitor_scope(t.task_name, t.task_type)
+        OR (l.objsubid = 1
+            AND EXISTS (SELECT 1 FROM distlock.lock_names ln
+                         WHERE ln.lock_id = ((l.classid::bigint << 32) | l.objid::bigint)
+                           AND distlock.in_monitor_scope(ln.name))));
 
 COMMENT ON VIEW distlock.advisory_locks IS
     'Every advisory lock of this database, decoded; held_for is known for task locks only.';
@@ -86,7 +94,9 @@ SELECT w.pid AS blocked_pid,
          WHERE l.pid = w.pid AND NOT l.granted
          LIMIT 1) wl ON true
   LEFT JOIN distlock.advisory_locks al ON al.pid = w.pid AND NOT al.granted
- WHERE w.wait_event_type = 'Lock';
+ WHERE w.wait_event_type = 'Lock'
+   -- A wait for a lock the reader's scope does not show is not shown.
+   AND (al.pid IS NOT NULL OR distlock.in_monitor_scope(NULL));
 
 COMMENT ON VIEW distlock.lock_waits IS
     'Who waits for whom (pg_blocking_pids), with the advisory key and task when there is one.';
@@ -114,7 +124,8 @@ SELECT r.id AS log_id,
        CASE WHEN r.fencing_token IS NOT DISTINCT FROM t.current_token THEN t.lease_expires_at END AS lease_expires_at
   FROM distlock.task_execution_log r
   JOIN distlock.scheduled_tasks t ON t.id = r.task_id
- WHERE r.status = 'running';
+ WHERE r.status = 'running'
+   AND distlock.in_monitor_scope(t.task_name, t.task_type);
 
 COMMENT ON VIEW distlock.running_tasks IS
     'Running claims, whether their holder (backend, or lease for a lease-mode claim) is alive, and whether they are past their timeout.';
@@ -137,6 +148,7 @@ SELECT t.id AS task_id,
        t.next_run_at
   FROM distlock.scheduled_tasks t
   LEFT JOIN distlock.task_execution_log l ON l.task_id = t.id
+ WHERE distlock.in_monitor_scope(t.task_name, t.task_type)
  GROUP BY t.id;
 
 COMMENT ON VIEW distlock.task_stats IS
@@ -168,7 +180,8 @@ SELECT h.task_id,
    AND NOT EXISTS (SELECT 1 FROM distlock.task_execution_log r
                     WHERE r.task_id = h.task_id
                       AND r.status = 'running'
-                      AND r.holder_pid = h.pid);
+                      AND r.holder_pid = h.pid)
+   AND distlock.in_monitor_scope(t.task_name, t.task_type);
 
 COMMENT ON VIEW distlock.blocked_tasks IS
     'Task locks held without a committed running claim (a claim in a transaction that has not committed).';

@@ -16,6 +16,7 @@ mod plans;
 mod queue;
 mod ratelimit;
 mod schedule;
+mod scopes;
 mod session_locks;
 mod shared;
 mod snowflake;
@@ -34,18 +35,22 @@ pgrx::extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 pgrx::extension_sql_file!(
     "../sql/locks.sql",
     name = "locks",
-    requires = ["schema", locks::stats::lock_stats_entries]
+    requires = ["schema", locks::stats::lock_stats_entries, scopes::in_monitor_scope]
 );
 pgrx::extension_sql_file!(
     "../sql/views.sql",
     name = "views",
-    requires = ["schema", "locks", lock_keys::task_lock_class]
+    requires = ["schema", "locks", lock_keys::task_lock_class, scopes::in_monitor_scope]
 );
-pgrx::extension_sql_file!("../sql/queue.sql", name = "queue", requires = ["schema"]);
+pgrx::extension_sql_file!("../sql/queue.sql", name = "queue", requires = ["schema", scopes::in_monitor_scope]);
 pgrx::extension_sql_file!("../sql/ratelimit.sql", name = "ratelimit", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/snowflake.sql", name = "snowflake", requires = ["schema"]);
-pgrx::extension_sql_file!("../sql/leases.sql", name = "leases", requires = ["schema"]);
-pgrx::extension_sql_file!("../sql/access.sql", name = "access", requires = ["schema"]);
+pgrx::extension_sql_file!("../sql/leases.sql", name = "leases", requires = ["schema", scopes::in_monitor_scope]);
+pgrx::extension_sql_file!(
+    "../sql/access.sql",
+    name = "access",
+    requires = ["schema", scopes::role_capabilities_changed]
+);
 pgrx::extension_sql_file!("../sql/grants.sql", name = "grants", finalize);
 
 #[pg_guard]

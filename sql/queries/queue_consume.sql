@@ -1,4 +1,4 @@
--- params: bigint, text, interval, oid, timestamptz
+-- params: bigint, text, interval, oid, timestamptz, text[]
 -- Claims up to $1 jobs for worker $2 of role $4 with a lease of $3, at time
 -- $5 (a parameter, not clock_timestamp(), so that it is an index condition).
 -- Claimable: a job whose consumer's lease ran out (taken over, counting an
@@ -6,11 +6,15 @@
 -- then pending and failed jobs whose run_after has come, highest priority
 -- and oldest first. Lease takeover is part of every claim, so no job waits
 -- for a sweep and no claim pays for a separate reaping statement.
+-- $6: the consumer's scope, job names starting with one of these prefixes
+-- (NULL: every job).
 WITH expired AS (
     SELECT id
       FROM distlock.task_queue
      WHERE status OPERATOR(pg_catalog.=) 'processing'
        AND lease_expires_at OPERATOR(pg_catalog.<=) $5
+       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
      ORDER BY lease_expires_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
@@ -19,6 +23,8 @@ WITH expired AS (
       FROM distlock.task_queue
      WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
        AND run_after OPERATOR(pg_catalog.<=) $5
+       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
      ORDER BY priority DESC, run_after, id
      LIMIT $1
        FOR UPDATE SKIP LOCKED

@@ -1,5 +1,6 @@
 //! Leader election: a lease per group whose token is the leader's term.
 
+use crate::scopes::{require, Capability};
 use crate::text::{self, Text};
 use pgrx::prelude::*;
 use pgrx::spi::SpiTupleTable;
@@ -40,6 +41,7 @@ fn try_become_leader(
     let node = text::name(p_node, "p_node");
     let ttl = super::hold_ttl(p_ttl);
     require_primary("elect leaders");
+    require(Capability::Worker, "election group", &group);
     crate::lock_keys::lock_grants_until_commit(crate::lock_keys::TERM_GRANT_CLASS, group.bytes(), || {
         format!("the leadership of group \"{group}\"")
     });
@@ -75,6 +77,7 @@ fn try_become_leader(
 fn resign_leader(p_group: Option<Text>, p_node: Option<Text>) -> bool {
     let group = text::name(p_group, "p_group");
     let node = text::name(p_node, "p_node");
+    require(Capability::Worker, "election group", &group);
     crate::access::connect(|client| {
         run(
             client,

@@ -4,6 +4,7 @@
 //! so they do not pin search_path (a SET clause costs more than the work);
 //! their SQL qualifies every table, function and operator instead.
 
+use crate::scopes::{require, Capability};
 use crate::text::{self, Text};
 use pgrx::prelude::*;
 
@@ -22,6 +23,7 @@ fn acquire_lease(p_name: Option<Text>, p_owner: Option<Text>, p_ttl: Option<Inte
     let owner = text::name(p_owner, "p_owner");
     let ttl = super::hold_ttl(p_ttl);
     require_primary("take leases");
+    require(Capability::Worker, "lease", &name);
     crate::lock_keys::lock_grants_until_commit(crate::lock_keys::LEASE_GRANT_CLASS, name.bytes(), || format!("lease \"{name}\""));
     crate::access::connect(|client| {
         run(
@@ -42,6 +44,7 @@ fn renew_lease(p_name: Option<Text>, p_owner: Option<Text>, p_ttl: Option<Interv
     let owner = text::name(p_owner, "p_owner");
     let ttl = super::hold_ttl(p_ttl);
     require_primary("renew leases");
+    require(Capability::Worker, "lease", &name);
     crate::access::connect(|client| {
         run(
             client,
@@ -59,6 +62,7 @@ fn renew_lease(p_name: Option<Text>, p_owner: Option<Text>, p_ttl: Option<Interv
 fn release_lease(p_name: Option<Text>, p_owner: Option<Text>) -> bool {
     let name = text::name(p_name, "p_name");
     let owner = text::name(p_owner, "p_owner");
+    require(Capability::Worker, "lease", &name);
     crate::access::connect(|client| {
         run(
             client,
@@ -92,6 +96,7 @@ fn force_release_lease(p_name: Option<Text>) -> bool {
 fn check_lease_token(p_name: Option<Text>, p_token: Option<i64>) -> bool {
     let name = text::name(p_name, "p_name");
     let token = required(p_token, "p_token");
+    require(Capability::Worker, "lease", &name);
     crate::access::connect(|client| {
         run(
             client,

@@ -1,5 +1,6 @@
 //! N-holder leases.
 
+use crate::scopes::{require, Capability};
 use crate::text::{self, Text};
 use pgrx::prelude::*;
 
@@ -25,6 +26,7 @@ fn acquire_semaphore(
     let owner = text::name(p_owner, "p_owner");
     let ttl = super::hold_ttl(p_ttl);
     require_primary("take semaphores");
+    require(Capability::Worker, "semaphore", &name);
     let at = now();
     crate::access::connect(|client| {
         // Acquirers of one semaphore queue on its row from here to commit.
@@ -75,6 +77,7 @@ fn acquire_semaphore(
 fn release_semaphore(p_name: Option<Text>, p_owner: Option<Text>) -> bool {
     let name = text::name(p_name, "p_name");
     let owner = text::name(p_owner, "p_owner");
+    require(Capability::Worker, "semaphore", &name);
     crate::access::connect(|client| {
         run(
             client,

@@ -13,6 +13,7 @@ use super::resolve_worker;
 use super::wake::{self, Sleeper};
 use crate::errors::{int_in_range, interval_micros, positive_interval, raise_with_hint, OrRaise};
 use crate::plans::{first_value, plan, types};
+use crate::scopes::{self, Capability, Scope};
 
 const MAX_BATCH: i32 = 1000;
 
@@ -48,11 +49,11 @@ pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
 /// One look at the queue: claims up to `batch` jobs. Rows the statement made
 /// dead (an expired lease with no attempt left) are not handed out; while
 /// any were, it looks again for the jobs they displaced.
-fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval) -> Vec<Job> {
+fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, scope: &Scope) -> Vec<Job> {
     let stmt = plan(
         client,
         include_str!("../../sql/queries/queue_consume.sql"),
-        &[types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ],
+        &[types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY],
     );
     let role = crate::access::caller();
     let mut jobs = Vec::new();
@@ -61,7 +62,11 @@ fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval) -> 
         let now = timestamp(clock_now());
         let mut made_dead = 0;
         client
-            .select(&*stmt, None, &[wanted.into(), worker.into(), lease.into(), role.into(), now.into()])
+            .select(
+                &*stmt,
+                None,
+                &[wanted.into(), worker.into(), lease.into(), role.into(), now.into(), scope.as_parameter().into()],
+            )
             .and_then(|rows| {
                 for row in rows {
                     if row.get::<bool>(8)? != Some(true) {
@@ -95,14 +100,19 @@ fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval) -> 
 
 /// When the next job becomes claimable with time alone (a lease running out
 /// or a run_after coming), if before `until`.
-fn next_due(client: &SpiClient<'_>, now: pg_sys::TimestampTz, until: pg_sys::TimestampTz) -> Option<pg_sys::TimestampTz> {
+fn next_due(
+    client: &SpiClient<'_>,
+    now: pg_sys::TimestampTz,
+    until: pg_sys::TimestampTz,
+    scope: &Scope,
+) -> Option<pg_sys::TimestampTz> {
     let stmt = plan(
         client,
         include_str!("../../sql/queries/queue_next_due.sql"),
-        &[types::TIMESTAMPTZ, types::TIMESTAMPTZ],
+        &[types::TIMESTAMPTZ, types::TIMESTAMPTZ, types::TEXT_ARRAY],
     );
     client
-        .select(&*stmt, None, &[timestamp(now).into(), timestamp(until).into()])
+        .select(&*stmt, None, &[timestamp(now).into(), timestamp(until).into(), scope.as_parameter().into()])
         .and_then(first_value::<TimestampWithTimeZone>)
         .or_raise()
         .map(|due| due.into_inner())
@@ -147,9 +157,10 @@ fn consume(p_batch: i32, p_worker_id: Option<Text>, p_lease: Option<Interval>, p
     loop {
         let (jobs, due) = crate::access::connect(|client| {
             let worker = worker.get_or_insert_with(|| resolve_worker(client, given_worker.take().flatten()));
-            let jobs = claim(client, p_batch, worker, lease);
+            let scope = scopes::of_caller(Capability::Consumer);
+            let jobs = claim(client, p_batch, worker, lease, &scope);
             let due = if jobs.is_empty() && sleeper.is_some() {
-                next_due(client, clock_now(), deadline)
+                next_due(client, clock_now(), deadline, &scope)
             } else {
                 None
             };

@@ -22,6 +22,7 @@ fn enqueue_task(
     let run_after = required(p_run_after, "p_run_after");
     let priority = required(p_priority, "p_priority");
     let max_attempts = crate::errors::int_in_range(p_max_attempts, "p_max_attempts", 1..=i32::MAX);
+    crate::scopes::require(crate::scopes::Capability::Producer, "job name", &task_name);
     let id = crate::access::connect_mut(|client| {
         let values = [
             (&task_name).into(),

@@ -17,6 +17,7 @@ mod ratelimit_tests;
 
 pub use table::prune_expired;
 
+use crate::scopes::{require, Capability};
 use crate::text::{self, Text};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -74,6 +75,7 @@ fn refuse_long_state(what: String) -> ! {
 #[pg_extern]
 fn check_rate_limit(p_key: Option<Text>, p_max_requests: Option<i32>, p_window_seconds: Option<i32>) -> bool {
     let key = &text::name(p_key, "p_key");
+    require(Capability::Worker, "rate-limit key", key);
     let max_requests = positive(p_max_requests, "p_max_requests");
     let window_seconds = positive(p_window_seconds, "p_window_seconds");
     if window_seconds as f64 > MAX_STATE_SECONDS {
@@ -114,6 +116,7 @@ fn throttle(
     ),
 > {
     let key = &text::name(p_key, "p_key");
+    require(Capability::Worker, "rate-limit key", key);
     let max_burst = required(p_max_burst, "p_max_burst");
     if max_burst < 0 {
         raise(
@@ -174,6 +177,7 @@ fn rate_limit_status(
     ),
 > {
     let key = &text::name(p_key, "p_key");
+    require(Capability::Worker, "rate-limit key", key);
     let now = now_us();
     let window: Option<Window> = if crate::shared::available() {
         memory::peek(&memory::hash_key(Kind::Window, key), now).map(|e| memory::window_of(&e))

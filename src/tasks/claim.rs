@@ -109,9 +109,16 @@ fn try_acquire_task_lock(p_task_id: Option<i32>, p_worker_id: Option<Text>) -> b
     require_primary("claim tasks");
     let task_id = required(p_task_id, "p_task_id");
     let worker = text::name(p_worker_id, "p_worker_id");
-    crate::access::connect(|client| match claim_for_session(client, task_id, &worker, false) {
+    crate::access::connect(|client| {
+        crate::scopes::require_task(client, task_id);
+        claim_once(client, task_id, &worker)
+    })
+}
+
+fn claim_once(client: &SpiClient<'_>, task_id: i32, worker: &Text) -> bool {
+    match claim_for_session(client, task_id, worker, false) {
         Claim::Claimed { .. } => true,
         Claim::NotEligible if !task_exists(client, task_id) => raise_unknown_task(task_id),
         Claim::NotEligible | Claim::Busy | Claim::AlreadyHeldHere => false,
-    })
+    }
 }

@@ -16,6 +16,7 @@ fn check_fencing_token(p_task_id: Option<i32>, p_token: Option<i64>) -> bool {
     let task_id = required(p_task_id, "p_task_id");
     let token = required(p_token, "p_token");
     let current = crate::access::connect(|client| {
+        crate::scopes::require_task(client, task_id);
         let sql = if crate::version::has_column(c"scheduled_tasks", c"lease_expires_at") {
             include_str!("../../sql/queries/current_token.sql")
         } else {

@@ -33,6 +33,7 @@ fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize, mode: Mode
     let mut cursor = client
         .try_open_cursor(&*stmt, &[])
         .or_raise();
+    let scope = crate::scopes::of_caller(crate::scopes::Capability::Worker);
     let mut claimed = Vec::new();
     while claimed.len() < max {
         let batch: Vec<(i32, Text, Text)> = cursor
@@ -52,6 +53,9 @@ fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize, mode: Mode
             break;
         }
         for (task_id, task_name, task_type) in batch {
+            if !crate::scopes::task_admitted(&scope, &task_name, &task_type) {
+                continue;
+            }
             if let Claim::Claimed { fencing_token } = claim_due(client, task_id, worker, mode) {
                 claimed.push(Claimed { task_id, task_name, task_type, fencing_token });
                 if claimed.len() == max {

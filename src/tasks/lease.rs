@@ -75,10 +75,13 @@ fn try_acquire_task_lease(p_task_id: Option<i32>, p_worker_id: Option<Text>, p_l
     let task_id = required(p_task_id, "p_task_id");
     let worker = text::name(p_worker_id, "p_worker_id");
     let lease = positive_interval(p_lease, "p_lease");
-    crate::access::connect(|client| match claim(client, task_id, &worker, false, lease) {
-        Claim::Claimed { fencing_token } => Some(fencing_token),
-        Claim::NotEligible if !task_exists(client, task_id) => raise_unknown_task(task_id),
-        Claim::NotEligible | Claim::Busy | Claim::AlreadyHeldHere => None,
+    crate::access::connect(|client| {
+        crate::scopes::require_task(client, task_id);
+        match claim(client, task_id, &worker, false, lease) {
+            Claim::Claimed { fencing_token } => Some(fencing_token),
+            Claim::NotEligible if !task_exists(client, task_id) => raise_unknown_task(task_id),
+            Claim::NotEligible | Claim::Busy | Claim::AlreadyHeldHere => None,
+        }
     })
 }
 

@@ -24,6 +24,7 @@ mod queue_wait;
 mod privileges;
 mod recovery;
 mod replication_modes;
+mod scopes;
 mod search_path;
 mod snowflake;
 mod tokens;

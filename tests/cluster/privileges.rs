@@ -108,19 +108,6 @@ fn snapshot(c: &mut Client) -> Vec<String> {
         .collect()
 }
 
-/// Runs `work` with the session's role set to `role`.
-fn as_role<T>(c: &mut Client, role: &str, work: impl FnOnce(&mut Client) -> T) -> T {
-    c.batch_execute(&format!("SET ROLE {role}")).expect("set role");
-    let result = work(c);
-    c.batch_execute("RESET ROLE").expect("reset role");
-    result
-}
-
-fn refused(c: &mut Client, role: &str, sql: &str) {
-    let result = as_role(c, role, |c| c.simple_query(sql));
-    assert_eq!(sqlstate(result), "42501", "{role}: {sql} must be refused");
-}
-
 /// A role with only the worker, producer and consumer capabilities does all
 /// its work through the functions, can write no table and use no sequence
 /// directly, and cannot end, renew or read another role's holds; an admin can.

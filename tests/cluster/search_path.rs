@@ -445,6 +445,7 @@ const CALLS: &[(&str, &str)] = &[
     ("distlock.try_lock(text,boolean,boolean)", "SELECT distlock.try_lock('other')"),
     ("distlock.unlock_all()", "SELECT distlock.unlock_all()"),
     ("distlock.lock_stats_entries()", "SELECT * FROM distlock.lock_stats_entries()"),
+    ("distlock.in_monitor_scope(text,text)", "SELECT distlock.in_monitor_scope('report', 'etl')"),
     ("distlock.reset_lock_stats()", "SELECT distlock.reset_lock_stats()"),
     ("distlock.prune_lock_names(interval)", "SELECT distlock.prune_lock_names('0 seconds')"),
     ("distlock.acquire_lease(text,text,interval)", "SELECT distlock.acquire_lease('l', 'me', '1 hour')"),
@@ -495,7 +496,10 @@ const CALLS: &[(&str, &str)] = &[
 const OWNER_CALLS: &[(&str, &str)] = &[
     ("distlock.capability_privileges(text)", "SELECT * FROM distlock.capability_privileges('worker')"),
     ("distlock.revoke_capability(regrole,text)", "SELECT distlock.revoke_capability('distlock_sp_hostile', 'monitor')"),
-    ("distlock.grant_capability(regrole,text)", "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor')"),
+    ("distlock.grant_capability(regrole,text,text)",
+     "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor', 'scoped.')"),
+    // Fired by every change of role_capabilities.
+    ("distlock.role_capabilities_changed()", "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor')"),
 ];
 
 /// On both storage modes: with pg_distlock preloaded (shared memory) and

@@ -164,3 +164,17 @@ pub fn persisted_snowflake_mark(worker_id: i64) -> i64 {
     let at = (worker_id * 8) as usize;
     bytes.get(at..at + 8).map_or(0, |b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
 }
+
+/// Runs `work` with the session's role set to `role`.
+pub fn as_role<T>(c: &mut Client, role: &str, work: impl FnOnce(&mut Client) -> T) -> T {
+    c.batch_execute(&format!("SET ROLE {role}")).expect("set role");
+    let result = work(c);
+    c.batch_execute("RESET ROLE").expect("reset role");
+    result
+}
+
+/// Runs `sql` as `role` and expects 42501.
+pub fn refused(c: &mut Client, role: &str, sql: &str) {
+    let result = as_role(c, role, |c| c.simple_query(sql));
+    assert_eq!(sqlstate(result), "42501", "{role}: {sql} must be refused");
+}
