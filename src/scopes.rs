@@ -86,18 +86,27 @@ thread_local! {
     /// invalidations from other tables'.
     static TABLE: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
     static CALLBACKS: Cell<bool> = const { Cell::new(false) };
+    /// Whether any grant has a scope; while none has, the hot paths read
+    /// nothing else.
+    static ANY_SCOPED: Cell<Option<bool>> = const { Cell::new(None) };
+    static EVERYTHING: Rc<Scope> = Rc::new(Scope::Everything);
+}
+
+fn forget() {
+    SCOPES.with_borrow_mut(HashMap::clear);
+    ANY_SCOPED.set(None);
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn forget_on_relation(_arg: pg_sys::Datum, relation: pg_sys::Oid) {
     if relation == pg_sys::InvalidOid || relation == TABLE.get() {
-        SCOPES.with_borrow_mut(HashMap::clear);
+        forget();
     }
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn forget_on_role(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
-    SCOPES.with_borrow_mut(HashMap::clear);
+    forget();
 }
 
 fn register_callbacks() {
@@ -126,8 +135,28 @@ fn role_capabilities_table() -> pg_sys::Oid {
 /// The calling role's scope for `capability` (see access::caller). Runs a
 /// statement only when this backend does not know the answer.
 pub fn of_caller(capability: Capability) -> Rc<Scope> {
+    if !any_scoped() {
+        return EVERYTHING.with(Rc::clone);
+    }
     let role = crate::access::caller();
     cached(role, capability).unwrap_or_else(|| crate::access::connect(|client| fill(client, role, capability)))
+}
+
+fn any_scoped() -> bool {
+    if let Some(any) = ANY_SCOPED.get() {
+        return any;
+    }
+    register_callbacks();
+    TABLE.set(role_capabilities_table());
+    // SQL objects of a release before scopes: nobody is scoped.
+    let any = crate::version::has_column(c"role_capabilities", c"scope")
+        && crate::access::connect(|client| {
+            let stmt = plan(client, include_str!("../sql/queries/any_scopes.sql"), &[]);
+            client.select(&*stmt, None, &[]).and_then(crate::plans::first_value::<bool>).or_raise()
+        })
+        .unwrap_or(false);
+    ANY_SCOPED.set(Some(any));
+    any
 }
 
 fn cached(role: pg_sys::Oid, capability: Capability) -> Option<Rc<Scope>> {
@@ -143,8 +172,7 @@ fn fill(client: &SpiClient<'_>, role: pg_sys::Oid, capability: Capability) -> Rc
 }
 
 fn look_up(client: &SpiClient<'_>, role: pg_sys::Oid, capability: Capability) -> Scope {
-    // SQL objects of a release before scopes: nobody is scoped.
-    if !crate::version::has_column(c"role_capabilities", c"scope") || crate::access::is_admin(client, role) {
+    if crate::access::is_admin(client, role) {
         return Scope::Everything;
     }
     let stmt = plan(client, include_str!("../sql/queries/role_scopes.sql"), &[types::TEXT]);

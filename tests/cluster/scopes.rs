@@ -319,3 +319,23 @@ fn advisory_locks_are_not_scoped() {
     other.batch_execute(&format!("SET ROLE {b}")).expect("role");
     assert_eq!(scalar(&mut other, "SELECT distlock.try_lock('b.lock')").as_deref(), Some("f"), "A holds B's name");
 }
+
+/// "... A change reaches running sessions": also the first scoped grant of
+/// a database, which ends the unscoped fast path of sessions that have
+/// already looked.
+#[test]
+fn the_first_scoped_grant_reaches_running_sessions() {
+    let (mut c, a, _) = two_tenants("scopes_first", &[]);
+    c.batch_execute(&format!("SELECT distlock.grant_capability('{a}', 'worker')")).expect("unscoped");
+    let mut session = connect_to(primary_port(), "scopes_first", "tenant-a");
+    session.batch_execute(&format!("SET ROLE {a}")).expect("set role");
+    let limited = |s: &mut Client, key: &str| {
+        s.simple_query(&format!("SELECT distlock.check_rate_limit('{key}', 5, 60)")).map(|_| ())
+    };
+    limited(&mut session, "b.key").expect("no scope anywhere yet");
+    c.batch_execute(&format!("SELECT distlock.grant_capability('{a}', 'worker', 'a.')")).expect("scoped");
+    assert_eq!(sqlstate(limited(&mut session, "b.key")), "42501");
+    limited(&mut session, "a.key").expect("in scope");
+    c.batch_execute(&format!("SELECT distlock.grant_capability('{a}', 'worker')")).expect("unscoped again");
+    limited(&mut session, "b.key").expect("no scope anywhere again");
+}
