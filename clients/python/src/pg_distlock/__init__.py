@@ -8,6 +8,7 @@ reopens them after a failure).
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Callable, TypeVar
 
@@ -22,9 +23,9 @@ from ._core.ratelimit import RateLimiterLogic, Throttle, check_rate_limit_op, th
 from ._core.tasks import TaskClaim, TaskWorkerLogic
 from ._core import effects as fx
 from ._core.keeper import Seconds
-from ._sync import Runtime, Source, stop_on_signals
+from ._sync import Runtime, Source, resign_on_signals, stop_on_signals
 from .errors import (
-    ConnectionLost, Deadlock, DistlockError, Fenced, InvalidArgument, LeaseLost, LockLost, LockTimeout,
+    ConnectionLost, Deadlock, DistlockError, NotInstalled, Fenced, InvalidArgument, LeaseLost, LockLost, LockTimeout,
     NotFound, NotHolder, PermissionDenied, RateLimited, ResourceExhausted, Unavailable,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "Features", "WorkerStats", "Source",
     "DistlockError", "LockTimeout", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
     "RateLimited", "InvalidArgument", "NotFound", "Unavailable", "ConnectionLost", "ResourceExhausted", "Deadlock",
+    "NotInstalled",
 ]
 
 H = TypeVar("H")
@@ -107,20 +109,52 @@ class Semaphore(SemaphoreLogic[Source], _Held):
 
 
 class Leader(LeaderLogic[Source]):
-    """Campaigns in the background while entered; on_elected(term) and
-    on_demoted(reason) run in the campaign thread."""
+    """Campaigns in the background while entered. `is_leader` is true only
+    while the term cannot have ended on the server. on_elected(term) and
+    on_demoted(reason) run in a thread of their own, in order, never holding
+    up renewal; if one raises, the node resigns, stops campaigning, and
+    wait_elected() and stop() raise it. With handle_signals=True, SIGTERM and
+    SIGINT make the node resign first and then act as they did before."""
 
     _runtime = staticmethod(Runtime)
     _rt: Runtime
+    _restore_signals: Callable[[], None] | None = None
 
     def start(self) -> None:
         self._rt.run(self._start_op())
+        if self.handle_signals:
+            self._restore_signals = resign_on_signals(self._stop_quietly)
+
+    def _stop_quietly(self) -> None:
+        try:
+            self._rt.run(self._stop_op())
+        except Exception:
+            pass  # logged where it happened; the signal's own action follows
 
     def stop(self) -> None:
+        if self._restore_signals is not None:
+            self._restore_signals()
+            self._restore_signals = None
         self._rt.run(self._stop_op())
 
     def wait_elected(self, timeout: float | None = None) -> bool:
-        return bool(self.elected.wait(timeout))
+        """Waits until this node leads (True) or `timeout` seconds pass
+        (False); raises what a callback raised."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            if self.is_leader:
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            step = 0.1 if left is None else min(left, 0.1)
+            if self.elected.is_set():
+                time.sleep(min(step, 0.01))  # elected, but the watchdog has yet to demote
+            else:
+                # Wakes on election; a failure is seen within a tenth of a second.
+                self.elected.wait(step)
 
     def __enter__(self) -> Leader:
         self.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import signal
 import weakref
 from contextlib import asynccontextmanager, contextmanager
@@ -171,6 +172,34 @@ async def probe(conn: psycopg.AsyncConnection[Any]) -> bool:
     except psycopg.Error:
         pass
     return not (conn.closed or conn.broken)
+
+
+def resign_on_signals(resign: Callable[[], Any]) -> Callable[[], None]:
+    """Until the returned function is called: SIGTERM or SIGINT first awaits
+    `resign()`, then acts as it did before (the process ends, or
+    KeyboardInterrupt)."""
+    loop = asyncio.get_running_loop()
+    installed: list[int] = []
+
+    def restore() -> None:
+        while installed:
+            loop.remove_signal_handler(installed.pop())
+
+    async def resign_then_resend(signum: int) -> None:
+        await resign()
+        os.kill(os.getpid(), signum)
+
+    def on_signal(signum: int) -> None:
+        restore()
+        loop.create_task(resign_then_resend(signum))
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, on_signal, sig)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):
+            pass  # not the main thread's loop, or no signals here
+    return restore
 
 
 @contextmanager

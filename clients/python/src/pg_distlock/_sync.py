@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -191,6 +192,36 @@ def probe(conn: psycopg.Connection[Any]) -> bool:
     except psycopg.Error:
         pass
     return not (conn.closed or conn.broken)
+
+
+def resign_on_signals(resign: Callable[[], None]) -> Callable[[], None]:
+    """Until the returned function is called: SIGTERM or SIGINT first runs
+    `resign`, then acts as it did before (the process ends, or
+    KeyboardInterrupt). Only from the main thread; elsewhere nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous: dict[int, Any] = {}
+
+    def restore() -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may; a later signal resigns again, harmlessly
+        for sig, old in previous.items():
+            if signal.getsignal(sig) is on_signal:
+                signal.signal(sig, old)
+
+    def resign_then_resend(signum: int) -> None:
+        resign()
+        os.kill(os.getpid(), signum)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        restore()
+        # Not in the handler itself: it may have interrupted the main thread
+        # inside a call that holds a lock the resignation needs.
+        threading.Thread(target=resign_then_resend, args=(signum,), name="pg_distlock-resign", daemon=True).start()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, on_signal)
+    return restore
 
 
 @contextmanager

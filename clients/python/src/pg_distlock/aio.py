@@ -9,7 +9,7 @@ import asyncio
 from datetime import datetime
 from typing import Callable, TypeVar
 
-from ._async import AsyncSource, Runtime, stop_on_signals
+from ._async import AsyncSource, Runtime, resign_on_signals, stop_on_signals
 from ._core import effects as fx
 from ._core.election import LeaderLogic
 from ._core.features import Features, detect_op
@@ -20,11 +20,18 @@ from ._core.loop import Loop, WorkerStats
 from ._core.queue import Job, QueueLogic, QueueWorkerLogic
 from ._core.ratelimit import RateLimiterLogic, Throttle, check_rate_limit_op, throttle_op
 from ._core.tasks import TaskClaim, TaskWorkerLogic
+from .errors import (
+    ConnectionLost, Deadlock, DistlockError, Fenced, InvalidArgument, LeaseLost, LockLost, LockTimeout,
+    NotFound, NotHolder, NotInstalled, PermissionDenied, RateLimited, ResourceExhausted, Unavailable,
+)
 
 __all__ = [
     "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
     "RateLimiter", "Throttle", "throttle", "check_rate_limit", "generate_snowflake_id", "features", "Features",
     "WorkerStats", "AsyncSource",
+    "DistlockError", "LockTimeout", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
+    "RateLimited", "InvalidArgument", "NotFound", "Unavailable", "ConnectionLost", "ResourceExhausted", "Deadlock",
+    "NotInstalled",
 ]
 
 H = TypeVar("H")
@@ -87,21 +94,52 @@ class Semaphore(SemaphoreLogic[AsyncSource], _Held):
 
 
 class Leader(LeaderLogic[AsyncSource]):
+    """pg_distlock.Leader for asyncio: callbacks run in a task of their own.
+    With handle_signals=True, SIGTERM and SIGINT make the node resign first
+    and then act as they did before."""
+
     _runtime = staticmethod(Runtime)
     _rt: Runtime
+    _restore_signals: Callable[[], None] | None = None
 
     async def start(self) -> None:
         await self._rt.run(self._start_op())
+        if self.handle_signals:
+            self._restore_signals = resign_on_signals(self._stop_quietly)
+
+    async def _stop_quietly(self) -> None:
+        try:
+            await self._rt.run(self._stop_op())
+        except Exception:
+            pass  # logged where it happened; the signal's own action follows
 
     async def stop(self) -> None:
+        if self._restore_signals is not None:
+            self._restore_signals()
+            self._restore_signals = None
         await self._rt.run(self._stop_op())
 
     async def wait_elected(self, timeout: float | None = None) -> bool:
-        try:
-            await asyncio.wait_for(self.elected.wait(), timeout)
-        except asyncio.TimeoutError:
-            return False
-        return True
+        """Waits until this node leads (True) or `timeout` seconds pass
+        (False); raises what a callback raised."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            if self.is_leader:
+                return True
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return False
+            step = 0.1 if left is None else min(left, 0.1)
+            if self.elected.is_set():
+                await asyncio.sleep(min(step, 0.01))  # elected, but the watchdog has yet to demote
+                continue
+            try:
+                await asyncio.wait_for(self.elected.wait(), step)
+            except asyncio.TimeoutError:
+                pass
 
     async def __aenter__(self) -> Leader:
         await self.start()

@@ -79,6 +79,10 @@ class ResourceExhausted(DistlockError):
     """53xxx: a server table is full (rate-limit keys, locks per session)."""
 
 
+class NotInstalled(DistlockError):
+    """The database has no pg_distlock: run CREATE EXTENSION pg_distlock in it."""
+
+
 class Deadlock(DistlockError):
     """40P01: the lock wait closed a cycle; PostgreSQL chose this call to fail."""
 

@@ -1,22 +1,45 @@
 """Leader election: campaign every TTL/3, and while elected keep the
-leadership with the same renewer and watchdog as a lease, so a leader that
-cannot confirm its term within the TTL steps down locally before another
-node can be elected."""
+leadership with the same renewer and watchdog as a lease.
+
+Two processes must never both report leadership. The server ends a term
+`ttl` after the renewal that confirmed it was stamped, which is after the
+client sent it; so `is_leader` is true only until `sent + ttl - margin`, on
+this process's monotonic clock, whatever its threads are doing: a leader
+that was frozen (SIGSTOP, a long GC pause), whose backend hangs, or whose
+watchdog has not run yet reads False the moment its term could have
+ended. Renewal starts before on_elected runs, and the callbacks run on a
+task of their own, so a slow callback never delays a renewal. A callback
+that raises is logged, makes the node resign and stop campaigning, and is
+raised again by wait_elected() and stop().
+"""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from typing import Any, Callable, TypeVar
 
 from . import effects as fx
 from .base import Bound
+from .features import require_installed
 from .holds import default_owner
 from .keeper import Keeper, Lost, Seconds, interval, seconds
-from ..errors import Unavailable
+from ..errors import PermissionDenied, Unavailable
 
 S = TypeVar("S")
 
+log = logging.getLogger("pg_distlock.leader")
+
 CAMPAIGN_SQL = "SELECT is_leader, term, leader FROM distlock.try_become_leader(%s, %s, %s)"
+RESIGN_SQL = "SELECT distlock.resign_leader(%s, %s)"
+
+
+def safety_margin(ttl: float) -> float:
+    """How long before the server could end a term the node stops calling
+    itself leader: a tenth of the TTL, between 50 ms and 1 s (clock rates
+    of two machines differ by far less)."""
+    return min(max(ttl * 0.1, 0.05), 1.0)
 
 
 class LeaderLogic(Bound[S]):
@@ -30,36 +53,74 @@ class LeaderLogic(Bound[S]):
         on_elected: Callable[[int], Any] | None = None,
         on_demoted: Callable[[str], Any] | None = None,
         campaign_every: Seconds | None = None,
+        handle_signals: bool = False,
     ) -> None:
         super().__init__(source)
         self.group = group
         self.node = node or default_owner()
         self.ttl = seconds(ttl)
+        if self.ttl <= 0:
+            raise ValueError(f"ttl must be a positive number of seconds, got {self.ttl:g}")
         self.every = seconds(campaign_every) if campaign_every is not None else self.ttl / 3
+        self.margin = safety_margin(self.ttl)
         self.on_elected = on_elected
         self.on_demoted = on_demoted
+        self.handle_signals = handle_signals
         self.elected: Any = self._rt.new_flag()
-        """An Event set while this node is the leader."""
+        """An Event set while this node is elected; is_leader also checks the
+        term's local deadline."""
         self.term: int | None = None
         self.leader: str | None = None
         """The node the server last named as leader."""
-        self._lost = Lost(self._rt.new_flag, self._demoted)
-        self._keeper = Keeper(self._rt.new_flag, self._lost, self.ttl, self.every, self._renew, f"leadership of {group!r}")
+        self.failure: BaseException | None = None
+        """What a callback raised; the node resigned and stopped campaigning."""
+        self._lost = Lost(self._rt.new_flag, None, then=self._demoted)
+        self._keeper = Keeper(
+            self._rt.new_flag, self._lost, self.ttl - self.margin, self.every, self._renew, f"leadership of {group!r}"
+        )
         self._stop: fx.Flag = self._rt.new_flag()
         self._campaigner: fx.Task | None = None
+        self._callbacks: fx.Task | None = None
+        self._callbacks_lock = threading.Lock()
 
     @property
     def is_leader(self) -> bool:
-        return bool(self.elected.is_set())
+        """True only while this node's term cannot have ended on the server."""
+        return bool(self.elected.is_set()) and time.monotonic() < self._keeper.deadline
 
-    def _demoted(self, reason: str) -> Any:
+    def _demoted(self, reason: str) -> fx.Gen[None]:
         self.elected.clear()
-        return self.on_demoted(reason) if self.on_demoted else None
+        if self.on_demoted is not None:
+            yield from self._callback(self.on_demoted, reason)
+
+    def _callback(self, fn: Callable[..., Any], arg: Any) -> fx.Gen[None]:
+        """Runs `fn(arg)` on a task of its own, after the callbacks before it."""
+        # Spawning never waits, so the lock is never held across a wait.
+        with self._callbacks_lock:
+            previous = self._callbacks
+            self._callbacks = yield fx.Spawn(self._calling(previous, fn, arg))
+
+    def _calling(self, previous: fx.Task | None, fn: Callable[..., Any], arg: Any) -> fx.Gen[None]:
+        if previous is not None:
+            yield fx.Join(previous)
+        try:
+            yield fx.Call(fn, (arg,))
+        except Exception as exc:
+            log.exception("pg_distlock: a callback of the leadership of %r failed; resigning", self.group)
+            if self.failure is None:
+                self.failure = exc
+            self._stop.set()
+            yield from self._resign(f"{self.node} resigned the leadership of {self.group!r}: its callback raised {exc!r}")
 
     def _campaign(self) -> fx.Gen[bool]:
         rows = yield from fx.execute(CAMPAIGN_SQL, (self.group, self.node, interval(self.ttl)))
         is_leader, term, self.leader = rows[0]
         if is_leader:
+            if self.term is not None and term != self.term and self.elected.is_set():
+                # The term ran out and this node won the next one: to the
+                # other nodes that is a new leadership, so it is one here too.
+                yield from self._lost.declare(f"the term {self.term} of {self.group!r} ran out", expected=True)
+                return False
             self.term = term
         return bool(is_leader)
 
@@ -74,30 +135,52 @@ class LeaderLogic(Bound[S]):
                     won = yield from self._campaign()
                 except Unavailable:
                     won = False
-                if won:
+                if won and not self._stop.is_set():
                     yield from self._keeper.stop()
                     self._lost.reset()
-                    self.elected.set()
-                    if self.on_elected is not None:
-                        yield fx.Call(self.on_elected, (self.term,))
+                    # Renewing before anyone hears of the election.
                     yield from self._keeper.start(sent)
+                    self.elected.set()
+                    log.info("pg_distlock: %s leads %r in term %s", self.node, self.group, self.term)
+                    if self.on_elected is not None:
+                        yield from self._callback(self.on_elected, self.term)
             if (yield fx.Sleep(self.every, self._stop)):
                 return
 
+    def _check_installed(self) -> fx.Gen[None]:
+        try:
+            yield from require_installed()
+        except Unavailable:
+            pass  # the campaign retries until the server is back
+
     def _start_op(self) -> fx.Gen[None]:
+        if self.failure is not None:
+            raise self.failure
+        yield from self._check_installed()
         self._stop = self._rt.new_flag()
         self._campaigner = yield fx.Spawn(self._campaigning())
 
+    def _resign(self, reason: str) -> fx.Gen[None]:
+        yield from self._keeper.stop()
+        was_elected = bool(self.elected.is_set())
+        self.elected.clear()
+        # Also after a local demotion: the server may still count the term.
+        if was_elected or (self.term is not None and time.monotonic() < self._keeper.deadline + 2 * self.margin):
+            try:
+                yield from fx.execute(RESIGN_SQL, (self.group, self.node))
+            except (Unavailable, PermissionDenied):
+                pass
+        if was_elected:
+            yield from self._lost.declare(reason, expected=True)
+
     def _stop_op(self) -> fx.Gen[None]:
-        """Stops campaigning and resigns if leading."""
+        """Stops campaigning and resigns if leading; raises what a callback raised."""
         self._stop.set()
         if self._campaigner is not None:
             yield fx.Join(self._campaigner, timeout=self.every + 5.0)
             self._campaigner = None
-        yield from self._keeper.stop()
-        if self.elected.is_set():
-            try:
-                yield from fx.execute("SELECT distlock.resign_leader(%s, %s)", (self.group, self.node))
-            except Unavailable:
-                pass
-            yield from self._lost.declare(f"{self.node} resigned the leadership of {self.group!r}", expected=True)
+        yield from self._resign(f"{self.node} resigned the leadership of {self.group!r}")
+        if self._callbacks is not None:
+            yield fx.Join(self._callbacks, timeout=self.every + 5.0)
+        if self.failure is not None:
+            raise self.failure

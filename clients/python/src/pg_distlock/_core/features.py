@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from . import effects as fx
+from ..errors import NotInstalled
 
 SQL = """
 SELECT p.proname::text, coalesce(p.proargnames, '{}'::text[])
@@ -41,6 +42,23 @@ def parse(rows: Iterable[tuple[Any, ...]]) -> Features:
         consume_batch_wait=has("consume_tasks", "p_batch", "p_wait"),
         complete_batch=has("complete_tasks", "p_task_ids", "p_worker_id", "p_attempts"),
     )
+
+
+INSTALLED_SQL = (
+    "SELECT pg_catalog.current_database(),"
+    " EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'pg_distlock')"
+)
+
+
+def require_installed() -> fx.Gen[None]:
+    """Raises NotInstalled unless pg_distlock is installed in the database."""
+    rows = yield from fx.execute(INSTALLED_SQL)
+    database, installed = rows[0]
+    if not installed:
+        raise NotInstalled(
+            f"pg_distlock is not installed in database {database!r}: "
+            f"run CREATE EXTENSION pg_distlock in database {database!r}"
+        )
 
 
 def detect_op() -> fx.Gen[Features]:

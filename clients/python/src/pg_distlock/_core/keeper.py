@@ -33,12 +33,19 @@ def interval(value: Seconds) -> timedelta:
 
 
 class Lost:
-    """A flag set once, with its reason and a callback run once."""
+    """A flag set once, with its reason and a callback run once. `then`, if
+    given, is the logic's own reaction, run in its place."""
 
-    def __init__(self, new_flag: Callable[[], fx.Flag], callback: LostCallback | None) -> None:
+    def __init__(
+        self,
+        new_flag: Callable[[], fx.Flag],
+        callback: LostCallback | None,
+        then: Callable[[str], fx.Gen[None]] | None = None,
+    ) -> None:
         self.flag: Any = new_flag()
         self.reason: str | None = None
         self.callback = callback
+        self.then = then
         self._once = threading.Lock()
 
     def reset(self) -> None:
@@ -52,7 +59,9 @@ class Lost:
             self.reason = reason
             self.flag.set()
         log.log(logging.INFO if expected else logging.WARNING, "pg_distlock: %s", reason)
-        if self.callback is not None:
+        if self.then is not None:
+            yield from self.then(reason)
+        elif self.callback is not None:
             try:
                 yield fx.Call(self.callback, (reason,))
             except Exception:
