@@ -8,7 +8,6 @@ reopens them after a failure).
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
 from typing import Callable, TypeVar
 
@@ -140,21 +139,7 @@ class Leader(LeaderLogic[Source]):
     def wait_elected(self, timeout: float | None = None) -> bool:
         """Waits until this node leads (True) or `timeout` seconds pass
         (False); raises what a callback raised."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if self.failure is not None:
-                raise self.failure
-            if self.is_leader:
-                return True
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return False
-            step = 0.1 if left is None else min(left, 0.1)
-            if self.elected.is_set():
-                time.sleep(min(step, 0.01))  # elected, but the watchdog has yet to demote
-            else:
-                # Wakes on election; a failure is seen within a tenth of a second.
-                self.elected.wait(step)
+        return bool(self._rt.run(self._wait_elected_op(timeout)))
 
     def __enter__(self) -> Leader:
         self.start()

@@ -5,7 +5,6 @@ handlers may be plain functions or coroutine functions."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 from typing import Callable, TypeVar
 
@@ -122,24 +121,7 @@ class Leader(LeaderLogic[AsyncSource]):
     async def wait_elected(self, timeout: float | None = None) -> bool:
         """Waits until this node leads (True) or `timeout` seconds pass
         (False); raises what a callback raised."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            if self.failure is not None:
-                raise self.failure
-            if self.is_leader:
-                return True
-            left = None if deadline is None else deadline - loop.time()
-            if left is not None and left <= 0:
-                return False
-            step = 0.1 if left is None else min(left, 0.1)
-            if self.elected.is_set():
-                await asyncio.sleep(min(step, 0.01))  # elected, but the watchdog has yet to demote
-                continue
-            try:
-                await asyncio.wait_for(self.elected.wait(), step)
-            except asyncio.TimeoutError:
-                pass
+        return bool(await self._rt.run(self._wait_elected_op(timeout)))
 
     async def __aenter__(self) -> Leader:
         await self.start()

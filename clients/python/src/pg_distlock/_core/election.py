@@ -147,6 +147,25 @@ class LeaderLogic(Bound[S]):
             if (yield fx.Sleep(self.every, self._stop)):
                 return
 
+    def _wait_elected_op(self, timeout: float | None) -> fx.Gen[bool]:
+        """Until this node leads (True) or `timeout` seconds pass (False);
+        raises what a callback raised."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            if self.is_leader:
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            step = 0.1 if left is None else min(left, 0.1)
+            if self.elected.is_set():
+                yield fx.Sleep(min(step, 0.01))  # elected, but the watchdog has yet to demote
+            else:
+                # Wakes on election; a failure is seen within a tenth of a second.
+                yield fx.Sleep(step, self.elected)
+
     def _check_installed(self) -> fx.Gen[None]:
         try:
             yield from require_installed()
