@@ -8,34 +8,40 @@ reopens them after a failure).
 
 from __future__ import annotations
 
+import logging
+import weakref
 from datetime import datetime
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from . import snowflake
+from ._core.base import HandsOut
 from ._core.election import LeaderLogic
 from ._core.features import Features, detect_op
 from ._core.holds import LeaseLogic, SemaphoreLogic
 from ._core.locks import LockLogic
-from ._core.loop import Loop, WorkerStats
+from ._core.loop import Loop, WorkerStats, default_worker_id
 from ._core.queue import Job, QueueLogic, QueueWorkerLogic
 from ._core.ratelimit import RateLimiterLogic, Throttle, check_rate_limit_op, throttle_op
 from ._core.tasks import TaskClaim, TaskWorkerLogic
 from ._core import effects as fx
 from ._core.keeper import Seconds
-from ._sync import Runtime, Source, resign_on_signals, stop_on_signals
+from ._sync import Runtime, Source, connect_kwargs, resign_on_signals, stop_on_signals
 from .errors import (
     ConnectionLost, Deadlock, DistlockError, NotInstalled, Fenced, InvalidArgument, LeaseLost, LockLost, LockTimeout,
     NotFound, NotHolder, PermissionDenied, RateLimited, ResourceExhausted, Unavailable,
 )
 
 __all__ = [
-    "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
+    "Client", "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
     "RateLimiter", "Throttle", "throttle", "check_rate_limit", "generate_snowflake_id", "snowflake", "features",
     "Features", "WorkerStats", "Source",
     "DistlockError", "LockTimeout", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
     "RateLimited", "InvalidArgument", "NotFound", "Unavailable", "ConnectionLost", "ResourceExhausted", "Deadlock",
     "NotInstalled",
 ]
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
 
 H = TypeVar("H")
 
@@ -49,6 +55,7 @@ def _once(source: Source, op: fx.Gen[H]) -> H:
 
 
 HeldT = TypeVar("HeldT", bound="_Held")
+RunsT = TypeVar("RunsT", bound="_Runs")
 
 
 class _Held:
@@ -64,12 +71,24 @@ class _Held:
         """Gives the hold back; False when it had been lost meanwhile."""
         return self._rt.run(self._release_op())
 
+    def close(self) -> None:
+        """Releases the hold if it is held and closes the connection the
+        object opened for a conninfo source."""
+        try:
+            if getattr(self, "held", False):
+                self.release()
+        finally:
+            self._rt.close()
+
     def __enter__(self: HeldT) -> HeldT:
         self.acquire()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.release()
+        try:
+            self.release()
+        finally:
+            self._rt.close()
 
 
 class Lock(LockLogic[Source], _Held):
@@ -141,12 +160,19 @@ class Leader(LeaderLogic[Source]):
         (False); raises what a callback raised."""
         return bool(self._rt.run(self._wait_elected_op(timeout)))
 
+    def close(self) -> None:
+        """stop(), then closes the connection opened for a conninfo source."""
+        try:
+            self.stop()
+        finally:
+            self._rt.close()
+
     def __enter__(self) -> Leader:
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.close()
 
 
 class _Runs:
@@ -164,6 +190,17 @@ class _Runs:
                 return self._rt.run(self._run_op())
             finally:
                 self._rt.close()
+
+    def close(self) -> None:
+        """Asks the worker to stop and closes the connection it opened."""
+        self.stop()
+        self._rt.close()
+
+    def __enter__(self: RunsT) -> RunsT:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class TaskWorker(TaskWorkerLogic[Source], _Runs):
@@ -202,6 +239,12 @@ class Queue(QueueLogic[Source]):
     def close(self) -> None:
         self._rt.close()
 
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class QueueWorker(QueueWorkerLogic[Source], _Runs):
     """Runs handler(job) for each job; completed on return, failed with the
@@ -220,6 +263,15 @@ class RateLimiter(RateLimiterLogic[Source]):
     def acquire(self, quantity: int = 1, timeout: Seconds | None = None) -> Throttle:
         return self._rt.run(self._acquire_op(quantity, timeout))
 
+    def close(self) -> None:
+        self._rt.close()
+
+    def __enter__(self) -> RateLimiter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def throttle(source: Source, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1) -> Throttle:
     return _once(source, throttle_op(key, max_burst, count_per_period, period, quantity))
@@ -236,3 +288,71 @@ def generate_snowflake_id(source: Source, worker_id: int) -> int:
 def features(source: Source) -> Features:
     """Which optional server functions the connected pg_distlock offers."""
     return _once(source, detect_op())
+
+
+class Client:
+    """One object for an application: owns a connection pool (or uses the
+    psycopg_pool.ConnectionPool it is given) and hands out every primitive
+    over it, so a process keeps at most the pool's connections however many
+    locks, leases or workers it makes. Pooled connections are named
+    `pg_distlock:client:<worker_id>` unless the conninfo names them.
+    close(), or leaving `with`, closes everything it handed out (holds are
+    released, leaders resign, workers are asked to stop) and then the pool
+    it opened."""
+
+    lock = HandsOut(Lock)
+    lease = HandsOut(Lease)
+    semaphore = HandsOut(Semaphore)
+    leader = HandsOut(Leader)
+    queue = HandsOut(Queue)
+    queue_worker = HandsOut(QueueWorker)
+    task_worker = HandsOut(TaskWorker)
+    rate_limiter = HandsOut(RateLimiter)
+
+    def __init__(
+        self, source: str | ConnectionPool[Any], *, min_size: int = 1, max_size: int = 10, worker_id: str | None = None
+    ) -> None:
+        from psycopg_pool import ConnectionPool
+
+        self.worker_id = worker_id or default_worker_id()
+        self._owns_pool = isinstance(source, str)
+        if isinstance(source, str):
+            if min_size < 0 or max_size < max(min_size, 1):
+                raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size} and {max_size}")
+            self.pool: ConnectionPool[Any] = ConnectionPool(
+                source, min_size=min_size, max_size=max_size, open=True, name=f"pg_distlock:{self.worker_id}",
+                kwargs=connect_kwargs(source, f"pg_distlock:client:{self.worker_id}"),
+            )
+        else:
+            self.pool = source
+        self._handed_out: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def throttle(self, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1) -> Throttle:
+        return throttle(self.pool, key, max_burst, count_per_period, period, quantity)
+
+    def check_rate_limit(self, key: str, max_requests: int, window_seconds: int) -> bool:
+        return check_rate_limit(self.pool, key, max_requests, window_seconds)
+
+    def generate_snowflake_id(self, worker_id: int) -> int:
+        return generate_snowflake_id(self.pool, worker_id)
+
+    def features(self) -> Features:
+        return features(self.pool)
+
+    def close(self) -> None:
+        """Closes what the client handed out, then the pool it opened."""
+        try:
+            for made in list(self._handed_out):
+                try:
+                    made.close()
+                except Exception:
+                    logging.getLogger("pg_distlock").exception("pg_distlock: closing %r failed", made)
+        finally:
+            if self._owns_pool:
+                self.pool.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

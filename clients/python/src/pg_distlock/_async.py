@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from ._sync import OWN_CONNECTION
+from ._sync import connect_kwargs
 from .errors import DistlockError, translate
 
 T = TypeVar("T")
@@ -48,6 +48,11 @@ class Runtime:
         self._shared: psycopg.AsyncConnection[Any] | None = None
         self._shared_lock = asyncio.Lock()
         self._features: weakref.WeakKeyDictionary[Any, features.Features] = weakref.WeakKeyDictionary()
+        self.label = "pg_distlock"
+        """The application_name of connections opened from a conninfo that names none."""
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        return connect_kwargs(self.source, self.label)
 
     def new_flag(self) -> asyncio.Event:
         return asyncio.Event()
@@ -96,7 +101,7 @@ class Runtime:
     async def _shared_connection(self) -> psycopg.AsyncConnection[Any]:
         async with self._shared_lock:
             if self._shared is None or self._shared.closed:
-                self._shared = await psycopg.AsyncConnection.connect(self.source, **OWN_CONNECTION)  # type: ignore[arg-type]
+                self._shared = await psycopg.AsyncConnection.connect(self.source, **self.connect_kwargs())  # type: ignore[arg-type]
             return self._shared
 
     async def _perform(self, effect: fx.Effect) -> Any:
@@ -145,7 +150,7 @@ class Runtime:
         if isinstance(self.source, psycopg.AsyncConnection):
             return Held(self.source, owned=False)
         if isinstance(self.source, str):
-            return Held(await psycopg.AsyncConnection.connect(self.source, **OWN_CONNECTION), owned=True)  # type: ignore[arg-type]
+            return Held(await psycopg.AsyncConnection.connect(self.source, **self.connect_kwargs()), owned=True)
         return Held(await self.source.getconn(), owned=True)
 
     async def _close(self, session: fx.Session, discard: bool) -> None:

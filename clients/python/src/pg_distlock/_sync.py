@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar, Union
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -31,6 +32,15 @@ a failure, so a multi-host conninfo follows a failover)."""
 OWN_CONNECTION = {"autocommit": True, "prepare_threshold": None}
 
 
+def connect_kwargs(source: Any, label: str) -> dict[str, Any]:
+    """How the client opens a connection from a conninfo: autocommit, never
+    preparing, and named `label` unless the conninfo names it."""
+    kwargs: dict[str, Any] = dict(OWN_CONNECTION)
+    if isinstance(source, str) and "application_name" not in conninfo_to_dict(source):
+        kwargs["application_name"] = label
+    return kwargs
+
+
 class Held:
     """A connection kept across calls; `owned` when the client opened it."""
 
@@ -43,7 +53,8 @@ class Spawned:
     def __init__(self, runtime: Runtime, gen: fx.Gen[Any]) -> None:
         self.result: Any = None
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._main, args=(runtime, gen), daemon=True)
+        name = f"pg_distlock-{getattr(gen, '__name__', 'task').strip('_')}:{runtime.label}"
+        self.thread = threading.Thread(target=self._main, args=(runtime, gen), name=name, daemon=True)
         self.thread.start()
 
     def _main(self, runtime: Runtime, gen: fx.Gen[Any]) -> None:
@@ -68,6 +79,11 @@ class Runtime:
         self._shared: psycopg.Connection[Any] | None = None
         self._shared_lock = threading.Lock()
         self._features: weakref.WeakKeyDictionary[Any, features.Features] = weakref.WeakKeyDictionary()
+        self.label = "pg_distlock"
+        """The application_name of connections opened from a conninfo that names none."""
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        return connect_kwargs(self.source, self.label)
 
     def new_flag(self) -> threading.Event:
         return threading.Event()
@@ -118,7 +134,7 @@ class Runtime:
     def _shared_connection(self) -> psycopg.Connection[Any]:
         with self._shared_lock:
             if self._shared is None or self._shared.closed:
-                self._shared = psycopg.connect(self.source, **OWN_CONNECTION)  # type: ignore[arg-type]
+                self._shared = psycopg.connect(self.source, **self.connect_kwargs())  # type: ignore[arg-type]
             return self._shared
 
     def _perform(self, effect: fx.Effect) -> Any:
@@ -161,7 +177,7 @@ class Runtime:
         if isinstance(self.source, psycopg.Connection):
             return Held(self.source, owned=False)
         if isinstance(self.source, str):
-            return Held(psycopg.connect(self.source, **OWN_CONNECTION), owned=True)  # type: ignore[arg-type]
+            return Held(psycopg.connect(self.source, **self.connect_kwargs()), owned=True)
         return Held(self.source.getconn(), owned=True)
 
     def _close(self, session: fx.Session, discard: bool) -> None:

@@ -5,17 +5,21 @@ handlers may be plain functions or coroutine functions."""
 
 from __future__ import annotations
 
+import logging
+import weakref
 from datetime import datetime
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ._async import AsyncSource, Runtime, resign_on_signals, stop_on_signals
+from ._sync import connect_kwargs
 from ._core import effects as fx
+from ._core.base import HandsOut
 from ._core.election import LeaderLogic
 from ._core.features import Features, detect_op
 from ._core.holds import LeaseLogic, SemaphoreLogic
 from ._core.keeper import Seconds
 from ._core.locks import LockLogic
-from ._core.loop import Loop, WorkerStats
+from ._core.loop import Loop, WorkerStats, default_worker_id
 from ._core.queue import Job, QueueLogic, QueueWorkerLogic
 from ._core.ratelimit import RateLimiterLogic, Throttle, check_rate_limit_op, throttle_op
 from ._core.tasks import TaskClaim, TaskWorkerLogic
@@ -25,13 +29,16 @@ from .errors import (
 )
 
 __all__ = [
-    "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
+    "Client", "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
     "RateLimiter", "Throttle", "throttle", "check_rate_limit", "generate_snowflake_id", "features", "Features",
     "WorkerStats", "AsyncSource",
     "DistlockError", "LockTimeout", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
     "RateLimited", "InvalidArgument", "NotFound", "Unavailable", "ConnectionLost", "ResourceExhausted", "Deadlock",
     "NotInstalled",
 ]
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
 
 H = TypeVar("H")
 
@@ -45,6 +52,7 @@ async def _once(source: AsyncSource, op: fx.Gen[H]) -> H:
 
 
 HeldT = TypeVar("HeldT", bound="_Held")
+RunsT = TypeVar("RunsT", bound="_Runs")
 
 
 class _Held:
@@ -57,12 +65,24 @@ class _Held:
     async def release(self) -> bool:
         return bool(await self._rt.run(self._release_op()))
 
+    async def close(self) -> None:
+        """Releases the hold if it is held and closes the connection the
+        object opened for a conninfo source."""
+        try:
+            if getattr(self, "held", False):
+                await self.release()
+        finally:
+            await self._rt.close()
+
     async def __aenter__(self: HeldT) -> HeldT:
         await self.acquire()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.release()
+        try:
+            await self.release()
+        finally:
+            await self._rt.close()
 
 
 class Lock(LockLogic[AsyncSource], _Held):
@@ -123,12 +143,19 @@ class Leader(LeaderLogic[AsyncSource]):
         (False); raises what a callback raised."""
         return bool(await self._rt.run(self._wait_elected_op(timeout)))
 
+    async def close(self) -> None:
+        """stop(), then closes the connection opened for a conninfo source."""
+        try:
+            await self.stop()
+        finally:
+            await self._rt.close()
+
     async def __aenter__(self) -> Leader:
         await self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+        await self.close()
 
 
 class _Runs:
@@ -143,6 +170,17 @@ class _Runs:
                 return await self._rt.run(self._run_op())
             finally:
                 await self._rt.close()
+
+    async def close(self) -> None:
+        """Asks the worker to stop and closes the connection it opened."""
+        self.stop()
+        await self._rt.close()
+
+    async def __aenter__(self: RunsT) -> RunsT:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 class TaskWorker(TaskWorkerLogic[AsyncSource], _Runs):
@@ -179,6 +217,12 @@ class Queue(QueueLogic[AsyncSource]):
     async def close(self) -> None:
         await self._rt.close()
 
+    async def __aenter__(self) -> Queue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
 
 class QueueWorker(QueueWorkerLogic[AsyncSource], _Runs):
     _queue = staticmethod(Queue)
@@ -193,6 +237,15 @@ class RateLimiter(RateLimiterLogic[AsyncSource]):
 
     async def acquire(self, quantity: int = 1, timeout: Seconds | None = None) -> Throttle:
         return await self._rt.run(self._acquire_op(quantity, timeout))
+
+    async def close(self) -> None:
+        await self._rt.close()
+
+    async def __aenter__(self) -> RateLimiter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 async def throttle(
@@ -211,3 +264,72 @@ async def generate_snowflake_id(source: AsyncSource, worker_id: int) -> int:
 
 async def features(source: AsyncSource) -> Features:
     return await _once(source, detect_op())
+
+
+class Client:
+    """pg_distlock.Client for asyncio, over a psycopg_pool.AsyncConnectionPool:
+    `async with aio.Client(conninfo) as client:` (or `await client.open()`)."""
+
+    lock = HandsOut(Lock)
+    lease = HandsOut(Lease)
+    semaphore = HandsOut(Semaphore)
+    leader = HandsOut(Leader)
+    queue = HandsOut(Queue)
+    queue_worker = HandsOut(QueueWorker)
+    task_worker = HandsOut(TaskWorker)
+    rate_limiter = HandsOut(RateLimiter)
+
+    def __init__(
+        self, source: str | AsyncConnectionPool[Any], *, min_size: int = 1, max_size: int = 10,
+        worker_id: str | None = None,
+    ) -> None:
+        from psycopg_pool import AsyncConnectionPool
+
+        self.worker_id = worker_id or default_worker_id()
+        self._owns_pool = isinstance(source, str)
+        if isinstance(source, str):
+            if min_size < 0 or max_size < max(min_size, 1):
+                raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size} and {max_size}")
+            self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                source, min_size=min_size, max_size=max_size, open=False, name=f"pg_distlock:{self.worker_id}",
+                kwargs=connect_kwargs(source, f"pg_distlock:client:{self.worker_id}"),
+            )
+        else:
+            self.pool = source
+        self._handed_out: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    async def open(self) -> None:
+        """Opens the pool the client made (a no-op for a pool it was given)."""
+        if self._owns_pool:
+            await self.pool.open()
+
+    async def throttle(self, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1) -> Throttle:
+        return await throttle(self.pool, key, max_burst, count_per_period, period, quantity)
+
+    async def check_rate_limit(self, key: str, max_requests: int, window_seconds: int) -> bool:
+        return await check_rate_limit(self.pool, key, max_requests, window_seconds)
+
+    async def generate_snowflake_id(self, worker_id: int) -> int:
+        return await generate_snowflake_id(self.pool, worker_id)
+
+    async def features(self) -> Features:
+        return await features(self.pool)
+
+    async def close(self) -> None:
+        """Closes what the client handed out, then the pool it opened."""
+        try:
+            for made in list(self._handed_out):
+                try:
+                    await made.close()
+                except Exception:
+                    logging.getLogger("pg_distlock").exception("pg_distlock: closing %r failed", made)
+        finally:
+            if self._owns_pool:
+                await self.pool.close()
+
+    async def __aenter__(self) -> Client:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -3,7 +3,7 @@ asyncio), and for holds, the flag that says they were lost."""
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, Callable, Concatenate, Generic, ParamSpec, TypeVar
 
 from .keeper import Lost, LostCallback
 from ..errors import LeaseLost
@@ -44,3 +44,24 @@ class Losable(Bound[S]):
         """Raises LeaseLost (LockLost for locks) if the hold was lost; call it
         before each step whose result must not be recorded by a stale holder."""
         self._lost.check(self.lost_error)
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class HandsOut(Generic[P, T]):
+    """On a Client, `client.lease(...)` is `Lease(client.pool, ...)`,
+    remembered in `client._handed_out` so that client.close() closes it."""
+
+    def __init__(self, cls: Callable[Concatenate[Any, P], T]) -> None:
+        self.cls = cls
+
+    def __get__(self, client: Any, owner: type | None = None) -> Callable[P, T]:
+        def make(*args: P.args, **kwargs: P.kwargs) -> T:
+            made = self.cls(client.pool, *args, **kwargs)
+            client._handed_out.add(made)
+            return made
+
+        make.__doc__ = self.cls.__doc__
+        return make

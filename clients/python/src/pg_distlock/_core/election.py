@@ -58,6 +58,7 @@ class LeaderLogic(Bound[S]):
         super().__init__(source)
         self.group = group
         self.node = node or default_owner()
+        self._rt.label = f"pg_distlock:leader:{self.node}"
         self.ttl = seconds(ttl)
         if self.ttl <= 0:
             raise ValueError(f"ttl must be a positive number of seconds, got {self.ttl:g}")

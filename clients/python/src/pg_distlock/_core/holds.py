@@ -49,6 +49,7 @@ class TtlHold(Losable[S]):
         super().__init__(source, options.get("on_lost"))
         self.name = name
         self.owner = owner or default_owner()
+        self._rt.label = f"pg_distlock:{self.kind}:{self.owner}"
         self.ttl = seconds(ttl)
         self.wait = seconds(options.get("wait", 0.0))
         renew_every = options.get("renew_every")

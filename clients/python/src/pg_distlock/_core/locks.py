@@ -50,6 +50,7 @@ class LockLogic(Losable[S]):
         super().__init__(source, on_lost)
         self._source = source
         self.key = key
+        self._rt.label = f"pg_distlock:lock:{key}"
         self.timeout = timeout
         self.shared = shared
         self.transaction = transaction

@@ -53,6 +53,7 @@ class QueueLogic(Bound[S]):
     def __init__(self, source: S, *, worker_id: str | None = None, lease: Seconds = 300.0) -> None:
         super().__init__(source)
         self.worker_id = worker_id or default_owner()
+        self._rt.label = f"pg_distlock:queue:{self.worker_id}"
         self.lease = seconds(lease)
 
     def _enqueue_op(
@@ -154,6 +155,7 @@ class QueueWorkerLogic(Generic[S], Worker):
     ) -> None:
         self.queue: QueueLogic[Any] = self._queue(source, worker_id=worker_id, lease=lease)
         self._rt: Any = self.queue._rt
+        self._rt.label = f"pg_distlock:queue_worker:{self.queue.worker_id}"
         self.handler = handler
         self.batch = batch
         self.wait = seconds(wait)

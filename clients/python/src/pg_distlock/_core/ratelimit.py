@@ -47,6 +47,7 @@ class RateLimiterLogic(Bound[S]):
     def __init__(self, source: S, key: str, max_burst: int, count_per_period: int, period: Seconds) -> None:
         super().__init__(source)
         self.key = key
+        self._rt.label = f"pg_distlock:rate_limiter:{key}"
         self.max_burst = max_burst
         self.count_per_period = count_per_period
         self.period = seconds(period)

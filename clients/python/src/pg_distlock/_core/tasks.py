@@ -71,6 +71,7 @@ class TaskWorkerLogic(Bound[S], Worker):
         super().__init__(source)
         self.handler = handler
         self.worker_id = worker_id or default_worker_id()
+        self._rt.label = f"pg_distlock:task_worker:{self.worker_id}"
         self.mode: Mode = mode
         self.lease = seconds(lease)
         self.heartbeat = seconds(heartbeat) if heartbeat is not None else self.lease / 3
