@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from ._async import AsyncSource, Runtime, resign_on_signals, stop_on_signals
 from ._sync import connect_kwargs
 from ._core import effects as fx
-from ._core.base import HandsOut
+from ._core.base import HandsOut, check_pool_size
 from ._core.election import LeaderLogic
 from ._core.features import Features, detect_op
 from ._core.holds import LeaseLogic, SemaphoreLogic
@@ -288,8 +288,7 @@ class Client:
         self.worker_id = worker_id or default_worker_id()
         self._owns_pool = isinstance(source, str)
         if isinstance(source, str):
-            if min_size < 0 or max_size < max(min_size, 1):
-                raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size} and {max_size}")
+            check_pool_size(min_size, max_size)
             self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 source, min_size=min_size, max_size=max_size, open=False, name=f"pg_distlock:{self.worker_id}",
                 kwargs=connect_kwargs(source, f"pg_distlock:client:{self.worker_id}"),

@@ -65,3 +65,8 @@ class HandsOut(Generic[P, T]):
 
         make.__doc__ = self.cls.__doc__
         return make
+
+
+def check_pool_size(min_size: int, max_size: int) -> None:
+    if min_size < 0 or max_size < max(min_size, 1):
+        raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size} and {max_size}")
