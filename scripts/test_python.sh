@@ -35,10 +35,20 @@ scripts/cluster.sh start "$work/primary" "$primary_port" pg_cron,pg_distlock
 scripts/cluster.sh standby "$work/standby" "$standby_port" "$primary_port"
 scripts/cluster.sh bouncer "$work/pgbouncer" "$pooler_port" "$primary_port"
 
-echo "== python client: installing clients/python into a fresh venv"
-rm -rf "$work/venv"
+echo "== python client: building its wheel and sdist, installing each into a fresh venv"
+rm -rf "$work/venv" "$work/build-venv" "$work/sdist-venv" "$work/dist"
+"${PYTHON:-python3}" -m venv "$work/build-venv"
+"$work/build-venv/bin/pip" install --quiet --disable-pip-version-check build
+"$work/build-venv/bin/python" -m build --outdir "$work/dist" clients/python >/dev/null
+wheel=$(ls "$work"/dist/pg_distlock-*.whl)
+sdist=$(ls "$work"/dist/pg_distlock-*.tar.gz)
+# The tests run against the wheel, as a user would install it.
 "${PYTHON:-python3}" -m venv "$work/venv"
-"$work/venv/bin/pip" install --quiet --disable-pip-version-check "./clients/python[test]"
+"$work/venv/bin/pip" install --quiet --disable-pip-version-check "$wheel[test]"
+# The sdist installs and imports on its own, with nothing but its declared dependencies.
+"${PYTHON:-python3}" -m venv "$work/sdist-venv"
+"$work/sdist-venv/bin/pip" install --quiet --disable-pip-version-check "$sdist"
+"$work/sdist-venv/bin/python" -c "import pg_distlock, pg_distlock.aio; pg_distlock.Client; pg_distlock.aio.Client"
 
 echo "== python client: mypy --strict"
 (cd clients/python && "$work/venv/bin/mypy" --cache-dir "$work/mypy_cache")

@@ -57,6 +57,21 @@ class Runtime:
     def new_flag(self) -> asyncio.Event:
         return asyncio.Event()
 
+    def cancel(self, session: fx.Session) -> None:
+        """Cancels the statement running on `session`, from the event loop."""
+        assert isinstance(session, Held)
+
+        async def cancel() -> None:
+            try:
+                await session.conn.cancel_safe()
+            except psycopg.Error:
+                pass  # nothing to cancel, or the connection is gone: the loop sees it
+
+        asyncio.ensure_future(cancel())
+
+    def accept_callable(self, fn: Callable[..., Any] | None, what: str) -> None:
+        """Plain and coroutine functions alike."""
+
     async def close(self) -> None:
         async with self._shared_lock:
             if self._shared is not None:

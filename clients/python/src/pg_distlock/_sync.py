@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import threading
@@ -87,6 +88,22 @@ class Runtime:
 
     def new_flag(self) -> threading.Event:
         return threading.Event()
+
+    def cancel(self, session: fx.Session) -> None:
+        """Cancels the statement running on `session` (from any thread)."""
+        assert isinstance(session, Held)
+        try:
+            session.conn.cancel_safe()
+        except psycopg.Error:
+            pass  # nothing to cancel, or the connection is gone: the loop sees it
+
+    def accept_callable(self, fn: Callable[..., Any] | None, what: str) -> None:
+        """A coroutine function would only be called, never run: refused."""
+        if fn is not None and inspect.iscoroutinefunction(fn):
+            raise TypeError(
+                f"{what} {fn.__qualname__} is a coroutine function, which the blocking API cannot await: "
+                "use pg_distlock.aio, or pass a plain function"
+            )
 
     def close(self) -> None:
         """Closes the connection the client opened for a conninfo source."""

@@ -28,6 +28,7 @@ class Losable(Bound[S]):
 
     def __init__(self, source: S, on_lost: LostCallback | None) -> None:
         super().__init__(source)
+        self._rt.accept_callable(on_lost, "on_lost")
         self._lost = Lost(self._rt.new_flag, on_lost)
 
     @property

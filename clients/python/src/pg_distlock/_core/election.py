@@ -64,6 +64,8 @@ class LeaderLogic(Bound[S]):
             raise ValueError(f"ttl must be a positive number of seconds, got {self.ttl:g}")
         self.every = seconds(campaign_every) if campaign_every is not None else self.ttl / 3
         self.margin = safety_margin(self.ttl)
+        self._rt.accept_callable(on_elected, "on_elected")
+        self._rt.accept_callable(on_demoted, "on_demoted")
         self.on_elected = on_elected
         self.on_demoted = on_demoted
         self.handle_signals = handle_signals

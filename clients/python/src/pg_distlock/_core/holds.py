@@ -67,6 +67,9 @@ class TtlHold(Losable[S]):
         raise NotImplementedError
 
     def _acquire_op(self) -> fx.Gen[Any]:
+        if self.held:
+            # A second renewer would outlive the release of the first.
+            raise RuntimeError(f"{self.kind} {self.name!r} is already held by this object: release it first")
         sent = time.monotonic()
 
         def attempt() -> fx.Gen[Any]:

@@ -60,10 +60,17 @@ class LockLogic(Losable[S]):
         self._watcher: fx.Task | None = None
         self.held = False
 
+    def _not_acquired(self) -> str:
+        if self.timeout is None:
+            return f"lock {self.key!r} was not acquired before the session's lock_timeout"
+        return f"lock {self.key!r} was not acquired within {seconds(self.timeout):g} s"
+
     def _key_type(self) -> type:
         return int if isinstance(self.key, int) else str
 
     def _acquire_op(self) -> fx.Gen[None]:
+        if self.held:
+            raise RuntimeError(f"lock {self.key!r} is already held by this object: release it first")
         timeout = None if self.timeout is None else interval(self.timeout)
         sql = LOCK_SQL[self._key_type()]
         if self.transaction:
@@ -72,7 +79,7 @@ class LockLogic(Losable[S]):
                 raise ValueError("a transaction-level lock needs an open transaction: use `with conn.transaction():`")
             got = yield fx.Execute(sql, (self.key, timeout, self.shared, True), in_caller_xact=True)
             if not got[0][0]:
-                raise LockTimeout(f"lock {self.key!r} was not acquired within {self.timeout}")
+                raise LockTimeout(self._not_acquired())
             self.held = True
             return
         session = yield fx.Open()
@@ -83,7 +90,7 @@ class LockLogic(Losable[S]):
             raise
         if not got:
             yield fx.Close(session)
-            raise LockTimeout(f"lock {self.key!r} was not acquired within {self.timeout}")
+            raise LockTimeout(self._not_acquired())
         self._session, self.held = session, True
         self._lost.reset()
         self._stop = self._rt.new_flag()

@@ -44,10 +44,16 @@ class Loop:
         self.handle_signals = handle_signals
         self.stats = WorkerStats()
         self.session: fx.Session | None = None
+        self.waiting = False
+        """True while fetching work, when stop() cancels the statement."""
 
     def stop(self) -> None:
-        """Asks the worker to stop after the task at hand."""
+        """Asks the worker to stop after the task at hand; a wait for work in
+        the server is cancelled, so an idle worker ends at once."""
         self.stopping.set()
+        session = self.session
+        if self.waiting and session is not None:
+            self._rt.cancel(session)
 
     def connect(self) -> fx.Gen[fx.Session | None]:
         """The loop's connection, opened again after a failure with backoff;
@@ -98,10 +104,13 @@ class Loop:
                     break
                 try:
                     sent = time.monotonic()
+                    self.waiting = True
                     work = yield from fetch(session)
                 except Unavailable as exc:
                     yield from self.disconnect(exc)
                     continue
+                finally:
+                    self.waiting = False
                 if not work:
                     if not (yield from self.idle(poll_interval)):
                         break

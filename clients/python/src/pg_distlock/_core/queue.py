@@ -19,7 +19,7 @@ from .base import Bound
 from .holds import default_owner
 from .keeper import Keeper, Lost, Seconds, interval, seconds
 from .loop import Loop, Worker, WorkerStats, error_text, log
-from ..errors import LeaseLost, Unavailable
+from ..errors import DistlockError, LeaseLost, Unavailable
 
 S = TypeVar("S")
 
@@ -84,7 +84,16 @@ class QueueLogic(Bound[S]):
         if batch > 1:
             params = (batch, *params)
         if in_server:
-            rows = yield from fx.execute(consume_sql(batch, True), (*params, interval(wait_s)), on=on)
+            if until is not None and until.is_set():
+                return []
+            try:
+                rows = yield from fx.execute(consume_sql(batch, True), (*params, interval(wait_s)), on=on)
+            except DistlockError as exc:
+                # Cancelled (a worker's stop(), or the session's statement_timeout
+                # shorter than the wait): no job came, and none was claimed.
+                if exc.sqlstate == "57014":
+                    return []
+                raise
             return [Job(*row) for row in rows]
         deadline = time.monotonic() + wait_s
         delay = 0.05
@@ -156,6 +165,7 @@ class QueueWorkerLogic(Generic[S], Worker):
         self.queue: QueueLogic[Any] = self._queue(source, worker_id=worker_id, lease=lease)
         self._rt: Any = self.queue._rt
         self._rt.label = f"pg_distlock:queue_worker:{self.queue.worker_id}"
+        self._rt.accept_callable(handler, "the handler")
         self.handler = handler
         self.batch = batch
         self.wait = seconds(wait)

@@ -69,6 +69,7 @@ class TaskWorkerLogic(Bound[S], Worker):
         on_lost: LostCallback | None = None,
     ) -> None:
         super().__init__(source)
+        self._rt.accept_callable(handler, "the handler")
         self.handler = handler
         self.worker_id = worker_id or default_worker_id()
         self._rt.label = f"pg_distlock:task_worker:{self.worker_id}"
