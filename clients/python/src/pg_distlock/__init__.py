@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from . import snowflake
 from ._core.base import HandsOut, check_pool_size
+from ._core.telemetry import Event as TelemetryEvent, add_hook as add_telemetry_hook
 from ._core.election import LeaderLogic
 from ._core.features import Features, detect_op
 from ._core.holds import LeaseLogic, SemaphoreLogic
@@ -37,7 +38,7 @@ __all__ = [
     "Features", "WorkerStats", "Source",
     "DistlockError", "LockTimeout", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
     "RateLimited", "InvalidArgument", "NotFound", "Unavailable", "ConnectionLost", "ResourceExhausted", "Deadlock",
-    "NotInstalled",
+    "NotInstalled", "TelemetryEvent", "add_telemetry_hook",
 ]
 
 if TYPE_CHECKING:

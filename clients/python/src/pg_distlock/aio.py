@@ -14,6 +14,7 @@ from ._async import AsyncSource, Runtime, resign_on_signals, stop_on_signals
 from ._sync import connect_kwargs
 from ._core import effects as fx
 from ._core.base import HandsOut, check_pool_size
+from ._core.telemetry import Event as TelemetryEvent, add_hook as add_telemetry_hook
 from ._core.election import LeaderLogic
 from ._core.features import Features, detect_op
 from ._core.holds import LeaseLogic, SemaphoreLogic
@@ -34,7 +35,7 @@ __all__ = [
     "WorkerStats", "AsyncSource",
     "DistlockError", "LockTimeout", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
     "RateLimited", "InvalidArgument", "NotFound", "Unavailable", "ConnectionLost", "ResourceExhausted", "Deadlock",
-    "NotInstalled",
+    "NotInstalled", "TelemetryEvent", "add_telemetry_hook",
 ]
 
 if TYPE_CHECKING:

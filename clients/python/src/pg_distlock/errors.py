@@ -57,8 +57,10 @@ class RateLimited(DistlockError):
         self.retry_after = retry_after
 
 
-class InvalidArgument(DistlockError):
-    """22xxx: a NULL, blank, malformed or out-of-range argument."""
+class InvalidArgument(DistlockError, ValueError):
+    """A malformed or out-of-range argument: refused in Python before any
+    round trip (named as the Python parameter, with its unit), or by the
+    server (22xxx)."""
 
 
 class NotFound(DistlockError):

@@ -23,13 +23,14 @@ from typing import Any, Callable, TypeVar
 from . import effects as fx
 from .base import Bound
 from .features import require_installed
+from . import telemetry
 from .holds import default_owner
-from .keeper import Keeper, Lost, Seconds, interval, seconds
+from .keeper import Keeper, Lost, Seconds, interval, positive
 from ..errors import PermissionDenied, Unavailable
 
 S = TypeVar("S")
 
-log = logging.getLogger("pg_distlock.leader")
+log = telemetry.logger("leader")
 
 CAMPAIGN_SQL = "SELECT is_leader, term, leader FROM distlock.try_become_leader(%s, %s, %s)"
 RESIGN_SQL = "SELECT distlock.resign_leader(%s, %s)"
@@ -59,10 +60,8 @@ class LeaderLogic(Bound[S]):
         self.group = group
         self.node = node or default_owner()
         self._rt.label = f"pg_distlock:leader:{self.node}"
-        self.ttl = seconds(ttl)
-        if self.ttl <= 0:
-            raise ValueError(f"ttl must be a positive number of seconds, got {self.ttl:g}")
-        self.every = seconds(campaign_every) if campaign_every is not None else self.ttl / 3
+        self.ttl = positive(ttl, "ttl")
+        self.every = positive(campaign_every, "campaign_every") if campaign_every is not None else self.ttl / 3
         self.margin = safety_margin(self.ttl)
         self._rt.accept_callable(on_elected, "on_elected")
         self._rt.accept_callable(on_demoted, "on_demoted")
@@ -78,6 +77,7 @@ class LeaderLogic(Bound[S]):
         self.failure: BaseException | None = None
         """What a callback raised; the node resigned and stopped campaigning."""
         self._lost = Lost(self._rt.new_flag, None, then=self._demoted)
+        self._lost.identify("leader", group)
         self._keeper = Keeper(
             self._rt.new_flag, self._lost, self.ttl - self.margin, self.every, self._renew, f"leadership of {group!r}"
         )
@@ -144,6 +144,7 @@ class LeaderLogic(Bound[S]):
                     # Renewing before anyone hears of the election.
                     yield from self._keeper.start(sent)
                     self.elected.set()
+                    self._lost.report("acquired")
                     log.info("pg_distlock: %s leads %r in term %s", self.node, self.group, self.term)
                     if self.on_elected is not None:
                         yield from self._callback(self.on_elected, self.term)

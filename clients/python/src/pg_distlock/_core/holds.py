@@ -17,7 +17,7 @@ else:
 
 from . import effects as fx
 from .base import Losable
-from .keeper import Keeper, LostCallback, Seconds, interval, retry_until, seconds
+from .keeper import Keeper, LostCallback, Seconds, at_least, interval, non_negative, positive, retry_until
 from ..errors import LeaseLost, Unavailable
 
 S = TypeVar("S")
@@ -50,10 +50,11 @@ class TtlHold(Losable[S]):
         self.name = name
         self.owner = owner or default_owner()
         self._rt.label = f"pg_distlock:{self.kind}:{self.owner}"
-        self.ttl = seconds(ttl)
-        self.wait = seconds(options.get("wait", 0.0))
+        self.ttl = positive(ttl, "ttl")
+        self.wait = non_negative(options.get("wait", 0.0), "wait")
         renew_every = options.get("renew_every")
-        every = seconds(renew_every) if renew_every is not None else self.ttl / 3
+        every = positive(renew_every, "renew_every") if renew_every is not None else self.ttl / 3
+        self._lost.identify(self.kind, name)
         self._keeper = Keeper(self._rt.new_flag, self._lost, self.ttl, every, self._renew, f"{self.kind} {name!r}")
         self.held = False
 
@@ -81,6 +82,7 @@ class TtlHold(Losable[S]):
         self._lost.reset()
         self.held = True
         yield from self._keeper.start(sent)
+        self._lost.report("acquired")
         return granted
 
     def _release_op(self) -> fx.Gen[bool]:
@@ -90,9 +92,12 @@ class TtlHold(Losable[S]):
         self.held = False
         yield from self._keeper.stop()
         try:
-            return (yield from self._give_back())
+            released = yield from self._give_back()
         except (Unavailable, LeaseLost):
             return False
+        if released:
+            self._lost.report("released")
+        return released
 
 
 class LeaseLogic(TtlHold[S]):
@@ -123,7 +128,7 @@ class SemaphoreLogic(TtlHold[S]):
         self, source: S, name: str, max: int, owner: str | None = None, ttl: Seconds = 30.0,
         **options: Unpack[HoldOptions],
     ) -> None:
-        self.max = max
+        self.max = at_least(max, "max", 1)
         super().__init__(source, name, owner, ttl, **options)
 
     def _take(self) -> fx.Gen[Any]:

@@ -16,7 +16,8 @@ from datetime import timedelta
 from typing import Any, Callable
 
 from . import effects as fx
-from ..errors import LeaseLost, LockTimeout, Unavailable
+from . import telemetry
+from ..errors import InvalidArgument, LeaseLost, LockTimeout, Unavailable
 
 log = logging.getLogger("pg_distlock")
 
@@ -26,6 +27,27 @@ LostCallback = Callable[[str], Any]
 
 def seconds(value: Seconds) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def positive(value: Seconds, name: str) -> float:
+    """`value` in seconds, refused unless it is a finite number above zero."""
+    s = seconds(value)
+    if not 0 < s < float("inf"):
+        raise InvalidArgument(f"{name} must be a positive number of seconds, got {s:g}")
+    return s
+
+
+def non_negative(value: Seconds, name: str) -> float:
+    s = seconds(value)
+    if not 0 <= s < float("inf"):
+        raise InvalidArgument(f"{name} must be zero or a positive number of seconds, got {s:g}")
+    return s
+
+
+def at_least(value: int, name: str, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InvalidArgument(f"{name} must be an integer of at least {least}, got {value!r}")
+    return value
 
 
 def interval(value: Seconds) -> timedelta:
@@ -47,6 +69,20 @@ class Lost:
         self.callback = callback
         self.then = then
         self._once = threading.Lock()
+        self.primitive: str | None = None
+        self.name = ""
+        """What is held, for logs and telemetry (set by the owner)."""
+
+    def identify(self, primitive: str, name: object) -> None:
+        self.primitive, self.name = primitive, str(name)
+
+    @property
+    def log(self) -> logging.Logger:
+        return telemetry.logger(self.primitive) if self.primitive else log
+
+    def report(self, kind: str) -> None:
+        if self.primitive:
+            telemetry.emit(telemetry.Event(kind, self.primitive, self.name))
 
     def reset(self) -> None:
         self.flag.clear()
@@ -58,14 +94,15 @@ class Lost:
                 return
             self.reason = reason
             self.flag.set()
-        log.log(logging.INFO if expected else logging.WARNING, "pg_distlock: %s", reason)
+        self.log.log(logging.INFO if expected else logging.WARNING, "pg_distlock: %s", reason)
+        self.report("released" if expected else "lost")
         if self.then is not None:
             yield from self.then(reason)
         elif self.callback is not None:
             try:
                 yield fx.Call(self.callback, (reason,))
             except Exception:
-                log.exception("pg_distlock: the on_lost callback failed")
+                self.log.exception("pg_distlock: the on_lost callback failed")
 
     def check(self, error: type[LeaseLost] = LeaseLost) -> None:
         if self.flag.is_set():
@@ -119,7 +156,7 @@ class Keeper:
                 # Keep trying: the hold is still ours until the deadline, and a
                 # failover or a reconnect may well come before it.
                 delay = min(self.every, 0.5)
-                log.info("pg_distlock: renewing %s failed, retrying: %s", self.what, exc)
+                self.lost.log.info("pg_distlock: renewing %s failed, retrying: %s", self.what, exc)
                 continue
             except Exception as exc:
                 yield from self.lost.declare(f"{self.what} lost: {exc}")
@@ -128,6 +165,7 @@ class Keeper:
                 yield from self.lost.declare(f"{self.what} lost: the server no longer has it")
                 return
             self._deadline = max(self._deadline, sent + self.ttl)
+            self.lost.report("renewed")
             delay = self.every
 
     def _watching(self) -> fx.Gen[None]:

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from . import effects as fx
 from .base import Losable
-from .keeper import LostCallback, Seconds, interval, seconds
+from .keeper import LostCallback, Seconds, interval, non_negative, positive, seconds
 from ..errors import LockLost, LockTimeout, Unavailable
 
 S = TypeVar("S")
@@ -51,10 +51,11 @@ class LockLogic(Losable[S]):
         self._source = source
         self.key = key
         self._rt.label = f"pg_distlock:lock:{key}"
-        self.timeout = timeout
+        self._lost.identify("lock", key)
+        self.timeout = timeout if timeout is None else non_negative(timeout, "timeout")
         self.shared = shared
         self.transaction = transaction
-        self.check_every = seconds(check_every)
+        self.check_every = positive(check_every, "check_every")
         self._session: fx.Session | None = None
         self._stop: fx.Flag = self._rt.new_flag()
         self._watcher: fx.Task | None = None
@@ -81,6 +82,7 @@ class LockLogic(Losable[S]):
             if not got[0][0]:
                 raise LockTimeout(self._not_acquired())
             self.held = True
+            self._lost.report("acquired")
             return
         session = yield fx.Open()
         try:
@@ -95,6 +97,7 @@ class LockLogic(Losable[S]):
         self._lost.reset()
         self._stop = self._rt.new_flag()
         self._watcher = yield fx.Spawn(self._watching(session))
+        self._lost.report("acquired")
 
     def _watching(self, session: fx.Session) -> fx.Gen[None]:
         while not (yield fx.Sleep(self.check_every, self._stop)):
@@ -122,4 +125,6 @@ class LockLogic(Losable[S]):
             except Unavailable:
                 unlocked = False
         yield fx.Close(session, discard=not unlocked)
+        if unlocked:
+            self._lost.report("released")
         return unlocked

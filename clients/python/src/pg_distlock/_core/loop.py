@@ -13,7 +13,7 @@ from typing import Any, Callable, TypeVar
 from . import effects as fx
 from ..errors import Unavailable
 
-log = logging.getLogger("pg_distlock")
+log = logging.getLogger("pg_distlock.worker")
 
 T = TypeVar("T")
 

@@ -15,11 +15,14 @@ from typing import Any, Callable, Generic, Iterable, TypeVar
 from psycopg.types.json import Jsonb
 
 from . import effects as fx
+from . import telemetry
 from .base import Bound
 from .holds import default_owner
-from .keeper import Keeper, Lost, Seconds, interval, seconds
-from .loop import Loop, Worker, WorkerStats, error_text, log
+from .keeper import Keeper, Lost, Seconds, at_least, interval, non_negative, positive
+from .loop import Loop, Worker, WorkerStats, error_text
 from ..errors import DistlockError, LeaseLost, Unavailable
+
+log = telemetry.logger("queue")
 
 S = TypeVar("S")
 
@@ -54,7 +57,7 @@ class QueueLogic(Bound[S]):
         super().__init__(source)
         self.worker_id = worker_id or default_owner()
         self._rt.label = f"pg_distlock:queue:{self.worker_id}"
-        self.lease = seconds(lease)
+        self.lease = positive(lease, "lease")
 
     def _enqueue_op(
         self,
@@ -77,7 +80,8 @@ class QueueLogic(Bound[S]):
     ) -> fx.Gen[list[Job]]:
         """Up to `batch` jobs, waiting up to `wait` seconds for one: in the
         server when it offers that, else polling with a short backoff."""
-        wait_s = seconds(wait)
+        wait_s = non_negative(wait, "wait")
+        at_least(batch, "batch", 1)
         found = yield fx.Detect(on)
         in_server = wait_s > 0 and (found.consume_batch_wait if batch > 1 else found.consume_wait)
         params: tuple[Any, ...] = (self.worker_id, interval(self.lease))
@@ -167,9 +171,9 @@ class QueueWorkerLogic(Generic[S], Worker):
         self._rt.label = f"pg_distlock:queue_worker:{self.queue.worker_id}"
         self._rt.accept_callable(handler, "the handler")
         self.handler = handler
-        self.batch = batch
-        self.wait = seconds(wait)
-        self.heartbeat = seconds(heartbeat) if heartbeat is not None else self.queue.lease / 3
+        self.batch = at_least(batch, "batch", 1)
+        self.wait = non_negative(wait, "wait")
+        self.heartbeat = positive(heartbeat, "heartbeat") if heartbeat is not None else self.queue.lease / 3
         self.max_jobs = max_jobs
         self._loop = Loop(self._rt, exit_when_idle, handle_signals)
 
@@ -203,23 +207,32 @@ class QueueWorkerLogic(Generic[S], Worker):
                 if lost.flag.is_set():
                     break
                 job.lost = lost.flag
+                started = time.monotonic()
                 try:
-                    yield fx.Call(self.handler, (job,))
+                    with telemetry.span("job", job.name, **{"pg_distlock.job_id": job.id}):
+                        yield fx.Call(self.handler, (job,))
                 except LeaseLost:
+                    self._report(job, "lost", started)
                     break
                 except Exception as exc:
                     log.exception("pg_distlock: job %s (%s) failed", job.id, job.name)
+                    self._report(job, "failed", started)
                     pending.remove(job)
                     failed += 1
                     if (yield from self._settle(queue._fail_op(job, error_text(exc)))):
                         stats.failed += 1
                     continue
+                self._report(job, "completed", started)
                 done.append(job)
         finally:
             yield from keeper.stop()
         completed = (yield from self._settle(queue._complete_many_op(done))) or set()
         stats.completed += len(completed)
         stats.lost += len(jobs) - len(completed) - failed
+
+    @staticmethod
+    def _report(job: Job, outcome: str, started: float) -> None:
+        telemetry.emit(telemetry.Event("job", "queue", job.name, outcome, time.monotonic() - started))
 
     def _settle(self, op: fx.Gen[Any]) -> fx.Gen[Any]:
         try:

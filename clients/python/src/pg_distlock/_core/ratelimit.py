@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from . import effects as fx
 from .base import Bound
-from .keeper import Seconds, seconds
+from .keeper import Seconds, at_least, non_negative, positive
 from ..errors import RateLimited
 
 S = TypeVar("S")
@@ -27,9 +27,12 @@ class Throttle:
 
 
 def throttle_op(key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1) -> fx.Gen[Throttle]:
+    at_least(max_burst, "max_burst", 0)
+    at_least(count_per_period, "count_per_period", 1)
+    at_least(quantity, "quantity", 0)
     rows = yield from fx.execute(
         "SELECT allowed, \"limit\", remaining, retry_after_ms, reset_after_ms FROM distlock.throttle(%s, %s, %s, %s, %s)",
-        (key, max_burst, count_per_period, seconds(period), quantity),
+        (key, max_burst, count_per_period, positive(period, "period"), quantity),
     )
     allowed, limit, remaining, retry_ms, reset_ms = rows[0]
     retry = None if allowed or retry_ms is None or retry_ms < 0 else retry_ms / 1000.0
@@ -37,6 +40,8 @@ def throttle_op(key: str, max_burst: int, count_per_period: int, period: Seconds
 
 
 def check_rate_limit_op(key: str, max_requests: int, window_seconds: int) -> fx.Gen[bool]:
+    at_least(max_requests, "max_requests", 1)
+    at_least(window_seconds, "window_seconds", 1)
     return bool((yield from fx.first("SELECT distlock.check_rate_limit(%s, %s, %s)", (key, max_requests, window_seconds))))
 
 
@@ -48,9 +53,9 @@ class RateLimiterLogic(Bound[S]):
         super().__init__(source)
         self.key = key
         self._rt.label = f"pg_distlock:rate_limiter:{key}"
-        self.max_burst = max_burst
-        self.count_per_period = count_per_period
-        self.period = seconds(period)
+        self.max_burst = at_least(max_burst, "max_burst", 0)
+        self.count_per_period = at_least(count_per_period, "count_per_period", 1)
+        self.period = positive(period, "period")
 
     def _try_acquire_op(self, quantity: int = 1) -> fx.Gen[Throttle]:
         return (yield from throttle_op(self.key, self.max_burst, self.count_per_period, self.period, quantity))
@@ -58,7 +63,7 @@ class RateLimiterLogic(Bound[S]):
     def _acquire_op(self, quantity: int = 1, timeout: Seconds | None = None) -> fx.Gen[Throttle]:
         """Waits the server's retry delay until allowed; RateLimited when that
         would take longer than `timeout` or can never succeed."""
-        deadline = None if timeout is None else time.monotonic() + seconds(timeout)
+        deadline = None if timeout is None else time.monotonic() + non_negative(timeout, "timeout")
         while True:
             result = yield from self._try_acquire_op(quantity)
             if result.allowed:

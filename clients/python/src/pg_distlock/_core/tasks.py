@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, TypeVar
 
 from . import effects as fx
+from . import telemetry
 from .base import Bound
-from .keeper import Keeper, Lost, LostCallback, Seconds, interval, seconds
-from .loop import Loop, Worker, WorkerStats, default_worker_id, error_text, log
+from .keeper import Keeper, Lost, LostCallback, Seconds, interval, non_negative, positive
+from .loop import Loop, Worker, WorkerStats, default_worker_id, error_text
 from ..errors import LeaseLost, Unavailable
+
+log = telemetry.logger("task_worker")
 
 S = TypeVar("S")
 Mode = Literal["auto", "session", "lease"]
@@ -74,9 +77,9 @@ class TaskWorkerLogic(Bound[S], Worker):
         self.worker_id = worker_id or default_worker_id()
         self._rt.label = f"pg_distlock:task_worker:{self.worker_id}"
         self.mode: Mode = mode
-        self.lease = seconds(lease)
-        self.heartbeat = seconds(heartbeat) if heartbeat is not None else self.lease / 3
-        self.poll_interval = seconds(poll_interval)
+        self.lease = positive(lease, "lease")
+        self.heartbeat = positive(heartbeat, "heartbeat") if heartbeat is not None else self.lease / 3
+        self.poll_interval = non_negative(poll_interval, "poll_interval")
         self.max_tasks = max_tasks
         self.on_lost = on_lost
         self._loop = Loop(self._rt, exit_when_idle, handle_signals)
@@ -134,8 +137,10 @@ class TaskWorkerLogic(Bound[S], Worker):
         )
         yield from keeper.start(sent)
         status, error = "completed", None
+        started = time.monotonic()
         try:
-            yield fx.Call(self.handler, (claim,))
+            with telemetry.span("task", claim.task_name, **{"pg_distlock.task_id": claim.task_id}):
+                yield fx.Call(self.handler, (claim,))
         except LeaseLost:
             status = "lost"
         except Exception as exc:
@@ -143,7 +148,11 @@ class TaskWorkerLogic(Bound[S], Worker):
             status, error = "failed", error_text(exc)
         finally:
             yield from keeper.stop()
-        if claim.lost.is_set() or status == "lost":
+        lost = claim.lost.is_set() or status == "lost"
+        telemetry.emit(telemetry.Event(
+            "task", "task_worker", claim.task_name, "lost" if lost else status, time.monotonic() - started
+        ))
+        if lost:
             self._loop.stats.lost += 1
             if claim.mode == "session":
                 # A claim the sweep revoked still holds its lock until released.
