@@ -90,7 +90,10 @@ impl History {
         self.file.lock().expect("history file").write_all(line.as_bytes()).expect("history write");
     }
 
+    /// Every operation recorded so far. Writers take the file's lock for each
+    /// line, so holding it here means no line is read half written.
     pub fn read(&self) -> Vec<Op> {
+        let _no_writer = self.file.lock().expect("history file");
         let file = File::open(&self.path).expect("history file");
         BufReader::new(file).lines().map(|l| parse(&l.expect("history line"))).collect()
     }
