@@ -6,8 +6,10 @@ from typing import Iterator
 import psycopg
 import pytest
 
+import pg_distlock
 from pg_distlock import (
-    DistlockError, Fenced, InvalidArgument, LeaseLost, LockTimeout, NotFound, PermissionDenied, Unavailable, errors,
+    DistlockError, Fenced, InvalidArgument, LeaseLost, LockTimeout, NotFound, NotInstalled, PermissionDenied,
+    Unavailable, errors,
 )
 from pg_distlock._core import effects as fx
 from pg_distlock._sync import Runtime
@@ -80,3 +82,12 @@ def test_another_roles_hold_is_permission_denied(db: Db, two_roles: tuple[str, s
 def test_unknown_sqlstates_are_the_base_class() -> None:
     assert errors.error_class("XX000") is DistlockError
     assert errors.error_class("08006") is Unavailable
+
+
+def test_a_missing_extension_says_how_to_install_it(db: Db) -> None:
+    db.admin.execute("DROP EXTENSION pg_distlock")
+    for call in (lambda: pg_distlock.Lease(db.dsn, "x", ttl=5).acquire(),
+                 lambda: pg_distlock.Queue(db.dsn).enqueue("job"),
+                 lambda: pg_distlock.generate_snowflake_id(db.dsn, 1)):
+        with pytest.raises(NotInstalled, match=f"run CREATE EXTENSION pg_distlock in database '{db.name}'"):
+            call()

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from ._sync import connect_kwargs
+from ._sync import connect_kwargs, name_database
 from .errors import DistlockError, translate
 
 T = TypeVar("T")
@@ -34,12 +34,16 @@ class Held:
 
 
 async def run_statement(conn: psycopg.AsyncConnection[Any], effect: fx.Execute) -> fx.Rows:
-    if conn.autocommit or effect.in_caller_xact:
-        cur = await conn.execute(effect.sql, effect.params)
-        return await cur.fetchall() if cur.description else []
-    async with conn.transaction():
-        cur = await conn.execute(effect.sql, effect.params)
-        return await cur.fetchall() if cur.description else []
+    try:
+        if conn.autocommit or effect.in_caller_xact:
+            cur = await conn.execute(effect.sql, effect.params)
+            return await cur.fetchall() if cur.description else []
+        async with conn.transaction():
+            cur = await conn.execute(effect.sql, effect.params)
+            return await cur.fetchall() if cur.description else []
+    except psycopg.Error as exc:
+        name_database(exc, conn)
+        raise
 
 
 class Runtime:

@@ -66,12 +66,24 @@ class Spawned:
 
 
 def run_statement(conn: psycopg.Connection[Any], effect: fx.Execute) -> fx.Rows:
-    if conn.autocommit or effect.in_caller_xact:
-        cur = conn.execute(effect.sql, effect.params)
-        return cur.fetchall() if cur.description else []
-    with conn.transaction():
-        cur = conn.execute(effect.sql, effect.params)
-        return cur.fetchall() if cur.description else []
+    try:
+        if conn.autocommit or effect.in_caller_xact:
+            cur = conn.execute(effect.sql, effect.params)
+            return cur.fetchall() if cur.description else []
+        with conn.transaction():
+            cur = conn.execute(effect.sql, effect.params)
+            return cur.fetchall() if cur.description else []
+    except psycopg.Error as exc:
+        name_database(exc, conn)
+        raise
+
+
+def name_database(exc: psycopg.Error, conn: Any) -> None:
+    """Which database an error came from, for a message that says where to act."""
+    try:
+        exc.distlock_database = conn.info.dbname  # type: ignore[attr-defined]
+    except Exception:
+        pass
 
 
 class Runtime:

@@ -117,6 +117,11 @@ def error_class(sqlstate: str | None) -> type[DistlockError]:
     return _BY_SQLSTATE.get(sqlstate) or _BY_CLASS.get(sqlstate[:2], DistlockError)
 
 
+def _database_of(exc: psycopg.Error) -> str:
+    name = getattr(exc, "distlock_database", None)
+    return name if isinstance(name, str) else "(unknown)"
+
+
 def translate(exc: psycopg.Error) -> DistlockError:
     """The DistlockError for a psycopg error; a failure without SQLSTATE is a
     lost or refused connection."""
@@ -125,6 +130,12 @@ def translate(exc: psycopg.Error) -> DistlockError:
         Unavailable if isinstance(exc, psycopg.OperationalError) else DistlockError
     )
     message = exc.diag.message_primary if sqlstate and exc.diag.message_primary else str(exc)
+    if sqlstate in ("3F000", "42883") and "distlock" in message:
+        # schema "distlock" does not exist; function distlock.… does not exist
+        database = _database_of(exc)
+        cls = NotInstalled
+        message = (f"pg_distlock is not installed in database {database!r} ({message}): "
+                   f"run CREATE EXTENSION pg_distlock in database {database!r}")
     err = cls(message, sqlstate)
     err.__cause__ = exc
     return err
