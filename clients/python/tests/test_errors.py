@@ -91,3 +91,21 @@ def test_a_missing_extension_says_how_to_install_it(db: Db) -> None:
                  lambda: pg_distlock.generate_snowflake_id(db.dsn, 1)):
         with pytest.raises(NotInstalled, match=f"run CREATE EXTENSION pg_distlock in database '{db.name}'"):
             call()
+
+
+@pytest.mark.parametrize("sqlstate, cls", [
+    ("55P03", LockTimeout), ("57014", LockTimeout),
+    ("42501", PermissionDenied),
+    ("55000", LeaseLost),
+    ("40001", Fenced),
+    ("22004", InvalidArgument), ("22023", InvalidArgument), ("22003", InvalidArgument), ("22008", InvalidArgument),
+    ("P0002", NotFound),
+    ("08006", Unavailable), ("08001", Unavailable), ("57P01", Unavailable), ("57P02", Unavailable),
+    ("57P03", Unavailable), ("25006", Unavailable), ("53300", Unavailable),
+    ("53000", errors.ResourceExhausted), ("53200", errors.ResourceExhausted),
+    ("40P01", errors.Deadlock),
+    ("XX000", DistlockError), ("42P01", DistlockError), (None, DistlockError),
+])
+def test_every_documented_sqlstate_maps_to_its_class(sqlstate: str | None, cls: type) -> None:
+    """The README's table, row by row."""
+    assert errors.error_class(sqlstate) is cls
