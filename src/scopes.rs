@@ -122,16 +122,6 @@ fn register_callbacks() {
     CALLBACKS.set(true);
 }
 
-fn role_capabilities_table() -> pg_sys::Oid {
-    unsafe {
-        let schema = pg_sys::get_namespace_oid(c"distlock".as_ptr(), true);
-        if schema == pg_sys::InvalidOid {
-            return pg_sys::InvalidOid;
-        }
-        pg_sys::get_relname_relid(c"role_capabilities".as_ptr(), schema)
-    }
-}
-
 /// The calling role's scope for `capability` (see access::caller). Runs a
 /// statement only when this backend does not know the answer.
 pub fn of_caller(capability: Capability) -> Rc<Scope> {
@@ -147,7 +137,7 @@ fn any_scoped() -> bool {
         return any;
     }
     register_callbacks();
-    TABLE.set(role_capabilities_table());
+    TABLE.set(crate::version::table_oid(c"role_capabilities"));
     // SQL objects of a release before scopes: nobody is scoped.
     let any = crate::version::has_column(c"role_capabilities", c"scope")
         && crate::access::connect(|client| {
@@ -163,9 +153,8 @@ fn cached(role: pg_sys::Oid, capability: Capability) -> Option<Rc<Scope>> {
     SCOPES.with_borrow(|cache| cache.get(&(role, capability)).cloned())
 }
 
+/// Only after any_scoped(), which registered the callbacks that empty the cache.
 fn fill(client: &SpiClient<'_>, role: pg_sys::Oid, capability: Capability) -> Rc<Scope> {
-    register_callbacks();
-    TABLE.set(role_capabilities_table());
     let scope = Rc::new(look_up(client, role, capability));
     SCOPES.with_borrow_mut(|cache| cache.insert((role, capability), scope.clone()));
     scope

@@ -72,12 +72,17 @@ pub fn prepare_checked<R>(client: &SpiClient<'_>, prepare: impl FnOnce() -> R) -
 /// a few syscache lookups, so that a read-only call can choose the statement
 /// an older release's tables support instead of failing until the update.
 pub fn has_column(table: &std::ffi::CStr, column: &std::ffi::CStr) -> bool {
+    let relation = table_oid(table);
+    relation != pg_sys::InvalidOid && unsafe { pg_sys::get_attnum(relation, column.as_ptr()) } > 0
+}
+
+/// The OID of table `distlock.<table>`, InvalidOid when there is none.
+pub fn table_oid(table: &std::ffi::CStr) -> pg_sys::Oid {
     unsafe {
         let schema = pg_sys::get_namespace_oid(c"distlock".as_ptr(), true);
         if schema == pg_sys::InvalidOid {
-            return false;
+            return pg_sys::InvalidOid;
         }
-        let relation = pg_sys::get_relname_relid(table.as_ptr(), schema);
-        relation != pg_sys::InvalidOid && pg_sys::get_attnum(relation, column.as_ptr()) > 0
+        pg_sys::get_relname_relid(table.as_ptr(), schema)
     }
 }

@@ -76,8 +76,7 @@ class _Held:
         """Releases the hold if it is held and closes the connection the
         object opened for a conninfo source."""
         try:
-            if getattr(self, "held", False):
-                self.release()
+            self.release()  # False, and nothing sent, when not held
         finally:
             self._rt.close()
 
@@ -86,10 +85,7 @@ class _Held:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
-            self.release()
-        finally:
-            self._rt.close()
+        self.close()
 
 
 class Lock(LockLogic[Source], _Held):

@@ -70,8 +70,7 @@ class _Held:
         """Releases the hold if it is held and closes the connection the
         object opened for a conninfo source."""
         try:
-            if getattr(self, "held", False):
-                await self.release()
+            await self.release()  # False, and nothing sent, when not held
         finally:
             await self._rt.close()
 
@@ -80,10 +79,7 @@ class _Held:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        try:
-            await self.release()
-        finally:
-            await self._rt.close()
+        await self.close()
 
 
 class Lock(LockLogic[AsyncSource], _Held):
