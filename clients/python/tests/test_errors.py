@@ -8,7 +8,7 @@ import pytest
 
 import pg_distlock
 from pg_distlock import (
-    DistlockError, Fenced, InvalidArgument, LeaseLost, LockTimeout, NotFound, NotInstalled, PermissionDenied,
+    Cancelled, DistlockError, Fenced, InvalidArgument, LeaseLost, LockTimeout, NotFound, NotInstalled, PermissionDenied,
     Unavailable, errors,
 )
 from pg_distlock._core import effects as fx
@@ -41,12 +41,27 @@ def test_server_errors_map_to_the_hierarchy(db: Db, sql: str, sqlstate: str, cls
 
 
 @pytest.mark.parametrize("setting", ["lock_timeout", "statement_timeout"])
-def test_the_sessions_own_timeouts_are_lock_timeouts(db: Db, name: str, setting: str) -> None:
+def test_the_sessions_own_timeouts_end_a_lock_call_with_lock_timeout(db: Db, name: str, setting: str) -> None:
     db.admin.execute("SELECT distlock.lock(%s)", (name,))
     with connect(db.dsn) as conn:
         conn.execute(f"SET {setting} = '50ms'")
-        error = raised(conn, f"SELECT distlock.lock('{name}')")
-    assert isinstance(error, LockTimeout) and error.sqlstate in ("55P03", "57014")
+        with pytest.raises(LockTimeout) as info:
+            pg_distlock.lock(conn, name).acquire()
+    assert info.value.sqlstate in ("55P03", "57014")
+
+
+def test_a_statement_timeout_outside_a_lock_call_is_cancelled_not_a_lock_timeout(db: Db) -> None:
+    queue = pg_distlock.Queue(db.dsn)
+    queue.enqueue("cancelled-call")
+    [job] = queue.consume()
+    with connect(db.dsn) as blocker, blocker.transaction():
+        blocker.execute("SELECT 1 FROM distlock.task_queue WHERE id = %s FOR UPDATE", (job.id,))
+        with connect(db.dsn) as conn:
+            conn.execute("SET statement_timeout = '200ms'")
+            with pytest.raises(Cancelled) as info:
+                pg_distlock.Queue(conn, worker_id=job.worker_id).complete(job)
+    assert info.value.sqlstate == "57014" and not isinstance(info.value, LockTimeout)
+    queue.close()
 
 
 def test_claims_on_a_standby_are_unavailable(db: Db) -> None:
@@ -94,7 +109,7 @@ def test_a_missing_extension_says_how_to_install_it(db: Db) -> None:
 
 
 @pytest.mark.parametrize("sqlstate, cls", [
-    ("55P03", LockTimeout), ("57014", LockTimeout),
+    ("55P03", LockTimeout), ("57014", Cancelled),
     ("42501", PermissionDenied),
     ("55000", LeaseLost),
     ("40001", Fenced),

@@ -25,10 +25,10 @@ from ._core.queue import Job, QueueLogic, QueueWorkerLogic
 from ._core.ratelimit import RateLimiterLogic, Throttle, check_rate_limit_op, throttle_op
 from ._core.tasks import TaskClaim, TaskWorkerLogic
 from ._core import effects as fx
-from ._core.keeper import Seconds
+from ._core.keeper import Seconds, non_negative
 from ._sync import Runtime, Source, connect_kwargs, resign_on_signals, stop_on_signals
 from .errors import (
-    ConnectionLost, Deadlock, DistlockError, NotInstalled, Fenced, InvalidArgument, LeaseLost, LockLost, LockTimeout,
+    Cancelled, ConnectionLost, Deadlock, DistlockError, NotInstalled, Fenced, InvalidArgument, LeaseLost, LockLost, LockTimeout,
     NotFound, NotHolder, PermissionDenied, RateLimited, ResourceExhausted, Unavailable,
 )
 
@@ -36,7 +36,7 @@ __all__ = [
     "Client", "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
     "RateLimiter", "Throttle", "throttle", "check_rate_limit", "generate_snowflake_id", "snowflake", "features",
     "Features", "WorkerStats", "Source",
-    "DistlockError", "LockTimeout", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
+    "DistlockError", "LockTimeout", "Cancelled", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
     "RateLimited", "InvalidArgument", "NotFound", "Unavailable", "ConnectionLost", "ResourceExhausted", "Deadlock",
     "NotInstalled", "TelemetryEvent", "add_telemetry_hook",
 ]
@@ -179,10 +179,21 @@ class _Runs:
     _rt: Runtime
     _loop: Loop
     _run_op: Callable[[], fx.Gen[WorkerStats]]
-    stop: Callable[[], None]
+
+    def stop(self, timeout: Seconds | None = None) -> bool:
+        """Asks the worker to stop, from any thread: it takes no more work and
+        an idle wait in the server is cancelled. Without `timeout` it returns
+        at once. With one, it waits up to `timeout` seconds for run() to
+        return; a handler still running then has its job's or claim's
+        `cancelled` event set (raise to give up: the job is failed and
+        retried, the claim released as failed), and stop waits as long again.
+        True once run() has returned."""
+        self._loop.stop()
+        wait = None if timeout is None else non_negative(timeout, "timeout")
+        return self._rt.run(self._loop.stopped(wait))
 
     def run(self) -> WorkerStats:
-        with stop_on_signals(self.stop, self._loop.handle_signals):
+        with stop_on_signals(self._loop.stop, self._loop.handle_signals):
             try:
                 return self._rt.run(self._run_op())
             finally:

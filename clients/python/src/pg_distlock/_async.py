@@ -8,7 +8,7 @@ import os
 import signal
 import weakref
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, TypeVar, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, TypeVar, Union
 
 import psycopg
 
@@ -140,7 +140,12 @@ class Runtime:
             return True
         if isinstance(effect, fx.Call):
             result = effect.fn(*effect.args)
-            return await result if inspect.isawaitable(result) else result
+            if not inspect.isawaitable(result):
+                return result
+            if effect.cancel is None:
+                return await result
+            assert isinstance(effect.cancel, asyncio.Event)
+            return await cancellable(result, effect.cancel)
         if isinstance(effect, fx.Detect):
             async with self._borrow(effect.on) as conn:
                 found = self._features.get(conn)
@@ -180,6 +185,25 @@ class Runtime:
             await session.conn.close()
         if not isinstance(self.source, str):
             await self.source.putconn(session.conn)  # type: ignore[union-attr]
+
+
+async def cancellable(work: Awaitable[T], cancel: asyncio.Event) -> T:
+    """Awaits `work`, cancelling it once `cancel` is set: HandlerCancelled
+    then, unless the work caught the cancellation and returned."""
+    task = asyncio.ensure_future(work)
+    flagged = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({task, flagged}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        flagged.cancel()
+        if not task.done():
+            task.cancel()
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if task.cancelled() and cancel.is_set():
+            raise fx.HandlerCancelled("stop(timeout) ran out before the handler returned") from None
+        raise
 
 
 async def probe(conn: psycopg.AsyncConnection[Any]) -> bool:

@@ -5,6 +5,7 @@ handlers may be plain functions or coroutine functions."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from datetime import datetime
@@ -18,14 +19,14 @@ from ._core.telemetry import Event as TelemetryEvent, add_hook as add_telemetry_
 from ._core.election import LeaderLogic
 from ._core.features import Features, detect_op
 from ._core.holds import LeaseLogic, SemaphoreLogic
-from ._core.keeper import Seconds
+from ._core.keeper import Seconds, non_negative
 from ._core.locks import LockLogic
 from ._core.loop import Loop, WorkerStats, default_worker_id
 from ._core.queue import Job, QueueLogic, QueueWorkerLogic
 from ._core.ratelimit import RateLimiterLogic, Throttle, check_rate_limit_op, throttle_op
 from ._core.tasks import TaskClaim, TaskWorkerLogic
 from .errors import (
-    ConnectionLost, Deadlock, DistlockError, Fenced, InvalidArgument, LeaseLost, LockLost, LockTimeout,
+    Cancelled, ConnectionLost, Deadlock, DistlockError, Fenced, InvalidArgument, LeaseLost, LockLost, LockTimeout,
     NotFound, NotHolder, NotInstalled, PermissionDenied, RateLimited, ResourceExhausted, Unavailable,
 )
 
@@ -33,7 +34,7 @@ __all__ = [
     "Client", "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
     "RateLimiter", "Throttle", "throttle", "check_rate_limit", "generate_snowflake_id", "features", "Features",
     "WorkerStats", "AsyncSource",
-    "DistlockError", "LockTimeout", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
+    "DistlockError", "LockTimeout", "Cancelled", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
     "RateLimited", "InvalidArgument", "NotFound", "Unavailable", "ConnectionLost", "ResourceExhausted", "Deadlock",
     "NotInstalled", "TelemetryEvent", "add_telemetry_hook",
 ]
@@ -159,10 +160,20 @@ class _Runs:
     _rt: Runtime
     _loop: Loop
     _run_op: Callable[[], fx.Gen[WorkerStats]]
-    stop: Callable[[], None]
+
+    def stop(self, timeout: Seconds | None = None) -> asyncio.Future[bool]:
+        """Asks the worker to stop, from the event loop: it takes no more work
+        and an idle wait in the server is cancelled at once. Await the result
+        to wait: with `timeout`, up to `timeout` seconds for run() to return,
+        after which a handler still running is cancelled (its job failed and
+        retried, its claim released as failed) and as long again for the
+        worker to record that. True once run() has returned."""
+        self._loop.stop()
+        wait = None if timeout is None else non_negative(timeout, "timeout")
+        return asyncio.ensure_future(self._rt.run(self._loop.stopped(wait)))
 
     async def run(self) -> WorkerStats:
-        with stop_on_signals(self.stop, self._loop.handle_signals):
+        with stop_on_signals(self._loop.stop, self._loop.handle_signals):
             try:
                 return await self._rt.run(self._run_op())
             finally:

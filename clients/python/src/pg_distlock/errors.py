@@ -22,8 +22,14 @@ class DistlockError(Exception):
 
 
 class LockTimeout(DistlockError):
-    """Not acquired within the allowed wait (55P03 and 57014 included: the
-    session's own lock_timeout or statement_timeout ended the wait)."""
+    """Not acquired within the allowed wait (55P03, and 57014 in a lock call:
+    the session's own lock_timeout or statement_timeout ended the wait)."""
+
+
+class Cancelled(DistlockError):
+    """57014 outside a lock call: statement_timeout or pg_cancel_backend ended
+    the statement; nothing it would have done was done. (Worker waits for
+    work that end so are an idle round instead.)"""
 
 
 class PermissionDenied(DistlockError):
@@ -91,7 +97,7 @@ class Deadlock(DistlockError):
 
 _BY_SQLSTATE: dict[str, type[DistlockError]] = {
     "55P03": LockTimeout,
-    "57014": LockTimeout,
+    "57014": Cancelled,
     "42501": PermissionDenied,
     "55000": LeaseLost,
     "40001": Fenced,

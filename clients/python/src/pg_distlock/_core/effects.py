@@ -88,10 +88,18 @@ class Sleep:
 
 @dataclass(frozen=True)
 class Call:
-    """Calls user code (a handler or callback); awaits it in the asyncio driver."""
+    """Calls user code (a handler or callback); awaits it in the asyncio driver.
+    Once `cancel` is set, the asyncio driver cancels a handler still running
+    and raises HandlerCancelled (a blocking handler can only be asked, by the
+    flag it was given)."""
 
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
+    cancel: Flag | None = None
+
+
+class HandlerCancelled(Exception):
+    """A handler the worker's stop(timeout) cancelled before it returned."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from . import effects as fx
 from .base import Losable
 from .keeper import LostCallback, Seconds, interval, non_negative, positive, seconds
-from ..errors import LockLost, LockTimeout, Unavailable
+from ..errors import Cancelled, LockLost, LockTimeout, Unavailable
 
 S = TypeVar("S")
 
@@ -66,6 +66,10 @@ class LockLogic(Losable[S]):
             return f"lock {self.key!r} was not acquired before the session's lock_timeout"
         return f"lock {self.key!r} was not acquired within {seconds(self.timeout):g} s"
 
+    def _timed_out(self, cancelled: Cancelled) -> LockTimeout:
+        """The session's statement_timeout (or a cancel) ending the lock's wait."""
+        return LockTimeout(f"{self._not_acquired()}: {cancelled}", cancelled.sqlstate)
+
     def _key_type(self) -> type:
         return int if isinstance(self.key, int) else str
 
@@ -78,7 +82,10 @@ class LockLogic(Losable[S]):
             conn: Any = self._source
             if conn.autocommit and conn.info.transaction_status == 0:
                 raise ValueError("a transaction-level lock needs an open transaction: use `with conn.transaction():`")
-            got = yield fx.Execute(sql, (self.key, timeout, self.shared, True), in_caller_xact=True)
+            try:
+                got = yield fx.Execute(sql, (self.key, timeout, self.shared, True), in_caller_xact=True)
+            except Cancelled as exc:
+                raise self._timed_out(exc) from exc
             if not got[0][0]:
                 raise LockTimeout(self._not_acquired())
             self.held = True
@@ -87,8 +94,10 @@ class LockLogic(Losable[S]):
         session = yield fx.Open()
         try:
             got = yield from fx.first(sql, (self.key, timeout, self.shared, False), on=session)
-        except BaseException:
+        except BaseException as exc:
             yield fx.Close(session, discard=True)
+            if isinstance(exc, Cancelled):
+                raise self._timed_out(exc) from exc
             raise
         if not got:
             yield fx.Close(session)

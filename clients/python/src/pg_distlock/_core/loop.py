@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from . import effects as fx
-from ..errors import Unavailable
+from ..errors import Cancelled, Unavailable
 
 log = logging.getLogger("pg_distlock.worker")
 
@@ -43,6 +43,13 @@ class Loop:
         self.exit_when_idle = exit_when_idle
         self.handle_signals = handle_signals
         self.stats = WorkerStats()
+        self.cancelled: Any = rt.new_flag()
+        """An Event set when stop(timeout) ran out with a handler still
+        running: the handler should give up by raising, which records its job
+        or claim as failed (the asyncio driver cancels it outright)."""
+        self.started = False
+        self.ended: Any = rt.new_flag()
+        """An Event set once run() has returned."""
         self.session: fx.Session | None = None
         self.waiting = False
         """True while fetching work, when stop() cancels the statement."""
@@ -54,6 +61,22 @@ class Loop:
         session = self.session
         if self.waiting and session is not None:
             self._rt.cancel(session)
+
+    def stopped(self, timeout: float | None) -> fx.Gen[bool]:
+        """After stop(): waits up to `timeout` seconds for run() to return,
+        then cancels the handler at work and waits as long again. True once
+        run() has returned or was never started."""
+        if not self.started or self.ended.is_set() or timeout is None:
+            return not self.started or self.ended.is_set()
+        if (yield fx.Sleep(timeout, self.ended)):
+            return True
+        log.warning("pg_distlock: the worker did not stop within %g s: cancelling the handler at work", timeout)
+        self.cancelled.set()
+        return bool((yield fx.Sleep(timeout, self.ended)))
+
+    def call(self, handler: Callable[..., Any], item: Any) -> fx.Gen[Any]:
+        """Runs the handler on one job or claim, cancellable by stop(timeout)."""
+        return (yield fx.Call(handler, (item,), cancel=self.cancelled))
 
     def connect(self) -> fx.Gen[fx.Session | None]:
         """The loop's connection, opened again after a failure with backoff;
@@ -71,14 +94,14 @@ class Loop:
                 delay = min(delay * 2, 5.0)
         return self.session
 
-    def disconnect(self, reason: Exception | None = None) -> fx.Gen[None]:
+    def disconnect(self, reason: Exception | None = None, discard: bool = False) -> fx.Gen[None]:
         if self.session is None:
             return
         session, self.session = self.session, None
         if reason is not None:
             log.warning("pg_distlock: connection lost (%s), reconnecting", reason)
             self.stats.reconnects += 1
-        yield fx.Close(session, discard=reason is not None)
+        yield fx.Close(session, discard=discard or reason is not None)
 
     def idle(self, poll_interval: float) -> fx.Gen[bool]:
         """After finding no work: False when the loop should end."""
@@ -97,6 +120,7 @@ class Loop:
         """Fetches work on the loop's connection and handles it until stopped,
         idle (with exit_when_idle) or `limit` items were claimed; a connection
         failure while fetching reconnects, with backoff."""
+        self.started = True
         try:
             while not self.stopping.is_set() and (limit is None or self.stats.claimed < limit):
                 session = yield from self.connect()
@@ -109,6 +133,12 @@ class Loop:
                 except Unavailable as exc:
                     yield from self.disconnect(exc)
                     continue
+                except Cancelled:
+                    # stop() or the session's statement_timeout ended the fetch:
+                    # an idle round. The connection may keep a session claim
+                    # the cancelled statement took, so it is not reused.
+                    yield from self.disconnect(discard=True)
+                    work = []
                 finally:
                     self.waiting = False
                 if not work:
@@ -118,7 +148,10 @@ class Loop:
                 self.stats.claimed += len(work)
                 yield from handle(session, work, sent)
         finally:
-            yield from self.disconnect()
+            try:
+                yield from self.disconnect()
+            finally:
+                self.ended.set()
         return self.stats
 
 
@@ -135,11 +168,6 @@ class Worker:
     @property
     def stats(self) -> WorkerStats:
         return self._loop.stats
-
-    def stop(self) -> None:
-        """Asks the worker to stop after the task at hand: from any thread with
-        the blocking API, from the event loop with asyncio."""
-        self._loop.stop()
 
 
 def error_text(exc: BaseException) -> str:

@@ -20,7 +20,7 @@ from .base import Bound
 from .holds import default_owner
 from .keeper import Keeper, Lost, Seconds, at_least, interval, non_negative, positive
 from .loop import Loop, Worker, WorkerStats, error_text
-from ..errors import DistlockError, LeaseLost, Unavailable
+from ..errors import Cancelled, LeaseLost, Unavailable
 
 log = telemetry.logger("queue")
 
@@ -41,6 +41,9 @@ class Job:
     worker_id: str
     lost: Any = field(default=None, repr=False)
     """In QueueWorker: an Event set when the job's lease could not be extended."""
+    cancelled: Any = field(default=None, repr=False)
+    """In QueueWorker: an Event set when stop(timeout) ran out: give up by
+    raising; the job is failed and retried."""
 
 
 def consume_sql(batch: int, wait: bool) -> str:
@@ -92,12 +95,10 @@ class QueueLogic(Bound[S]):
                 return []
             try:
                 rows = yield from fx.execute(consume_sql(batch, True), (*params, interval(wait_s)), on=on)
-            except DistlockError as exc:
-                # Cancelled (a worker's stop(), or the session's statement_timeout
-                # shorter than the wait): no job came, and none was claimed.
-                if exc.sqlstate == "57014":
-                    return []
-                raise
+            except Cancelled:
+                # A worker's stop(), or the session's statement_timeout shorter
+                # than the wait: no job came, and none was claimed.
+                return []
             return [Job(*row) for row in rows]
         deadline = time.monotonic() + wait_s
         delay = 0.05
@@ -203,14 +204,17 @@ class QueueWorkerLogic(Generic[S], Worker):
         done: list[Job] = []
         failed = 0
         try:
-            for job in jobs:
+            for n, job in enumerate(jobs):
                 if lost.flag.is_set():
                     break
-                job.lost = lost.flag
+                if self._loop.cancelled.is_set():
+                    failed += yield from self._hand_back(jobs[n:], pending)
+                    break
+                job.lost, job.cancelled = lost.flag, self._loop.cancelled
                 started = time.monotonic()
                 try:
                     with telemetry.span("job", job.name, **{"pg_distlock.job_id": job.id}):
-                        yield fx.Call(self.handler, (job,))
+                        yield from self._loop.call(self.handler, job)
                 except LeaseLost:
                     self._report(job, "lost", started)
                     break
@@ -229,6 +233,15 @@ class QueueWorkerLogic(Generic[S], Worker):
         completed = (yield from self._settle(queue._complete_many_op(done))) or set()
         stats.completed += len(completed)
         stats.lost += len(jobs) - len(completed) - failed
+
+    def _hand_back(self, jobs: list[Job], pending: list[Job]) -> fx.Gen[int]:
+        """Fails the jobs of a batch that a cancelled stop left unstarted, so
+        they are retried without waiting for their leases to run out."""
+        for job in jobs:
+            pending.remove(job)
+            if (yield from self._settle(self.queue._fail_op(job, "not started: the worker was stopped"))):
+                self._loop.stats.failed += 1
+        return len(jobs)
 
     @staticmethod
     def _report(job: Job, outcome: str, started: float) -> None:

@@ -48,6 +48,9 @@ class TaskClaim:
     """An Event set the moment the claim is lost: stop, record nothing."""
     stopping: Any = field(repr=False)
     """An Event set when the worker was asked to stop (it will take no more tasks)."""
+    cancelled: Any = field(repr=False)
+    """An Event set when stop(timeout) ran out: give up by raising; the claim
+    is released as failed."""
     _lost: Lost = field(repr=False)
 
     def check(self) -> None:
@@ -107,7 +110,9 @@ class TaskWorkerLogic(Bound[S], Worker):
         if not acquired:
             return None
         lost = Lost(self._rt.new_flag, self.on_lost)
-        return TaskClaim(task_id, task_name, task_type, token, mode, self.worker_id, lost.flag, self._loop.stopping, lost)
+        return TaskClaim(
+            task_id, task_name, task_type, token, mode, self.worker_id, lost.flag, self._loop.stopping, self._loop.cancelled, lost,
+        )
 
     def _renewer(self, session: fx.Session, claim: TaskClaim) -> Callable[[], fx.Gen[bool]]:
         if claim.mode == "lease":
@@ -140,7 +145,7 @@ class TaskWorkerLogic(Bound[S], Worker):
         started = time.monotonic()
         try:
             with telemetry.span("task", claim.task_name, **{"pg_distlock.task_id": claim.task_id}):
-                yield fx.Call(self.handler, (claim,))
+                yield from self._loop.call(self.handler, claim)
         except LeaseLost:
             status = "lost"
         except Exception as exc:
