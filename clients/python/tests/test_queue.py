@@ -68,8 +68,11 @@ def test_complete_many(db: Db, server: str) -> None:
 
 
 def consumer_query(db: Db, app: str) -> str | None:
-    """The consumer's current (or, when idle, latest) statement."""
-    value = db.value("SELECT query FROM pg_stat_activity WHERE application_name = %s AND query LIKE '%%consume_task%%'", app)
+    """The consumer's current (or, when idle, latest) claim statement (not
+    the feature probe before it, which names consume_task too)."""
+    value = db.value(
+        "SELECT query FROM pg_stat_activity WHERE application_name = %s AND query LIKE '%%FROM distlock.consume_task%%'",
+        app)
     return None if value is None else str(value)
 
 
