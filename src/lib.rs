@@ -12,6 +12,7 @@ mod lock_keys;
 mod lock_wait;
 mod locks;
 mod optimistic;
+mod pg_compat;
 mod plans;
 mod queue;
 mod ratelimit;

@@ -144,11 +144,11 @@ pub fn unlock_task(task_id: i32) -> bool {
     let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
     let legacy = legacy_task_lock_tag(task_id);
     unsafe {
-        if pg_sys::LockHeldByMe(&legacy, mode) {
+        if crate::pg_compat::lock_held_by_me(&legacy, mode) {
             pg_sys::LockRelease(&legacy, mode, true);
         }
         let tag = task_lock_tag(task_id);
-        pg_sys::LockHeldByMe(&tag, mode) && pg_sys::LockRelease(&tag, mode, true)
+        crate::pg_compat::lock_held_by_me(&tag, mode) && pg_sys::LockRelease(&tag, mode, true)
     }
 }
 

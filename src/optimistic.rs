@@ -91,7 +91,7 @@ fn describe_key(trigger: &PgTrigger<'_>) -> String {
         let relation = data.tg_relation;
         let tuple = data.tg_trigtuple;
         let tupdesc = (*relation).rd_att;
-        let pk_index = pg_sys::RelationGetPrimaryKeyIndex(relation);
+        let pk_index = crate::pg_compat::primary_key_index(relation);
         if pk_index == pg_sys::InvalidOid {
             let ctid = (*tuple).t_self;
             return format!(
@@ -107,11 +107,13 @@ fn describe_key(trigger: &PgTrigger<'_>) -> String {
             pg_sys::index_close(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
             return String::new();
         }
+        // The wrapper knows where each version keeps the attributes.
+        let attributes = pgrx::PgTupleDesc::from_pg_unchecked(tupdesc);
         let mut names = Vec::with_capacity(key_count);
         let mut values = Vec::with_capacity(key_count);
         for &attnum in attnums {
             let Some(position) = NonZeroUsize::new(attnum as usize) else { continue };
-            let attr = &*(*tupdesc).attrs.as_ptr().add(position.get() - 1);
+            let Some(attr) = attributes.get(position.get() - 1) else { continue };
             names.push(attr.name().to_string());
             values.push(match pgrx::htup::heap_getattr_raw(tuple, position, tupdesc) {
                 None => "null".to_string(),

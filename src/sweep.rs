@@ -88,7 +88,7 @@ fn may_terminate(pid: i32) -> bool {
         // process has no client to retry, and a roleless one no owner whose
         // rights the caller could be checked against.
         let role = (*proc_).roleId;
-        if (*proc_).isBackgroundWorker || role == pg_sys::InvalidOid {
+        if !crate::pg_compat::is_client_backend(proc_) || role == pg_sys::InvalidOid {
             return false;
         }
         if pg_sys::superuser_arg(role) && !pg_sys::superuser_arg(crate::access::caller()) {

@@ -91,5 +91,5 @@ pub fn acquire(hold: Hold, wait: Wait) -> Outcome {
 pub fn release(key: i64, shared: bool) -> bool {
     let tag = tag(key);
     let mode = mode(shared);
-    unsafe { pg_sys::LockHeldByMe(&tag, mode) && pg_sys::LockRelease(&tag, mode, true) }
+    unsafe { crate::pg_compat::lock_held_by_me(&tag, mode) && pg_sys::LockRelease(&tag, mode, true) }
 }

@@ -92,7 +92,7 @@ impl Sleeper {
                 pg_sys::ConditionVariableTimedSleep(
                     std::ptr::addr_of!(slot.cv).cast_mut(),
                     ms as std::ffi::c_long,
-                    pg_sys::PG_WAIT_EXTENSION,
+                    crate::pg_compat::queue_wait_event(),
                 );
             },
             None => unsafe {
@@ -100,7 +100,7 @@ impl Sleeper {
                     pg_sys::MyLatch,
                     (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
                     ms.min(POLL_INTERVAL_MS) as std::ffi::c_long,
-                    pg_sys::PG_WAIT_EXTENSION,
+                    crate::pg_compat::queue_wait_event(),
                 );
                 pg_sys::ResetLatch(pg_sys::MyLatch);
             },
