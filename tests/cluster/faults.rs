@@ -36,7 +36,7 @@ fn fenced_task(db: &str, timeout: &str) -> Client {
 /// Starts the worker process: claim with `fetch`, wait on WORK_LOCK (the
 /// work), write the result under its token, release with `release`.
 fn start_worker(db: &str, fetch: &str, release: &str) -> Child {
-    let mut child = Command::new("/usr/lib/postgresql/15/bin/psql")
+    let mut child = Command::new(pg_bin("psql"))
         .args(["-X", "-q", "-At", "-h", "127.0.0.1", "-p", &primary_port().to_string(), "-U", "postgres", "-d", db])
         .env("PGAPPNAME", "frozen-worker")
         .stdin(Stdio::piped())

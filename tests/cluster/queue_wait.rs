@@ -213,3 +213,26 @@ fn a_waiting_consumer_does_not_spin_on_a_locked_expired_job() {
     assert!(took >= Duration::from_millis(2900), "the wait ended early: {took:?}");
     assert!(used <= 3, "the waiting backend used {used} CPU ticks in 3 s (idle is 0; spinning used 27)");
 }
+
+/// A waiting consumer names its wait in pg_stat_activity: `DistlockQueueWait`
+/// from PostgreSQL 17 on (a custom wait event), the generic `Extension`
+/// before; in both modes (condition variable and latch).
+#[test]
+fn a_waiting_consumer_shows_a_named_wait_event() {
+    let expected = if PG_MAJOR >= 17 { "DistlockQueueWait" } else { "Extension" };
+    for (mode, port) in storage_modes() {
+        let db = fresh_db_on(port, &format!("queue_wait_event_{mode}"));
+        let waiter = start_waiting(port, port, &db, "named", "60 seconds");
+        let mut watcher = connect_to(port, &db, "watcher");
+        let shown = scalar(
+            &mut watcher,
+            &format!(
+                "SELECT wait_event_type || '/' || wait_event FROM pg_stat_activity
+                  WHERE datname = '{db}' AND application_name = 'named'"
+            ),
+        );
+        assert_eq!(shown.as_deref(), Some(format!("Extension/{expected}").as_str()), "{mode} mode");
+        enqueue(&mut watcher, "wake");
+        assert!(finish(waiter).expect("wait").job.is_some(), "{mode} mode");
+    }
+}

@@ -127,10 +127,24 @@ pub fn connect_when_up(port: u16, db: &str, application_name: &str) -> Client {
     client.expect("connected")
 }
 
+/// The PostgreSQL major version these tests were built for (its Cargo feature).
+pub const PG_MAJOR: u32 = if cfg!(feature = "pg18") {
+    18
+} else if cfg!(feature = "pg17") {
+    17
+} else {
+    15
+};
+
+/// A program of that version's PostgreSQL (pg_ctl, psql, pg_dump, pg_config).
+pub fn pg_bin(program: &str) -> String {
+    format!("/usr/lib/postgresql/{PG_MAJOR}/bin/{program}")
+}
+
 /// Crashes and restarts the primary (pg_ctl -m immediate), then connects to `db` again.
 pub fn crash_restart_primary(db: &str) -> Client {
     let status = std::process::Command::new("runuser")
-        .args(["-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl", "-D"])
+        .args(["-u", "postgres", "--", &pg_bin("pg_ctl"), "-D"])
         .arg(pgdata())
         .args(["-m", "immediate", "-w", "-t", "60", "restart"])
         .stdout(std::process::Stdio::null())
@@ -148,7 +162,7 @@ pub fn crash_restart_primary(db: &str) -> Client {
 
 /// Runs a PostgreSQL client program (pg_dump, pg_restore) against `port`.
 pub fn pg_tool(port: u16, tool: &str, args: &[&str]) {
-    let status = std::process::Command::new(format!("/usr/lib/postgresql/15/bin/{tool}"))
+    let status = std::process::Command::new(pg_bin(tool))
         .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
         .args(args)
         .status()

@@ -271,7 +271,7 @@ fn a_populated_0_1_0_database_upgrades_in_place() {
 /// the library, or a database not yet updated would fail to call it.
 #[test]
 fn the_library_exports_every_symbol_of_every_release() {
-    let pkglibdir = Command::new("/usr/lib/postgresql/15/bin/pg_config").arg("--pkglibdir").output().expect("pg_config");
+    let pkglibdir = Command::new(pg_bin("pg_config")).arg("--pkglibdir").output().expect("pg_config");
     let library = format!("{}/pg_distlock.so", String::from_utf8_lossy(&pkglibdir.stdout).trim());
     let nm = Command::new("nm").args(["-D", "--defined-only", &library]).output().expect("nm");
     let exported: std::collections::HashSet<String> = String::from_utf8_lossy(&nm.stdout)
