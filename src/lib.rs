@@ -4,6 +4,7 @@
 use pgrx::prelude::*;
 
 mod access;
+mod compat;
 mod coordination;
 mod errors;
 mod gucs;

@@ -15,11 +15,11 @@ use crate::errors::{int_in_range, interval_micros, positive_interval, raise_with
 use crate::plans::{first_value, plan, types};
 use crate::scopes::{self, Capability, Scope};
 
-const MAX_BATCH: i32 = 1000;
+pub(crate) const MAX_BATCH: i32 = 1000;
 
 /// One claimed job; the SQL signatures below spell the same columns out,
 /// because pgrx reads them from the function's own tokens.
-type Job = (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text);
+pub(crate) type Job = (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text);
 
 fn clock_now() -> pg_sys::TimestampTz {
     unsafe { pg_sys::GetCurrentTimestamp() }
@@ -144,7 +144,7 @@ fn require_read_committed() {
     }
 }
 
-fn consume(p_batch: i32, p_worker_id: Option<Text>, p_lease: Option<Interval>, p_wait: Option<Interval>) -> Vec<Job> {
+pub(crate) fn consume(p_batch: i32, p_worker_id: Option<Text>, p_lease: Option<Interval>, p_wait: Option<Interval>) -> Vec<Job> {
     let lease = positive_interval(p_lease, "p_lease");
     let wait = wait_micros(p_wait);
     crate::errors::require_primary("consume jobs");
@@ -233,18 +233,4 @@ fn consume_tasks_or_wait(
 > {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
     TableIterator::new(consume(batch, p_worker_id, p_lease, p_wait))
-}
-
-// The C symbols 0.1.0's SQL names (consume_task_wrapper,
-// consume_tasks_wrapper), with its argument lists, for databases not yet
-// updated; the 0.2.0 SQL does not declare them.
-#[pg_extern(sql = false)]
-fn consume_task(p_worker_id: Option<Text>, p_lease: Option<Interval>) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
-    TableIterator::new(consume(1, p_worker_id, p_lease, None))
-}
-
-#[pg_extern(sql = false)]
-fn consume_tasks(p_batch: Option<i32>, p_worker_id: Option<Text>, p_lease: Option<Interval>) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
-    let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
-    TableIterator::new(consume(batch, p_worker_id, p_lease, None))
 }

@@ -12,6 +12,8 @@ mod wake;
 mod queue_tests;
 
 pub use consume::reap_expired_leases;
+pub(crate) use consume::{consume, MAX_BATCH};
+pub(crate) use payload::Payload;
 
 use crate::text::{self, Text};
 use pgrx::spi::SpiClient;
