@@ -8,7 +8,7 @@
 //! SECURITY DEFINER, for two reasons. The caller's role is still known
 //! (`GetUserId()` before the switch), which SECURITY DEFINER would hide; and
 //! no per-call `SET search_path` is needed, which costs a GUC save and restore
-//! on every call (see README Performance). Every name in `sql/queries` is
+//! on every call (see docs/performance.md). Every name in `sql/queries` is
 //! schema-qualified, types and operators included, so the caller's
 //! search_path, `pg_temp` and look-alike objects are never consulted.
 //!

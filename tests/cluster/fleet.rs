@@ -4,7 +4,7 @@
 //! queue jobs completed with their result. Workers reconnect by themselves
 //! (through a multi-host conninfo, after a failover) and go on until stopped.
 //!
-//! The fenced write, as the README's Fencing section advises: in one
+//! The fenced write, as docs/tasks.md (Fencing) advises: in one
 //! transaction, read the counter under a row lock, write n + 1 with the
 //! token, and let a trigger refuse a token that is not the resource's
 //! current one or is lower than the counter has already seen. For task
@@ -277,7 +277,7 @@ fn election_round(w: &mut Worker, group: &str, round: u64) {
 }
 
 /// Consumes a job and completes it in the transaction that records its
-/// result, as the README advises for exactly-once effects.
+/// result, as docs/queue.md advises for exactly-once effects.
 fn queue_round(w: &mut Worker) {
     let consume = format!("SELECT task_id, attempts::int FROM distlock.consume_task('{}', '{HOLD}')", w.name);
     let Some(Some((job, attempt))) = w.run("consume", "job", |_| None, |tx| {

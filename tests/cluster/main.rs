@@ -7,6 +7,7 @@ mod support;
 
 mod checker;
 mod contention;
+mod docs;
 mod failover;
 mod faults;
 mod features;

@@ -195,7 +195,7 @@ fn the_job_queue_works_through_pgbouncer() {
                 let worker = format!("mailer-{i}");
                 let mut c = pooled(&db, &worker);
                 while let Some(job) = scalar(&mut c, &format!("SELECT task_id FROM distlock.consume_task('{worker}')")) {
-                    // Result and completion in one transaction, as the README advises.
+                    // Result and completion in one transaction, as docs/queue.md advises.
                     c.batch_execute(&format!(
                         "BEGIN; INSERT INTO done VALUES ({job}); \
                          DO $$ BEGIN IF NOT distlock.complete_task({job}, '{worker}') THEN RAISE EXCEPTION 'lost'; END IF; END $$; \

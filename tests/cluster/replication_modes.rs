@@ -87,7 +87,7 @@ fn with_synchronous_replication_no_acknowledged_token_is_granted_again_after_fai
     assert!(min_after > max_acked, "after the failover {min_after}, acknowledged before it {max_acked}");
 }
 
-/// The risk the README describes, shown to happen: the standby never saw
+/// The risk docs/failures.md describes, shown to happen: the standby never saw
 /// the last grants, so the promoted server hands out their numbers again.
 #[test]
 fn with_asynchronous_replication_acknowledged_tokens_are_granted_again_after_failover() {

@@ -1,5 +1,5 @@
 //! What is isolated between two roles, and what is not: one test per
-//! sentence of the README's Privileges section ("What is isolated between
+//! sentence of docs/privileges.md ("What is isolated between
 //! roles"). Roles A and B are scoped to `a.` and `b.`.
 
 use crate::support::*;
