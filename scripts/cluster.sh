@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A throwaway PostgreSQL 15 cluster on a loopback port, run as the postgres
+# A throwaway PostgreSQL cluster ($PG_MAJOR, default 15) on a loopback port, run as the postgres
 # user (initdb refuses root). pg_cron is preloaded for the sweep schedule.
 #   scripts/cluster.sh start DIR PORT [PRELOAD]   initdb if needed, then start;
 #                                      PRELOAD is shared_preload_libraries
@@ -12,7 +12,7 @@
 #   scripts/cluster.sh stop DIR        (a cluster or a PgBouncer directory)
 set -euo pipefail
 
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-/usr/lib/postgresql/${PG_MAJOR:-15}/bin}
 as_postgres() { if [ "$(id -un)" = postgres ]; then "$@"; else runuser -u postgres -- "$@"; fi; }
 
 write_conf() {

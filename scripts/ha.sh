@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A throwaway high-availability stack on loopback for the failover tests:
-# one etcd member and two PostgreSQL 15 nodes run by Patroni (Debian's
+# one etcd member and two PostgreSQL nodes ($PG_MAJOR, default 15) run by Patroni (Debian's
 # packages), pg_distlock preloaded, synchronous_mode_strict on. Everything
 # runs as the postgres user (initdb refuses root).
 #   scripts/ha.sh start DIR [BASE_PORT]   BASE_PORT (default 55440): etcd client,
@@ -13,7 +13,7 @@
 # etcd or Patroni service started by the packages cannot collide with it.
 set -euo pipefail
 
-PGBIN=/usr/lib/postgresql/15/bin
+PGBIN=/usr/lib/postgresql/${PG_MAJOR:-15}/bin
 
 # Waits up to $1 seconds for the command after it to succeed.
 wait_for() {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds pg_distlock (release) and installs it into PostgreSQL 15: the
+# Builds pg_distlock (release) and installs it into PostgreSQL $PG_MAJOR
+# (default 15): the
 # library, this version's install script, every upgrade script, and the
 # frozen install scripts of earlier releases, so that a database can also
 # be created at an older version (CREATE EXTENSION pg_distlock VERSION
@@ -7,8 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-cargo pgrx install --release --pg-config "$PG_CONFIG" >/dev/null
+v=${PG_MAJOR:-15}
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/$v/bin/pg_config}
+cargo pgrx install --release --no-default-features --features "pg$v" --pg-config "$PG_CONFIG" >/dev/null
 
 # cargo pgrx install copies upgrade scripts (name--A--B.sql) but not the
 # frozen full scripts of released versions (name--A.sql).

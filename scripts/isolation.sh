@@ -17,9 +17,10 @@ fi
 rm -rf "$out"
 mkdir -p "$out"
 # With --use-existing, pg_isolation_regress expects the database to exist.
-psql=(/usr/lib/postgresql/15/bin/psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres)
+pgdir=/usr/lib/postgresql/${PG_MAJOR:-15}
+psql=("$pgdir/bin/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres)
 "${psql[@]}" -c "DROP DATABASE IF EXISTS distlock_isolation WITH (FORCE)" -c "CREATE DATABASE distlock_isolation"
-/usr/lib/postgresql/15/lib/pgxs/src/test/isolation/pg_isolation_regress \
+"$pgdir/lib/pgxs/src/test/isolation/pg_isolation_regress" \
   --use-existing --host=127.0.0.1 --port="$port" --user=postgres \
   --dbname=distlock_isolation --inputdir=tests/isolation --outputdir="$out" \
   "${specs[@]}" || { cat "$out/regression.diffs" 2>/dev/null; exit 1; }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything pg_distlock needs on Debian 12 and registers
-# PostgreSQL 15 with pgrx. Idempotent: quick when all is already there.
+# PostgreSQL 15 with pgrx; for each other version in PG_VERSIONS (17, 18) it
+# prepares a Debian root with that version (scripts/pgroot.sh) and registers
+# it with pgrx there. Idempotent: quick when all is already there.
 set -euo pipefail
 
 PGRX_VERSION=0.18.1
@@ -43,3 +45,12 @@ case ",$reserved," in
     fi
     ;;
 esac
+
+for v in ${PG_VERSIONS:-15}; do
+  [ "$v" = 15 ] && continue
+  scripts_dir=$(dirname "$0")
+  "$scripts_dir/pgroot.sh" prepare "$v"
+  "$scripts_dir/pgroot.sh" run "$v" bash -c \
+    'grep -qs "^pg$PG_MAJOR = " "$PGRX_HOME/config.toml" ||
+       { mkdir -p "$PGRX_HOME" && cargo pgrx init "--pg$PG_MAJOR" "/usr/lib/postgresql/$PG_MAJOR/bin/pg_config" >/dev/null; }'
+done

@@ -1,86 +1,26 @@
 #!/usr/bin/env bash
-# Runs every pg_distlock test:
-#   1. the #[pg_test] unit tests (cargo pgrx test, one backend per test);
-#   2. tests/cluster: many real connections against a primary with pg_cron
-#      and pg_distlock preloaded (shared-memory mode), its streaming standby,
-#      a plain cluster without preload (table mode), and a transaction-pooling
-#      PgBouncer in front of the primary: concurrency, kills, restarts,
-#      pg_dump, pg_cron, poolers, real process faults;
-#   3. isolation specs (pg_isolation_regress): deterministic interleavings;
-#   4. the Python client's tests (clients/python), against clusters of its own;
-#   5. failover on a Patroni + etcd stack (scripts/ha.sh) and a nemesis soak
-#      against the primary (DISTLOCK_SOAK_SECONDS, default 120).
+# Runs every pg_distlock test on every supported PostgreSQL version:
+# PostgreSQL 15 on the host, 17 and 18 in Debian roots (scripts/pgroot.sh).
+# Each version gets the unit and cluster tests; the newest also gets the
+# isolation specs, the Python client's tests, the Patroni failover stack and
+# the nemesis soak (scripts/test_version.sh lists them).
+#   PG_VERSIONS   the versions to test, oldest first (default "15 17 18"):
+#                 PG_VERSIONS=15 for a quick local run
+#   DISTLOCK_SOAK_SECONDS   length of the soak (default 120)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh
+versions=${PG_VERSIONS:-"15 17 18"}
+newest=${versions##* }
+PG_VERSIONS=$versions scripts/setup.sh
 
-work=${DISTLOCK_TEST_DIR:-/tmp/pg_distlock_test}
-primary_port=${DISTLOCK_TEST_PORT:-55432}
-standby_port=$((primary_port + 1))
-plain_port=$((primary_port + 2))
-pooler_port=$((primary_port + 3))
-ha_base=${DISTLOCK_TEST_HA_BASE_PORT:-55440}
-# Read here and kept from the cluster-test step, which must skip the soak.
-soak_seconds=${DISTLOCK_SOAK_SECONDS:-120}
-unset DISTLOCK_SOAK_SECONDS
-
-cleanup() {
-  scripts/cluster.sh stop "$work/primary" || true
-  scripts/cluster.sh stop "$work/standby" || true
-  scripts/cluster.sh stop "$work/plain" || true
-  scripts/cluster.sh stop "$work/pgbouncer" || true
-  scripts/ha.sh stop "$work/ha" || true
-}
-trap cleanup EXIT
-
-mkdir -p "$work"
-chown postgres "$work"
-rm -rf "$work/pgrx-pgdata"
-install -d -o postgres -m 700 "$work/pgrx-pgdata"
-
-echo "== unit tests (cargo pgrx test)"
-# With --runas, cargo pgrx test installs its build with `sudo cp`, which
-# rewrites the installed library in place: a running server that has it
-# loaded (a demo or benchmark cluster) would crash. Unlinked first, the copy
-# gets a new file and running servers keep the old one.
-rm -f "$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/pg_distlock.so"
-cargo pgrx test pg15 --runas postgres --pgdata "$work/pgrx-pgdata"
-
-echo "== installing the release build"
-scripts/install.sh
-
-echo "== cluster tests"
-cleanup
-rm -rf "$work/primary" "$work/standby" "$work/plain"
-# A small shared rate-limit table, so that a test can fill it.
-CLUSTER_EXTRA_CONF="distlock.rate_limit_capacity = 64" \
-  scripts/cluster.sh start "$work/primary" "$primary_port" pg_cron,pg_distlock
-scripts/cluster.sh standby "$work/standby" "$standby_port" "$primary_port"
-scripts/cluster.sh start "$work/plain" "$plain_port" ""
-scripts/cluster.sh bouncer "$work/pgbouncer" "$pooler_port" "$primary_port"
-
-DISTLOCK_TEST_PORT=$primary_port \
-DISTLOCK_TEST_STANDBY_PORT=$standby_port \
-DISTLOCK_TEST_PLAIN_PORT=$plain_port \
-DISTLOCK_TEST_POOLER_PORT=$pooler_port \
-DISTLOCK_TEST_PGDATA="$work/primary" \
-  cargo test --features cluster-tests --test cluster -- --test-threads=1
-
-echo "== isolation specs (pg_isolation_regress)"
-scripts/isolation.sh "$primary_port"
-
-echo "== Python client (pytest, its own primary, standby and PgBouncer)"
-scripts/test_python.sh
-
-echo "== failover (Patroni) and nemesis soak"
-scripts/ha.sh stop "$work/ha"
-rm -rf "$work/ha"
-scripts/ha.sh start "$work/ha" "$ha_base"
-DISTLOCK_TEST_PORT=$primary_port \
-DISTLOCK_TEST_PGDATA="$work/primary" \
-DISTLOCK_TEST_DIR="$work" \
-DISTLOCK_TEST_HA_PORTS=$((ha_base + 2)),$((ha_base + 3)) \
-DISTLOCK_TEST_HA_API_PORTS=$((ha_base + 4)),$((ha_base + 5)) \
-DISTLOCK_SOAK_SECONDS=$soak_seconds \
-  cargo test --features cluster-tests --test cluster -- --test-threads=1 failover:: replication_modes:: nemesis::
+for v in $versions; do
+  scope=core
+  [ "$v" = "$newest" ] && scope=all
+  echo "==== PostgreSQL $v ($scope)"
+  if [ "$v" = 15 ]; then
+    PG_MAJOR=15 scripts/test_version.sh "$scope"
+  else
+    scripts/pgroot.sh run "$v" scripts/test_version.sh "$scope"
+  fi
+done

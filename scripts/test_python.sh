@@ -8,13 +8,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-work=${DISTLOCK_PY_TEST_DIR:-/tmp/pg_distlock_pytest}
+v=${PG_MAJOR:-15}
+pgbin=/usr/lib/postgresql/$v/bin
+work=${DISTLOCK_PY_TEST_DIR:-/tmp/pg_distlock_pytest}/pg$v
 primary_port=55436
 standby_port=55437
 pooler_port=55438
 
-if [ ! -f "$(/usr/lib/postgresql/15/bin/pg_config --sharedir)/extension/pg_distlock.control" ]; then
-  scripts/setup.sh
+if [ ! -f "$("$pgbin/pg_config" --sharedir)/extension/pg_distlock.control" ]; then
   scripts/install.sh
 fi
 
@@ -28,7 +29,7 @@ trap cleanup EXIT
 cleanup
 rm -rf "$work/primary" "$work/standby" "$work/pgbouncer"
 mkdir -p "$work"
-chown postgres "$work"
+chown postgres "$work" "$(dirname "$work")"
 
 echo "== python client: clusters on $primary_port (primary), $standby_port (standby), $pooler_port (PgBouncer)"
 scripts/cluster.sh start "$work/primary" "$primary_port" pg_cron,pg_distlock
@@ -62,5 +63,6 @@ echo "== python client: pytest"
   DISTLOCK_PY_POOLER_PORT=$pooler_port \
   DISTLOCK_PY_PRIMARY_PGDATA="$work/primary" \
   DISTLOCK_PY_STANDBY_PGDATA="$work/standby" \
+  DISTLOCK_PY_PGBIN="$pgbin" \
     "$work/venv/bin/python" -m pytest -p no:cacheprovider ${PYTEST_ARGS:-}
 )

@@ -13,7 +13,7 @@ import pg_distlock
 from pg_distlock import TaskClaim, WorkerStats
 from conftest import PRIMARY, STANDBY, Db, connect, dsn, eventually, on_standby
 
-PG_CTL = "/usr/lib/postgresql/15/bin/pg_ctl"
+PG_CTL = os.path.join(os.environ.get("DISTLOCK_PY_PGBIN", "/usr/lib/postgresql/15/bin"), "pg_ctl")
 
 
 def pg_ctl(*args: str) -> None:
