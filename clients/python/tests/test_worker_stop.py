@@ -74,6 +74,7 @@ def test_stop_with_a_timeout_waits_for_the_job_at_hand(db: Db) -> None:
     pg_distlock.Queue(db.dsn).enqueue("slow")
     worker, thread = started_worker(db, lambda job: time.sleep(0.5))
     assert worker.stop(timeout=10) is True
+    thread.join(1)
     assert not thread.is_alive()
     assert job_states(db) == [("slow", "completed", "")]
 
@@ -90,7 +91,9 @@ def test_stop_with_a_timeout_cancels_a_handler_that_outlasts_it_and_hands_back_i
     worker, thread = started_worker(db, gives_up_when_cancelled, batch=3)
     began = time.monotonic()
     assert worker.stop(timeout=0.3) is True
-    assert time.monotonic() - began < 2.0 and not thread.is_alive()
+    assert time.monotonic() - began < 2.0
+    thread.join(1)
+    assert not thread.is_alive()
     assert job_states(db) == [
         ("job-0", "failed", "RuntimeError: gave up: the worker is stopping"),
         ("job-1", "failed", "not started: the worker was stopped"),
@@ -140,7 +143,9 @@ def test_stop_with_a_timeout_releases_a_task_claim_as_failed(db: Db) -> None:
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     assert started.wait(10)
-    assert worker.stop(timeout=0.2) is True and not thread.is_alive()
+    assert worker.stop(timeout=0.2) is True
+    thread.join(1)
+    assert not thread.is_alive()
     assert db.rows("SELECT task_id, status, error_message FROM distlock.task_execution_log") == [
         (task, "failed", "RuntimeError: cancelled by stop")]
 

@@ -198,6 +198,7 @@ class _Runs:
                 return self._rt.run(self._run_op())
             finally:
                 self._rt.close()
+                self._loop.ended.set()
 
     def close(self) -> None:
         """Asks the worker to stop and closes the connection it opened."""

@@ -178,6 +178,7 @@ class _Runs:
                 return await self._rt.run(self._run_op())
             finally:
                 await self._rt.close()
+                self._loop.ended.set()
 
     async def close(self) -> None:
         """Asks the worker to stop and closes the connection it opened."""

@@ -49,7 +49,7 @@ class Loop:
         or claim as failed (the asyncio driver cancels it outright)."""
         self.started = False
         self.ended: Any = rt.new_flag()
-        """An Event set once run() has returned."""
+        """An Event set by run() as it returns, its connections closed."""
         self.session: fx.Session | None = None
         self.waiting = False
         """True while fetching work, when stop() cancels the statement."""
@@ -148,10 +148,7 @@ class Loop:
                 self.stats.claimed += len(work)
                 yield from handle(session, work, sent)
         finally:
-            try:
-                yield from self.disconnect()
-            finally:
-                self.ended.set()
+            yield from self.disconnect()
         return self.stats
 
 
