@@ -7,7 +7,11 @@
 # listen on the host's loopback like any other.
 #   scripts/pgroot.sh prepare VERSION         create or refresh the root (cached)
 #   scripts/pgroot.sh run VERSION CMD [ARG…]  run CMD in the root, in this checkout
-#   scripts/pgroot.sh dir VERSION             where the root is
+#   scripts/pgroot.sh dir VERSION [clean]     where the root is
+#   scripts/pgroot.sh prepare-clean VERSION   a root with that version's server
+#                                             and nothing of this project (15:
+#                                             bookworm), to test packages in
+#   scripts/pgroot.sh run-clean VERSION CMD…  run CMD there, nothing bound in
 # The host's own apt sources are never touched: debootstrap and the root's
 # apt fetch the other suites.
 set -euo pipefail
@@ -18,14 +22,19 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 suite_of() {
   case "$1" in
+    15) echo bookworm ;;
     17) echo trixie ;;
     18) echo sid ;;
-    *) echo "pgroot: no root for PostgreSQL $1 (15 runs on the host; 17 and 18 in roots)" >&2; exit 2 ;;
+    *) echo "pgroot: no root for PostgreSQL $1" >&2; exit 2 ;;
   esac
 }
 
 packages_of() {
   local v=$1
+  if [ "${2:-}" = clean ]; then
+    echo "postgresql-$v ca-certificates"
+    return
+  fi
   # Build: the server headers, clang for pgrx's bindgen, a C toolchain for
   # crates that build C. Tests: pg_cron, PgBouncer, sudo for
   # `cargo pgrx test --runas`, Python for the client, Patroni and etcd for
@@ -34,7 +43,7 @@ packages_of() {
        "pkg-config sudo ca-certificates pgbouncer python3 python3-venv patroni python3-etcd etcd-server procps iproute2"
 }
 
-dir_of() { echo "$roots/$(suite_of "$1")-pg$1"; }
+dir_of() { echo "$roots/$(suite_of "$1")-pg$1${2:+-$2}"; }
 
 # enter ROOT BIND_COUNT BIND… CMD…: runs CMD chrooted in ROOT, with /proc,
 # /dev and /sys (package scripts need them) and the given host directories
@@ -64,10 +73,10 @@ root_apt() {
 }
 
 prepare() {
-  local v=$1 suite root want stamp
+  local v=$1 kind=${2:-} suite root want stamp
   suite=$(suite_of "$v")
-  root=$(dir_of "$v")
-  want=$(packages_of "$v")
+  root=$(dir_of "$v" "$kind")
+  want=$(packages_of "$v" "$kind")
   stamp="$root/.pg_distlock-packages"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     trust_as_host "$root"
@@ -131,7 +140,15 @@ run() {
 
 case "${1:-}" in
   prepare) prepare "$2" ;;
+  prepare-clean) prepare "$2" clean ;;
+  run-clean)
+    v=$2; shift 2
+    root=$(dir_of "$v" clean)
+    [ -f "$root/.pg_distlock-packages" ] || prepare "$v" clean
+    enter "$root" 0 /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin LANG=C.UTF-8 \
+      DEBIAN_FRONTEND=noninteractive "$@"
+    ;;
   run) v=$2; shift 2; run "$v" "$@" ;;
-  dir) dir_of "$2" ;;
+  dir) dir_of "$2" "${3:-}" ;;
   *) echo "usage: $0 prepare|run|dir VERSION [CMD…]" >&2; exit 2 ;;
 esac

@@ -3,7 +3,9 @@
 # PostgreSQL 15 on the host, 17 and 18 in Debian roots (scripts/pgroot.sh).
 # Each version gets the unit and cluster tests; the newest also gets the
 # isolation specs, the Python client's tests, the Patroni failover stack and
-# the nemesis soak (scripts/test_version.sh lists them).
+# the nemesis soak (scripts/test_version.sh lists them). Last, each
+# version's package is built and tested (scripts/package.sh,
+# scripts/test_packages.sh).
 #   PG_VERSIONS   the versions to test, oldest first (default "15 17 18"):
 #                 PG_VERSIONS=15 for a quick local run
 #   DISTLOCK_SOAK_SECONDS   length of the soak (default 120)
@@ -24,3 +26,7 @@ for v in $versions; do
     scripts/pgroot.sh run "$v" scripts/test_version.sh "$scope"
   fi
 done
+
+echo "==== packages (scripts/package.sh, each installed where the build never was)"
+PG_VERSIONS=$versions scripts/package.sh
+PG_VERSIONS=$versions scripts/test_packages.sh
