@@ -3,7 +3,8 @@
 # PostgreSQL 15 on the host, 17 and 18 in Debian roots (scripts/pgroot.sh).
 # Each version gets the unit and cluster tests; the newest also gets the
 # isolation specs, the Python client's tests, the Patroni failover stack and
-# the nemesis soak (scripts/test_version.sh lists them). Last, each
+# the nemesis soak (scripts/test_version.sh lists them). On 15, a database
+# made by 0.1.0's own library is updated by this one. Last, each
 # version's package is built and tested (scripts/package.sh,
 # scripts/test_packages.sh).
 #   PG_VERSIONS   the versions to test, oldest first (default "15 17 18"):
@@ -26,6 +27,13 @@ for v in $versions; do
     scripts/pgroot.sh run "$v" scripts/test_version.sh "$scope"
   fi
 done
+
+case " $versions " in
+  *" 15 "*)
+    echo "==== upgrade from 0.1.0 with 0.1.0's own library (scripts/test_real_upgrades.sh)"
+    scripts/test_real_upgrades.sh
+    ;;
+esac
 
 echo "==== packages (scripts/package.sh, each installed where the build never was)"
 PG_VERSIONS=$versions scripts/package.sh

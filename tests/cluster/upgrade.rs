@@ -147,6 +147,29 @@ fn populate(c: &mut Client, worker: &mut Client) {
     .expect("coordination state");
 }
 
+/// `populate` through this library in a 0.1.0 database, when 0.1.0's own
+/// library is not installed: the holds are taken with the role columns (and
+/// the task lease column) added for the while, then dropped, leaving 0.1.0's
+/// columns with the rows 0.1.0 would write (session claims leave the lease
+/// column NULL).
+fn populate_through_this_library(c: &mut Client, worker: &mut Client) {
+    // This library records the role of every hold, so in a 0.1.0 database it
+    // refuses to take one until the update has run.
+    let refused = worker.batch_execute("SELECT distlock.acquire_lease('early', 'node-a', '1 hour')");
+    assert_eq!(sqlstate(refused), "55000", "holds wait for ALTER EXTENSION UPDATE");
+    const HOLD_TABLES: [&str; 5] = ["lease_state", "semaphore_holders", "leader_state", "task_queue", "task_execution_log"];
+    for table in HOLD_TABLES {
+        c.batch_execute(&format!("ALTER TABLE distlock.{table} ADD COLUMN holder_role oid")).expect("add role column");
+    }
+    c.batch_execute("ALTER TABLE distlock.scheduled_tasks ADD COLUMN lease_expires_at timestamptz").expect("add lease column");
+    populate(c, worker);
+    for table in HOLD_TABLES {
+        c.batch_execute(&format!("ALTER TABLE distlock.{table} DROP COLUMN holder_role")).expect("drop role column");
+    }
+    assert_eq!(one_i64(c, "SELECT count(*) FROM distlock.scheduled_tasks WHERE lease_expires_at IS NOT NULL"), 0);
+    c.batch_execute("ALTER TABLE distlock.scheduled_tasks DROP COLUMN lease_expires_at").expect("drop lease column");
+}
+
 #[test]
 fn a_populated_0_1_0_database_upgrades_in_place() {
     let port = plain_port();
@@ -154,25 +177,14 @@ fn a_populated_0_1_0_database_upgrades_in_place() {
     let mut c = new_database(port, db);
     c.batch_execute(&format!("CREATE EXTENSION pg_distlock VERSION '{OLDEST_RELEASE}'")).expect("install 0.1.0");
     let mut worker = connect_to(port, db, "upgrade-worker");
-    // This library records the role of every hold, so in a 0.1.0 database it
-    // refuses to take one until the update has run.
-    let refused = worker.batch_execute("SELECT distlock.acquire_lease('early', 'node-a', '1 hour')");
-    assert_eq!(sqlstate(refused), "55000", "holds wait for ALTER EXTENSION UPDATE");
-    // A 0.1.0 library is not at hand, so the holds are taken through the
-    // functions with the role columns (and the task lease column) added for
-    // the while, then dropped: what is left are 0.1.0's columns with the
-    // rows 0.1.0 would write (session claims leave the lease column NULL).
-    const HOLD_TABLES: [&str; 5] = ["lease_state", "semaphore_holders", "leader_state", "task_queue", "task_execution_log"];
-    for table in HOLD_TABLES {
-        c.batch_execute(&format!("ALTER TABLE distlock.{table} ADD COLUMN holder_role oid")).expect("add role column");
+    let swap = std::env::var("DISTLOCK_TEST_SWAP_LIBRARY").ok();
+    if swap.is_some() {
+        // scripts/test_real_upgrades.sh: the server runs 0.1.0's own library,
+        // which writes its state itself.
+        populate(&mut c, &mut worker);
+    } else {
+        populate_through_this_library(&mut c, &mut worker);
     }
-    c.batch_execute("ALTER TABLE distlock.scheduled_tasks ADD COLUMN lease_expires_at timestamptz").expect("add lease column");
-    populate(&mut c, &mut worker);
-    for table in HOLD_TABLES {
-        c.batch_execute(&format!("ALTER TABLE distlock.{table} DROP COLUMN holder_role")).expect("drop role column");
-    }
-    assert_eq!(one_i64(&mut c, "SELECT count(*) FROM distlock.scheduled_tasks WHERE lease_expires_at IS NOT NULL"), 0);
-    c.batch_execute("ALTER TABLE distlock.scheduled_tasks DROP COLUMN lease_expires_at").expect("drop lease column");
 
     let last_id = one_i64(&mut c, "SELECT distlock.generate_snowflake_id(7)");
     let old_columns = table_columns(&mut c);
@@ -186,8 +198,18 @@ fn a_populated_0_1_0_database_upgrades_in_place() {
     let lease_token = one_i64(&mut c, "SELECT token FROM distlock.lease_state");
     let term = one_i64(&mut c, "SELECT term FROM distlock.leader_state");
 
+    if let Some(command) = &swap {
+        // This tree's library renamed into place, as a package upgrade does:
+        // new backends load it, the worker's keeps the old one mapped.
+        let status = Command::new("sh").args(["-c", command]).status().expect("library swap");
+        assert!(status.success(), "{command} failed");
+    }
     // The worker keeps its session (and its claim) across the update.
     connect_to(port, db, "upgrade-admin").batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
+    // A backend keeps running the library it loaded first (PostgreSQL finds a
+    // loaded library by its path), so what follows asks a new session; only
+    // the worker stays on the library it started with.
+    let mut c = connect_to(port, db, "upgrade-test");
     assert_eq!(
         lines(&mut c, "SELECT extversion FROM pg_extension WHERE extname = 'pg_distlock'"),
         [current_version()]
