@@ -17,37 +17,22 @@ pg_config=/usr/lib/postgresql/15/bin/pg_config
 mkdir -p "$out"
 scripts/setup.sh
 
+# shellcheck source=../scripts/packaging.sh
+source scripts/packaging.sh
 # A private PostgreSQL 15 tree to install builds into.
 private="$out/postgresql"
-rm -rf "$private"
-mkdir -p "$private/usr/lib/postgresql" "$private/usr/share/postgresql"
-cp -a /usr/lib/postgresql/15 "$private/usr/lib/postgresql/"
-cp -a /usr/share/postgresql/15 "$private/usr/share/postgresql/"
+private_postgresql "$private" 15
 export PGBIN="$private/usr/lib/postgresql/15/bin"
-
-# Builds the tree in $1 into a package directory $2 (library and scripts).
-package() {
-  local tree=$1 dest=$2
-  (cd "$tree" && cargo pgrx package --pg-config "$pg_config" --out-dir "$dest" >/dev/null)
-}
-# Unlinks before copying: a library rewritten in place crashes a server that has it loaded.
-install_package() {
-  local pkg=$1
-  (cd "$pkg" && find usr -type f) | while read -r file; do
-    rm -f "$private/$file"
-    cp "$pkg/$file" "$private/$file"
-  done
-}
 
 worktree="$out/tree-$rev"
 [ -d "$worktree" ] || git worktree add --detach "$worktree" "$rev" >/dev/null
-package "$worktree" "$out/pkg-old"
-package "$PWD" "$out/pkg-new"
+package_tree "$worktree" "$out/pkg-old" "$worktree/target" "$pg_config" pg15
+package_tree "$PWD" "$out/pkg-new" "${CARGO_TARGET_DIR:-$PWD/target}" "$pg_config" pg15
 
 for i in $(seq 1 "$rounds"); do
   for build in old new; do
     echo "== round $i: $build"
-    install_package "$out/pkg-$build"
+    install_package "$out/pkg-$build" "$private"
     BENCH_INSTALL=0 benches/run.sh >"$out/${build}_$i.txt" 2>&1
   done
 done

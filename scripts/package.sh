@@ -15,6 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dist=${DIST_DIR:-$PWD/dist}
+# shellcheck source=packaging.sh
+source scripts/packaging.sh
 
 # One artifact for PG_MAJOR, built where that version's pg_config runs.
 build_one() {
@@ -27,10 +29,7 @@ build_one() {
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' RETURN
   echo "package: building pg_distlock $version for PostgreSQL $v"
-  cargo pgrx package --no-default-features --features "pg$v" --pg-config "$pg_config" \
-    --out-dir "$stage/root" >"$stage/build.log" 2>&1 || { cat "$stage/build.log" >&2; return 1; }
-  # cargo pgrx package copies upgrade scripts, not released install scripts.
-  install -m 644 sql/pg_distlock--*.sql "$stage/root$extdir/"
+  package_tree "$PWD" "$stage/root" "${CARGO_TARGET_DIR:-$PWD/target}" "$pg_config" "pg$v"
   strip --strip-unneeded "$stage/root$libdir/pg_distlock.so"
   mkdir -p "$dist"
   if [ "$v" = 18 ]; then

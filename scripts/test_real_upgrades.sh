@@ -20,49 +20,24 @@ work=${DISTLOCK_TEST_DIR:-/tmp/pg_distlock_test}/real-upgrades
 private=$work/postgresql
 port=55439
 
-# Copies a package directory (usr/...) into the private tree: each file
-# written beside its target and renamed over it.
-install_package() {
-  local pkg=$1 file
-  (cd "$pkg" && find usr -type f) | while read -r file; do
-    cp "$pkg/$file" "$private/$file.new"
-    mv -f "$private/$file.new" "$private/$file"
-  done
-}
+# shellcheck source=packaging.sh
+source scripts/packaging.sh
 
 if [ "${1:-}" = swap ]; then
-  install_package "$2"
+  install_package "$2" "$private"
   exit 0
 fi
-
-# The package directory of the tree in $1, built into $2 in target
-# directory $3 (pgrx generates the SQL from the library it finds there, so
-# two trees must never share one).
-build() {
-  local tree=$1 dest=$2 target=$3
-  rm -rf "$dest"
-  (cd "$tree" && CARGO_TARGET_DIR=$target cargo pgrx package --no-default-features --features pg15 \
-     --pg-config "$pg_config" --out-dir "$dest" >"$dest.log" 2>&1) || { cat "$dest.log" >&2; return 1; }
-  # cargo pgrx package leaves out released install scripts (0.1.0 had none).
-  if compgen -G "$tree/sql/pg_distlock--*.sql" >/dev/null; then
-    install -m 644 "$tree"/sql/pg_distlock--*.sql "$dest/usr/share/postgresql/15/extension/"
-  fi
-}
 
 mkdir -p "$cache" "$work"
 chown postgres "$work"
 tree=$cache/tree-$release
 [ -d "$tree" ] || git worktree add --detach "$tree" "$commit" >/dev/null
 echo "== real upgrade from $release: building $release ($commit) and this tree"
-build "$tree" "$cache/pkg-$release" "$cache/target-$release"
-build "$PWD" "$cache/pkg-current" "${CARGO_TARGET_DIR:-$PWD/target}"
+package_tree "$tree" "$cache/pkg-$release" "$cache/target-$release" "$pg_config" pg15
+package_tree "$PWD" "$cache/pkg-current" "${CARGO_TARGET_DIR:-$PWD/target}" "$pg_config" pg15
 
-rm -rf "$private"
-mkdir -p "$private/usr/lib/postgresql" "$private/usr/share/postgresql"
-cp -a /usr/lib/postgresql/15 "$private/usr/lib/postgresql/"
-cp -a /usr/share/postgresql/15 "$private/usr/share/postgresql/"
-rm -f "$private"/usr/lib/postgresql/15/lib/pg_distlock.so "$private"/usr/share/postgresql/15/extension/pg_distlock*
-install_package "$cache/pkg-$release"
+private_postgresql "$private" 15
+install_package "$cache/pkg-$release" "$private"
 
 export PGBIN=$private/usr/lib/postgresql/15/bin
 cleanup() { scripts/cluster.sh stop "$work/data" >/dev/null 2>&1 || true; }

@@ -19,7 +19,7 @@ pub(crate) const MAX_BATCH: i32 = 1000;
 
 /// One claimed job; the SQL signatures below spell the same columns out,
 /// because pgrx reads them from the function's own tokens.
-pub(crate) type Job = (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text);
+type Job = (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text);
 
 fn clock_now() -> pg_sys::TimestampTz {
     unsafe { pg_sys::GetCurrentTimestamp() }
