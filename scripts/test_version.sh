@@ -3,9 +3,11 @@
 # whose binaries are under /usr/lib/postgresql/$PG_MAJOR (the host for 15, a
 # root of scripts/pgroot.sh for 17 and 18; scripts/test.sh chooses):
 #   1. the #[pg_test] unit tests (cargo pgrx test, one backend per test);
-#   2. tests/cluster: many real connections against a primary with pg_cron
-#      and pg_distlock preloaded (shared-memory mode), its streaming standby,
-#      a plain cluster without preload (table mode), and a transaction-pooling
+#   2. tests/cluster: many real connections against a primary in
+#      shared-memory mode (pg_distlock preloaded; on 18 instead the DSM
+#      registry's segment, pg_distlock not preloaded), its streaming standby,
+#      a plain cluster in table mode (no preload, and on 17+
+#      distlock.dynamic_shared_memory off), and a transaction-pooling
 #      PgBouncer in front of the primary: concurrency, kills, restarts,
 #      pg_dump, pg_cron, poolers, real process faults;
 # and with `all` as the argument also
@@ -59,11 +61,16 @@ scripts/install.sh
 echo "== PostgreSQL $v: cluster tests"
 cleanup
 rm -rf "$work/primary" "$work/standby" "$work/plain"
+# Preloaded on 15 and 17; on 18 the same tests run on shared memory from the
+# DSM registry (the HA stack, the soak and the Python tests preload it there).
+if [ "$v" -ge 18 ]; then shared_memory=dsm primary_preload=pg_cron; else shared_memory=preload primary_preload=pg_cron,pg_distlock; fi
+table_mode_conf=""
+[ "$v" -ge 17 ] && table_mode_conf="distlock.dynamic_shared_memory = off"
 # A small shared rate-limit table, so that a test can fill it.
 CLUSTER_EXTRA_CONF="distlock.rate_limit_capacity = 64" \
-  scripts/cluster.sh start "$work/primary" "$primary_port" pg_cron,pg_distlock
+  scripts/cluster.sh start "$work/primary" "$primary_port" "$primary_preload"
 scripts/cluster.sh standby "$work/standby" "$standby_port" "$primary_port"
-scripts/cluster.sh start "$work/plain" "$plain_port" ""
+CLUSTER_EXTRA_CONF="$table_mode_conf" scripts/cluster.sh start "$work/plain" "$plain_port" ""
 scripts/cluster.sh bouncer "$work/pgbouncer" "$pooler_port" "$primary_port"
 
 cluster_tests() {
@@ -71,6 +78,7 @@ cluster_tests() {
   DISTLOCK_TEST_STANDBY_PORT=$standby_port \
   DISTLOCK_TEST_PLAIN_PORT=$plain_port \
   DISTLOCK_TEST_POOLER_PORT=$pooler_port \
+  DISTLOCK_TEST_SHARED_MEMORY=$shared_memory \
   DISTLOCK_TEST_PGDATA="$work/primary" \
   DISTLOCK_TEST_DIR="$work" \
     cargo test "${features[@]}" --features cluster-tests --test cluster -- --test-threads=1 "$@"

@@ -15,6 +15,8 @@ pub static RATE_LIMIT_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(65_536)
 pub static LOCK_STATS_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(4096);
 pub static MAX_LOCKS_PER_SESSION: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static MAX_HOLD_TTL_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_400);
+#[cfg(not(feature = "pg15"))]
+pub static DYNAMIC_SHARED_MEMORY: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 pub fn register() {
     GucRegistry::define_string_guc(
@@ -55,36 +57,49 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::UNIT_S,
     );
-    // A postmaster-level setting can only be defined while preloading; it
-    // sizes shared memory, which exists only then anyway.
+    // A postmaster-level setting can only be defined while preloading. On
+    // 17+ the DSM registry sizes its segment from them at the first use
+    // after a start: reloadable then, but read once.
     if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
-        register_preload_only();
+        register_capacities(|| GucContext::Postmaster);
+    } else {
+        #[cfg(not(feature = "pg15"))]
+        register_capacities(|| GucContext::Sighup);
     }
+    #[cfg(not(feature = "pg15"))]
+    GucRegistry::define_bool_guc(
+        c"distlock.dynamic_shared_memory",
+        c"Without shared_preload_libraries, keep rate limits, snowflake state, lock telemetry and queue wake-ups in a DSM registry segment.",
+        c"Off: tables and polling instead. No effect when pg_distlock is preloaded. Each session decides at its first use: change it only with a restart.",
+        &DYNAMIC_SHARED_MEMORY,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
     // A misspelled distlock.* setting is an error rather than a silently
     // ignored placeholder (placeholders made before the library loaded are
     // removed with a WARNING).
     unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"distlock".as_ptr()) };
 }
 
-fn register_preload_only() {
+fn register_capacities(context: fn() -> GucContext) {
     GucRegistry::define_int_guc(
         c"distlock.rate_limit_capacity",
-        c"Rate-limit keys held in shared memory when pg_distlock is preloaded.",
-        c"Expired keys are reused; when every slot holds a live key, new keys are refused.",
+        c"Rate-limit keys held in shared memory.",
+        c"Expired keys are reused; when every slot holds a live key, new keys are refused. Read once per server start.",
         &RATE_LIMIT_CAPACITY,
         16,
         10_000_000,
-        GucContext::Postmaster,
+        context(),
         GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"distlock.lock_stats_capacity",
-        c"Lock keys whose telemetry is kept in shared memory when pg_distlock is preloaded.",
-        c"0 turns telemetry off. When full, the least recently used key not held right now is replaced.",
+        c"Lock keys whose telemetry is kept in shared memory.",
+        c"0 turns telemetry off. When full, the least recently used key not held right now is replaced. Read once per server start.",
         &LOCK_STATS_CAPACITY,
         0,
         10_000_000,
-        GucContext::Postmaster,
+        context(),
         GucFlags::default(),
     );
 }

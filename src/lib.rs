@@ -6,6 +6,8 @@ use pgrx::prelude::*;
 mod access;
 mod compat;
 mod coordination;
+#[cfg(not(feature = "pg15"))]
+mod dsm_registry;
 mod errors;
 mod gucs;
 mod hashing;
@@ -69,6 +71,11 @@ pub mod pg_test {
 
     #[must_use]
     pub fn postgresql_conf_options() -> Vec<&'static str> {
+        // The unit tests exercise table mode on every version; the cluster
+        // tests cover shared memory, preloaded and from the DSM registry.
+        #[cfg(not(feature = "pg15"))]
+        return vec!["distlock.dynamic_shared_memory = off"];
+        #[cfg(feature = "pg15")]
         vec![]
     }
 }

@@ -1,9 +1,15 @@
-//! Shared memory, present only when pg_distlock is listed in
-//! shared_preload_libraries: per-worker-id snowflake state, two fixed-size
-//! tables split into LWLock-protected partitions (rate-limit state and
-//! lock-call telemetry), and the condition variables waiting consumers of
-//! the job queue sleep on. Without preload `layout()` is None and the features
-//! fall back to their table-backed paths (telemetry is then off).
+//! Shared memory: per-worker-id snowflake state, two fixed-size tables split
+//! into LWLock-protected partitions (rate-limit state and lock-call
+//! telemetry), and the condition variables waiting consumers of the job
+//! queue sleep on. It comes from one of two places:
+//! - pg_distlock in shared_preload_libraries: the server's main shared
+//!   memory, set up at start (every version);
+//! - otherwise, on PostgreSQL 17 and later, a segment of the DSM registry
+//!   that the first backend needing it creates and the others attach
+//!   (`dsm_registry`), unless `distlock.dynamic_shared_memory` is off.
+//!
+//! Without either `layout()` is None and the features fall back to their
+//! table-backed paths (telemetry is then off).
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64};
@@ -19,7 +25,7 @@ pub const STATS_PARTITIONS: usize = 16;
 /// Databases share these by their OID modulo the count: a wake-up meant for
 /// another database only costs a sleeper one look at its own queue.
 pub const QUEUE_WAKE_SLOTS: usize = 16;
-const TRANCHE: &CStr = c"pg_distlock";
+pub(crate) const TRANCHE: &CStr = c"pg_distlock";
 const SEGMENT: &CStr = c"pg_distlock shared state";
 
 #[repr(C)]
@@ -87,7 +93,9 @@ pub struct Header {
     pub stats_per_partition: usize,
 }
 
-struct Layout {
+/// Addresses of the parts of the shared state, the same in every backend
+/// once set.
+pub(crate) struct Layout {
     header: *mut Header,
     snowflake: *mut SnowflakeSlot,
     rate: *mut RateEntry,
@@ -97,23 +105,76 @@ struct Layout {
 }
 
 static mut LAYOUT: Option<Layout> = None;
+/// Whether this backend has decided where its shared state lives (or that
+/// it has none): decided once, so that a session never switches storage.
+static mut DECIDED: bool = false;
 static mut PREV_SHMEM_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
 static mut PREV_SHMEM_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
 
-fn slots_per_partition() -> usize {
+pub(crate) fn slots_per_partition() -> usize {
     (gucs::RATE_LIMIT_CAPACITY.get().max(16) as usize).div_ceil(RATE_PARTITIONS)
 }
 
-fn stats_per_partition() -> usize {
+pub(crate) fn stats_per_partition() -> usize {
     (gucs::LOCK_STATS_CAPACITY.get().max(0) as usize).div_ceil(STATS_PARTITIONS)
 }
 
-fn segment_size() -> usize {
+/// Bytes of the header, the snowflake slots, both tables and the wake slots
+/// (the LWLocks come on top).
+pub(crate) fn state_size(slots_per_partition: usize, stats_per_partition: usize) -> usize {
     std::mem::size_of::<Header>()
         + SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>()
-        + slots_per_partition() * RATE_PARTITIONS * std::mem::size_of::<RateEntry>()
-        + stats_per_partition() * STATS_PARTITIONS * std::mem::size_of::<LockStatEntry>()
+        + slots_per_partition * RATE_PARTITIONS * std::mem::size_of::<RateEntry>()
+        + stats_per_partition * STATS_PARTITIONS * std::mem::size_of::<LockStatEntry>()
         + QUEUE_WAKE_SLOTS * std::mem::size_of::<QueueWakeSlot>()
+}
+
+/// The partition LWLocks: rate-limit partitions first, then telemetry.
+pub(crate) const PARTITION_LOCKS: usize = RATE_PARTITIONS + STATS_PARTITIONS;
+
+/// Lays the state out from `base`, which holds `state_size` zeroed bytes
+/// when `fresh` (then the header and the condition variables are set up).
+///
+/// # Safety
+/// `base` points to shared memory of at least `state_size` bytes for these
+/// sizes, mapped at the same address for as long as the backend lives.
+pub(crate) unsafe fn carve(
+    base: *mut u8,
+    fresh: bool,
+    slots_per_partition: usize,
+    stats_per_partition: usize,
+    locks: *mut pg_sys::LWLockPadded,
+) -> Layout {
+    unsafe {
+        let header = base as *mut Header;
+        if fresh {
+            std::ptr::write_bytes(base, 0, state_size(slots_per_partition, stats_per_partition));
+            (*header).slots_per_partition = slots_per_partition;
+            (*header).stats_per_partition = stats_per_partition;
+        }
+        let snowflake = base.add(std::mem::size_of::<Header>()) as *mut SnowflakeSlot;
+        let rate = (snowflake as *mut u8).add(SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>())
+            as *mut RateEntry;
+        let stats = (rate as *mut u8)
+            .add((*header).slots_per_partition * RATE_PARTITIONS * std::mem::size_of::<RateEntry>())
+            as *mut LockStatEntry;
+        let queue_wake = (stats as *mut u8)
+            .add((*header).stats_per_partition * STATS_PARTITIONS * std::mem::size_of::<LockStatEntry>())
+            as *mut QueueWakeSlot;
+        if fresh {
+            for slot in 0..QUEUE_WAKE_SLOTS {
+                pg_sys::ConditionVariableInit(std::ptr::addr_of_mut!((*queue_wake.add(slot)).cv));
+            }
+        }
+        Layout {
+            header,
+            snowflake,
+            rate,
+            stats,
+            queue_wake,
+            locks,
+        }
+    }
 }
 
 #[pg_guard]
@@ -122,11 +183,8 @@ unsafe extern "C-unwind" fn on_shmem_request() {
         if let Some(prev) = PREV_SHMEM_REQUEST_HOOK {
             prev();
         }
-        pg_sys::RequestAddinShmemSpace(segment_size());
-        pg_sys::RequestNamedLWLockTranche(
-            TRANCHE.as_ptr(),
-            (RATE_PARTITIONS + STATS_PARTITIONS) as i32,
-        );
+        pg_sys::RequestAddinShmemSpace(state_size(slots_per_partition(), stats_per_partition()));
+        pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), PARTITION_LOCKS as i32);
     }
 }
 
@@ -137,38 +195,11 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
             prev();
         }
         let mut found = false;
-        let size = segment_size();
-        let base = pg_sys::ShmemInitStruct(SEGMENT.as_ptr(), size, &mut found) as *mut u8;
-        if !found {
-            std::ptr::write_bytes(base, 0, size);
-            (*(base as *mut Header)).slots_per_partition = slots_per_partition();
-            (*(base as *mut Header)).stats_per_partition = stats_per_partition();
-        }
-        let header = base as *mut Header;
-        let snowflake = base.add(std::mem::size_of::<Header>()) as *mut SnowflakeSlot;
-        let rate = (snowflake as *mut u8)
-            .add(SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>())
-            as *mut RateEntry;
-        let stats = (rate as *mut u8)
-            .add((*header).slots_per_partition * RATE_PARTITIONS * std::mem::size_of::<RateEntry>())
-            as *mut LockStatEntry;
-        let queue_wake = (stats as *mut u8)
-            .add((*header).stats_per_partition * STATS_PARTITIONS * std::mem::size_of::<LockStatEntry>())
-            as *mut QueueWakeSlot;
-        if !found {
-            for slot in 0..QUEUE_WAKE_SLOTS {
-                pg_sys::ConditionVariableInit(std::ptr::addr_of_mut!((*queue_wake.add(slot)).cv));
-            }
-        }
+        let (slots, stats) = (slots_per_partition(), stats_per_partition());
+        let base = pg_sys::ShmemInitStruct(SEGMENT.as_ptr(), state_size(slots, stats), &mut found) as *mut u8;
         let locks = pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr());
-        LAYOUT = Some(Layout {
-            header,
-            snowflake,
-            rate,
-            stats,
-            queue_wake,
-            locks,
-        });
+        LAYOUT = Some(carve(base, !found, slots, stats, locks));
+        DECIDED = true;
     }
 }
 
@@ -186,10 +217,33 @@ pub fn init() {
 }
 
 fn layout() -> Option<&'static Layout> {
-    unsafe { (*std::ptr::addr_of!(LAYOUT)).as_ref() }
+    unsafe {
+        if !DECIDED {
+            decide();
+        }
+        (*std::ptr::addr_of!(LAYOUT)).as_ref()
+    }
 }
 
-/// Whether shared memory is available (pg_distlock was preloaded).
+/// Without preload: the DSM registry's segment on 17+, when allowed. Only
+/// inside a transaction, where an error (out of memory) is an ordinary
+/// ERROR; a backend first asking from a commit or exit callback has nothing
+/// of its own there and goes without.
+unsafe fn decide() {
+    unsafe {
+        if !pg_sys::IsTransactionState() {
+            return;
+        }
+        DECIDED = true;
+        #[cfg(not(feature = "pg15"))]
+        if gucs::DYNAMIC_SHARED_MEMORY.get() {
+            LAYOUT = Some(crate::dsm_registry::attach());
+        }
+    }
+}
+
+/// Whether shared memory is available: pg_distlock was preloaded, or on
+/// 17+ the DSM registry serves it.
 pub fn available() -> bool {
     layout().is_some()
 }
@@ -200,7 +254,7 @@ pub fn snowflake_slot(worker_id: usize) -> Option<&'static SnowflakeSlot> {
     (worker_id < SNOWFLAKE_WORKERS).then(|| unsafe { &*layout.snowflake.add(worker_id) })
 }
 
-/// The queue wake slot of `database`; None without preload.
+/// The queue wake slot of `database`; None without shared memory.
 pub fn queue_wake_slot(database: pg_sys::Oid) -> Option<&'static QueueWakeSlot> {
     let layout = layout()?;
     Some(unsafe { &*layout.queue_wake.add(database.to_u32() as usize % QUEUE_WAKE_SLOTS) })

@@ -133,8 +133,8 @@ fn require_telemetry() {
     if !shared::available() {
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            "pg_distlock lock telemetry needs pg_distlock in shared_preload_libraries",
-            "Add pg_distlock to shared_preload_libraries and restart the server.",
+            "pg_distlock lock telemetry needs shared memory, which this server does not give it",
+            crate::pg_compat::SHARED_MEMORY_HINT,
         );
     }
 }

@@ -1,6 +1,7 @@
 //! Multi-connection tests against a real cluster started by scripts/test.sh:
-//! a primary (pg_cron and pg_distlock preloaded), its streaming standby,
-//! and a plain cluster without preload (table mode). Each test makes
+//! a primary in shared-memory mode (pg_distlock preloaded, or the DSM
+//! registry's segment), its streaming standby, and a plain cluster in table
+//! mode. Each test makes
 //! its own database. Run with --test-threads=1: one test restarts the server.
 
 mod support;
@@ -27,6 +28,7 @@ mod recovery;
 mod replication_modes;
 mod scopes;
 mod search_path;
+mod shared_memory;
 mod snowflake;
 mod tokens;
 mod upgrade;

@@ -19,12 +19,13 @@ pub fn standby_port() -> u16 {
     env_port("DISTLOCK_TEST_STANDBY_PORT")
 }
 
-/// A cluster without pg_distlock preloaded: everything runs in table mode.
+/// A cluster without pg_distlock preloaded (and on 17+ with
+/// distlock.dynamic_shared_memory off): everything runs in table mode.
 pub fn plain_port() -> u16 {
     env_port("DISTLOCK_TEST_PLAIN_PORT")
 }
 
-/// (mode name, port): the preloaded primary (shared memory) and the plain cluster (tables).
+/// (mode name, port): the primary (shared memory) and the plain cluster (tables).
 pub fn storage_modes() -> [(&'static str, u16); 2] {
     [("memory", primary_port()), ("table", plain_port())]
 }
