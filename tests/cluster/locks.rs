@@ -87,7 +87,7 @@ fn lock_times_out_on_time_and_leaves_nothing_held() {
 }
 
 #[test]
-fn lock_waiter_gets_the_lock_when_the_holder_releases() {
+fn lock_waiter_shows_its_wait_and_gets_the_lock_when_the_holder_releases() {
     let db = fresh_db("locks_wakeup");
     let mut holder = connect(&db);
     holder.batch_execute("SELECT distlock.lock(77)").expect("lock");
@@ -99,6 +99,11 @@ fn lock_waiter_gets_the_lock_when_the_holder_releases() {
             lock_rows(&mut monitor, pid, "77", false) == 1
         });
         assert!(results.try_recv().is_err(), "still waiting while the lock is held");
+        assert_eq!(
+            scalar(&mut monitor, &format!("SELECT wait_event_type || '/' || wait_event FROM pg_stat_activity WHERE pid = {pid}")).as_deref(),
+            Some("Lock/advisory"),
+            "a waiter is named in pg_stat_activity by the lock manager"
+        );
         holder.batch_execute("SELECT distlock.unlock(77)").expect("unlock");
         let result = results.recv_timeout(Duration::from_secs(10)).expect("woken by the release");
         assert_eq!(result, Ok(Some(true)), "timeout {timeout}");
