@@ -1,4 +1,4 @@
-//! Upgrading in place: a database created at 0.1.0 and full of state is
+//! Upgrading in place: a database created at each release and full of state is
 //! updated with ALTER EXTENSION pg_distlock UPDATE while a worker holds a
 //! claim; its state survives and keeps working, its schema equals a fresh
 //! install's, and pg_dump/pg_restore of it works.
@@ -8,7 +8,6 @@ use std::process::Command;
 
 use crate::support::*;
 
-const OLDEST_RELEASE: &str = "0.1.0";
 const FINGERPRINT: &str = include_str!("schema_fingerprint.sql");
 
 fn current_version() -> String {
@@ -170,22 +169,87 @@ fn populate_through_this_library(c: &mut Client, worker: &mut Client) {
     c.batch_execute("ALTER TABLE distlock.scheduled_tasks DROP COLUMN lease_expires_at").expect("drop lease column");
 }
 
+/// A role 0.2.0's capabilities were granted to before the update.
+const CAPABLE_ROLE: &str = "distlock_upgrade_worker";
+
+/// `populate`, plus what 0.2.0 added: a lease-mode claim left running (its
+/// holder may be gone; its token releases it) and a capability granted to
+/// a role. Through 0.2.0's own library, or this one on 0.2.0's SQL.
+fn populate_0_2_0(c: &mut Client, worker: &mut Client) {
+    populate(c, worker);
+    c.batch_execute(&format!(
+        "DO $$ BEGIN CREATE ROLE {CAPABLE_ROLE}; EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
+         SELECT distlock.grant_capability('{CAPABLE_ROLE}', 'worker'); \
+         INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at) \
+           VALUES ('nightly', 'etl', '@daily', now());"
+    ))
+    .expect("0.2.0 state");
+    let leased: String = c
+        .query_one("SELECT task_name FROM distlock.worker_fetch_and_execute_task('w3', '1 hour')", &[])
+        .expect("lease-mode claim")
+        .get(0);
+    assert_eq!(leased, "nightly");
+}
+
+/// What 0.2.0's state must still do after the update.
+fn check_0_2_0_state(c: &mut Client) {
+    let (task, token): (i32, i64) = c
+        .query_one(
+            "SELECT task_id, fencing_token FROM distlock.task_execution_log l \
+               JOIN distlock.scheduled_tasks t ON t.id = l.task_id \
+              WHERE t.task_name = 'nightly' AND l.status = 'running'",
+            &[],
+        )
+        .map(|row| (row.get(0), row.get(1)))
+        .expect("the lease-mode claim taken at 0.2.0 is still running");
+    assert!(one_bool(&mut *c, &format!("SELECT distlock.check_fencing_token({task}, {token})")));
+    c.batch_execute(&format!("SELECT distlock.release_task_lease({task}, {token}, 'completed')"))
+        .expect("the lease-mode claim taken at 0.2.0 is released by its token after the update");
+    let leased = as_role(c, CAPABLE_ROLE, |c| {
+        one_i64(c, "SELECT distlock.acquire_lease('capable', 'node-c', '1 minute')")
+    });
+    assert!(leased > 0, "the worker capability granted at 0.2.0 still lets its role take a lease");
+    // Revoked again, which leaves the grants a fresh install has.
+    c.batch_execute(&format!("SELECT distlock.revoke_capability('{CAPABLE_ROLE}', 'worker')")).expect("revoke");
+    refused(c, CAPABLE_ROLE, "SELECT distlock.acquire_lease('capable-2', 'node-c', '1 minute')");
+}
+
 #[test]
 fn a_populated_0_1_0_database_upgrades_in_place() {
+    upgrade_in_place("0.1.0", |c, worker, through_old_library| {
+        if through_old_library {
+            populate(c, worker);
+        } else {
+            populate_through_this_library(c, worker);
+        }
+    }, |_| {});
+}
+
+#[test]
+fn a_populated_0_2_0_database_upgrades_in_place() {
+    upgrade_in_place("0.2.0", |c, worker, _| populate_0_2_0(c, worker), check_0_2_0_state);
+}
+
+/// Creates a database at `release`, fills it (`populate(c, worker,
+/// through_old_library)`), updates it while `worker` keeps a claim, and
+/// checks that its state survives and works (`check` adds the release's
+/// own), that its schema is a fresh install's, and that pg_dump/pg_restore
+/// of it works. With DISTLOCK_TEST_SWAP_LIBRARY set
+/// (scripts/test_real_upgrades.sh) the server runs `release`'s own
+/// library until that command renames this tree's into place.
+fn upgrade_in_place(
+    release: &str,
+    populate: impl FnOnce(&mut Client, &mut Client, bool),
+    check: impl FnOnce(&mut Client),
+) {
     let port = plain_port();
-    let db = "upgrade_from_0_1_0";
+    let suffix = release.replace('.', "_");
+    let db = &format!("upgrade_from_{suffix}");
     let mut c = new_database(port, db);
-    c.batch_execute(&format!("CREATE EXTENSION pg_distlock VERSION '{OLDEST_RELEASE}'")).expect("install 0.1.0");
+    c.batch_execute(&format!("CREATE EXTENSION pg_distlock VERSION '{release}'")).expect("install the release");
     let mut worker = connect_to(port, db, "upgrade-worker");
     let swap = std::env::var("DISTLOCK_TEST_SWAP_LIBRARY").ok();
-    if swap.is_some() {
-        // scripts/test_real_upgrades.sh: the server runs 0.1.0's own library,
-        // which writes its state itself.
-        populate(&mut c, &mut worker);
-    } else {
-        populate_through_this_library(&mut c, &mut worker);
-    }
-
+    populate(&mut c, &mut worker, swap.is_some());
     let last_id = one_i64(&mut c, "SELECT distlock.generate_snowflake_id(7)");
     let old_columns = table_columns(&mut c);
     let before = table_contents(&mut c, &old_columns);
@@ -217,6 +281,7 @@ fn a_populated_0_1_0_database_upgrades_in_place() {
 
     // (a) all state is still there...
     assert_eq!(table_contents(&mut c, &old_columns), before, "rows changed by the update");
+    check(&mut c);
     // ...and works: the claim taken before the update is released by its holder,
     worker
         .batch_execute(
@@ -258,7 +323,7 @@ fn a_populated_0_1_0_database_upgrades_in_place() {
 
     // (b) the upgraded schema is exactly a fresh install's.
     let upgraded = fingerprint(&mut c);
-    let mut fresh = new_database(port, "upgrade_fresh");
+    let mut fresh = new_database(port, &format!("upgrade_fresh_{suffix}"));
     fresh.batch_execute("CREATE EXTENSION pg_distlock").expect("fresh install");
     let fresh_print = fingerprint(&mut fresh);
     assert!(fresh_print.len() > 300, "the fingerprint reads too little: {} lines", fresh_print.len());
@@ -272,7 +337,7 @@ fn a_populated_0_1_0_database_upgrades_in_place() {
     drop(worker);
     let dump = format!("/tmp/pg_distlock_upgrade_{}.pgdump", std::process::id());
     pg_tool(port, "pg_dump", &["-Fc", "-f", &dump, db]);
-    let restored_db = "upgrade_restored";
+    let restored_db = &format!("upgrade_restored_{suffix}");
     drop(new_database(port, restored_db));
     pg_tool(port, "pg_restore", &["--exit-on-error", "-d", restored_db, &dump]);
     let _ = std::fs::remove_file(&dump);
