@@ -6,8 +6,6 @@ use pgrx::prelude::*;
 mod access;
 mod compat;
 mod coordination;
-#[cfg(not(feature = "pg15"))]
-mod dsm_registry;
 mod errors;
 mod gucs;
 mod hashing;

@@ -19,6 +19,9 @@ use pgrx::prelude::*;
 
 use crate::gucs;
 
+#[cfg(not(feature = "pg15"))]
+mod dsm_registry;
+
 pub const SNOWFLAKE_WORKERS: usize = 1024;
 pub const RATE_PARTITIONS: usize = 16;
 pub const STATS_PARTITIONS: usize = 16;
@@ -237,7 +240,7 @@ unsafe fn decide() {
         DECIDED = true;
         #[cfg(not(feature = "pg15"))]
         if gucs::DYNAMIC_SHARED_MEMORY.get() {
-            LAYOUT = Some(crate::dsm_registry::attach());
+            LAYOUT = Some(dsm_registry::attach());
         }
     }
 }

@@ -13,9 +13,9 @@ use std::ffi::CStr;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::shared::{self, Layout, PARTITION_LOCKS, TRANCHE};
+use super::{Layout, PARTITION_LOCKS, TRANCHE};
 
-/// Bump when any `#[repr(C)]` struct of `shared.rs` changes.
+/// Bump when any `#[repr(C)]` struct of `shared/mod.rs` changes.
 const SIZES_SEGMENT: &CStr = c"pg_distlock sizes v1";
 const STATE_SEGMENT: &CStr = c"pg_distlock state v1";
 
@@ -35,8 +35,8 @@ static mut CREATING: Option<(usize, usize, i32)> = None;
 unsafe extern "C-unwind" fn init_sizes(ptr: *mut std::ffi::c_void) {
     unsafe {
         ptr.cast::<Sizes>().write(Sizes {
-            slots_per_partition: shared::slots_per_partition(),
-            stats_per_partition: shared::stats_per_partition(),
+            slots_per_partition: super::slots_per_partition(),
+            stats_per_partition: super::stats_per_partition(),
             tranche_id: pg_sys::LWLockNewTrancheId(),
         });
     }
@@ -44,7 +44,7 @@ unsafe extern "C-unwind" fn init_sizes(ptr: *mut std::ffi::c_void) {
 
 /// The partition LWLocks start on a cache line of their own.
 fn locks_offset(sizes: (usize, usize)) -> usize {
-    shared::state_size(sizes.0, sizes.1).next_multiple_of(pg_sys::PG_CACHE_LINE_SIZE as usize)
+    super::state_size(sizes.0, sizes.1).next_multiple_of(pg_sys::PG_CACHE_LINE_SIZE as usize)
 }
 
 fn segment_size(sizes: (usize, usize)) -> usize {
@@ -57,7 +57,7 @@ unsafe extern "C-unwind" fn init_state(ptr: *mut std::ffi::c_void) {
         let Some((slots, stats, tranche_id)) = CREATING else { return };
         let base = ptr.cast::<u8>();
         let locks = base.add(locks_offset((slots, stats))).cast::<pg_sys::LWLockPadded>();
-        shared::carve(base, true, slots, stats, locks);
+        super::carve(base, true, slots, stats, locks);
         for lock in 0..PARTITION_LOCKS {
             pg_sys::LWLockInitialize(std::ptr::addr_of_mut!((*locks.add(lock)).lock), tranche_id);
         }
@@ -84,6 +84,6 @@ pub fn attach() -> Layout {
             .cast::<u8>();
         CREATING = None;
         let locks = base.add(locks_offset(dims)).cast::<pg_sys::LWLockPadded>();
-        shared::carve(base, false, dims.0, dims.1, locks)
+        super::carve(base, false, dims.0, dims.1, locks)
     }
 }
