@@ -98,6 +98,18 @@ for keys in 10k hot; do
   fi
 done
 
+echo "== a claim from a queue of 10 jobs while another queue holds 1M runnable ones (tps)"
+psql_on "$memory_port" -c "SELECT distlock.enqueue_task('small-job', p_queue => 'small') FROM generate_series(1, 10)" >/dev/null
+small_alone=$(tps "$memory_port" queue_small_ext)
+# Higher priority than every small job: a claim reading the runnable jobs in
+# priority order without the queue's index would step over all of them.
+psql_on "$memory_port" -c "
+  INSERT INTO distlock.task_queue (task_name, queue, priority) SELECT 'big-job', 'big', 10 FROM generate_series(1, 1000000);
+  VACUUM ANALYZE distlock.task_queue;" >/dev/null
+small_beside_big=$(tps "$memory_port" queue_small_ext)
+row "queue of 10 jobs: claim cycle beside 1M others" "$small_alone" "$small_beside_big" "$(ratio "$small_beside_big" "$small_alone")"
+psql_on "$memory_port" -c "DELETE FROM distlock.task_queue WHERE queue = 'big'; VACUUM distlock.task_queue" >/dev/null
+
 echo "== one call's cost by security form, one backend (ms, best of 3)"
 # The same C function bound three ways: as pg_distlock binds it (no pinned
 # search_path, rights switched in the code), with a pinned search_path, and
@@ -132,3 +144,4 @@ echo "the 100-per-transaction rows show the server-side cost of a check."
 echo "The PL/pgSQL snowflake generator rewrites one row per ID, which grows quadratically within"
 echo "a statement, so it is measured over 10k IDs (its best per-ID rate) against 1M for pg_distlock."
 echo "The lease-check rows compare ways of binding one function (baseline: the other form)."
+echo "The queue row's baseline is the same cycle with no other queue holding jobs."

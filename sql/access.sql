@@ -83,9 +83,9 @@ SELECT g.privilege, g.object FROM (VALUES
     ('worker',   'EXECUTE', 'FUNCTION distlock.generate_snowflake_id(integer)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.bump_version()'),
     -- The job queue.
-    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer)'),
-    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval)'),
-    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval)'),
+    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval, text[])'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_tasks(bigint[], text, integer[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text)'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text, integer)'),

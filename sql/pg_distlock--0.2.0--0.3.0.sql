@@ -63,9 +63,9 @@ SELECT g.privilege, g.object FROM (VALUES
     ('worker',   'EXECUTE', 'FUNCTION distlock.generate_snowflake_id(integer)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.bump_version()'),
     -- The job queue.
-    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer)'),
-    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval)'),
-    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval)'),
+    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval, text[])'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_tasks(bigint[], text, integer[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text)'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text, integer)'),
@@ -442,6 +442,70 @@ COMMENT ON VIEW distlock.blocked_tasks IS
 
 -- Jobs record the role that enqueued them (NULL for jobs already queued).
 ALTER TABLE distlock.task_queue ADD COLUMN producer_role oid;
+
+-- Queues: every job belongs to one, the jobs already queued to 'default';
+-- producers name it, consumers the queues they take from. The functions
+-- keep their names and gain a last parameter with a default, so calls keep
+-- working; the C functions of 0.2.0's signatures stay in the library
+-- (src/compat/v0_2_0.rs) for sessions between library and update.
+ALTER TABLE distlock.task_queue ADD COLUMN queue text NOT NULL DEFAULT 'default';
+CREATE INDEX task_queue_queue_runnable_idx
+    ON distlock.task_queue (queue, priority DESC, run_after, id)
+    WHERE status IN ('pending', 'failed');
+
+DROP FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer);
+CREATE FUNCTION distlock.enqueue_task(
+    "p_task_name" TEXT,
+    "p_payload" jsonb DEFAULT '{}',
+    "p_run_after" timestamp with time zone DEFAULT now(),
+    "p_priority" INT DEFAULT 0,
+    "p_max_attempts" INT DEFAULT 5,
+    "p_queue" TEXT DEFAULT 'default'
+) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_task_in_queue_wrapper';
+REVOKE ALL ON FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text) FROM PUBLIC;
+
+DROP FUNCTION distlock.consume_task(text, interval, interval);
+CREATE FUNCTION distlock.consume_task(
+    "p_worker_id" TEXT DEFAULT NULL,
+    "p_lease" interval DEFAULT '5 minutes',
+    "p_wait" interval DEFAULT NULL,
+    "p_queues" TEXT[] DEFAULT NULL
+) RETURNS TABLE (
+    "task_id" bigint,
+    "task_name" TEXT,
+    "payload" jsonb,
+    "attempts" INT,
+    "max_attempts" INT,
+    "lease_expires_at" timestamp with time zone,
+    "priority" INT,
+    "worker_id" TEXT
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'consume_task_from_queues_wrapper';
+REVOKE ALL ON FUNCTION distlock.consume_task(text, interval, interval, text[]) FROM PUBLIC;
+
+DROP FUNCTION distlock.consume_tasks(integer, text, interval, interval);
+CREATE FUNCTION distlock.consume_tasks(
+    "p_batch" INT,
+    "p_worker_id" TEXT DEFAULT NULL,
+    "p_lease" interval DEFAULT '5 minutes',
+    "p_wait" interval DEFAULT NULL,
+    "p_queues" TEXT[] DEFAULT NULL
+) RETURNS TABLE (
+    "task_id" bigint,
+    "task_name" TEXT,
+    "payload" jsonb,
+    "attempts" INT,
+    "max_attempts" INT,
+    "lease_expires_at" timestamp with time zone,
+    "priority" INT,
+    "worker_id" TEXT
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'consume_tasks_from_queues_wrapper';
+REVOKE ALL ON FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[]) FROM PUBLIC;
 
 -- Grants are reset to what the capability model gives, naming each one it
 -- takes away in a WARNING (PostgreSQL raises client_min_messages to warning

@@ -30,7 +30,9 @@ CREATE TABLE distlock.task_queue (
     -- The role of the consumer holding the job (an OID, see lease_state).
     holder_role      oid,
     -- The role that enqueued the job (an OID; NULL for jobs enqueued before 0.3.0).
-    producer_role    oid
+    producer_role    oid,
+    -- Consumers name the queues they take jobs from (consume_task's p_queues).
+    queue            text NOT NULL DEFAULT 'default'
 );
 
 COMMENT ON TABLE distlock.task_queue IS
@@ -39,6 +41,12 @@ COMMENT ON TABLE distlock.task_queue IS
 -- The next runnable job: highest priority, then oldest.
 CREATE INDEX task_queue_runnable_idx
     ON distlock.task_queue (priority DESC, run_after, id)
+    WHERE status IN ('pending', 'failed');
+
+-- The next runnable job of given queues: a consumer of a queue with ten
+-- jobs does not step over the million runnable jobs of other queues.
+CREATE INDEX task_queue_queue_runnable_idx
+    ON distlock.task_queue (queue, priority DESC, run_after, id)
     WHERE status IN ('pending', 'failed');
 
 -- Expired leases.

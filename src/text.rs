@@ -145,12 +145,20 @@ impl IntoDatum for &Text {
     }
 }
 
+/// A NULL where the signature takes no NULL is 22004, not a panic.
+///
+/// # Safety
+/// As `Arg::unbox_arg_using_from_datum`.
+unsafe fn unbox_not_null<'fcx, T: FromDatum + 'fcx>(arg: Arg<'_, 'fcx>) -> T {
+    let index = arg.index();
+    unsafe { arg.unbox_arg_using_from_datum() }.unwrap_or_else(|| {
+        raise(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, format!("argument {index} must not be NULL"))
+    })
+}
+
 unsafe impl<'fcx> ArgAbi<'fcx> for Text {
     unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
-        let index = arg.index();
-        unsafe { arg.unbox_arg_using_from_datum() }.unwrap_or_else(|| {
-            raise(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, format!("argument {index} must not be NULL"))
-        })
+        unsafe { unbox_not_null(arg) }
     }
 
     unsafe fn unbox_nullable_arg(arg: Arg<'_, 'fcx>) -> Nullable<Self> {
@@ -172,4 +180,54 @@ unsafe impl SqlTranslatable for Text {
     const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
     const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("TEXT"));
     const RETURN_SQL: Result<ReturnsRef, ReturnsError> = Ok(ReturnsRef::One(SqlMappingRef::literal("TEXT")));
+}
+
+/// A `text[]` argument, its elements kept as [`Text`] (pgrx's arrays need
+/// UTF-8 strings). A multi-dimensional array is read flat.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TextArray(pub Vec<Option<Text>>);
+
+impl FromDatum for TextArray {
+    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
+        if is_null {
+            return None;
+        }
+        unsafe {
+            let array = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as *mut pg_sys::ArrayType;
+            let mut elements: *mut pg_sys::Datum = std::ptr::null_mut();
+            let mut nulls: *mut bool = std::ptr::null_mut();
+            let mut count: std::ffi::c_int = 0;
+            pg_sys::deconstruct_array(
+                array,
+                pg_sys::TEXTOID,
+                -1,
+                false,
+                pg_sys::TYPALIGN_INT as std::ffi::c_char,
+                &mut elements,
+                &mut nulls,
+                &mut count,
+            );
+            let values = (0..count.max(0) as usize)
+                .map(|i| Text::from_polymorphic_datum(*elements.add(i), *nulls.add(i), pg_sys::TEXTOID))
+                .collect();
+            Some(TextArray(values))
+        }
+    }
+}
+
+unsafe impl<'fcx> ArgAbi<'fcx> for TextArray {
+    unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
+        unsafe { unbox_not_null(arg) }
+    }
+
+    unsafe fn unbox_nullable_arg(arg: Arg<'_, 'fcx>) -> Nullable<Self> {
+        unsafe { arg.unbox_arg_using_from_datum() }.into()
+    }
+}
+
+unsafe impl SqlTranslatable for TextArray {
+    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(TextArray);
+    const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("TEXT[]"));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> = Ok(ReturnsRef::One(SqlMappingRef::literal("TEXT[]")));
 }

@@ -1,4 +1,4 @@
--- params: text, jsonb, timestamptz, integer, integer, oid
-INSERT INTO distlock.task_queue (task_name, payload, run_after, priority, max_attempts, producer_role)
-VALUES ($1, $2, $3, $4, $5, $6)
+-- params: text, jsonb, timestamptz, integer, integer, oid, text
+INSERT INTO distlock.task_queue (task_name, payload, run_after, priority, max_attempts, producer_role, queue)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 RETURNING id

@@ -7,3 +7,4 @@
 //! checks that every symbol each frozen script binds is exported.
 
 mod v0_1_0;
+mod v0_2_0;

@@ -5,19 +5,7 @@
 mod tests {
     use pgrx::prelude::*;
 
-    use crate::test_sql::{one, run};
-
-    /// Fails unless `call` raises SQLSTATE `state`.
-    fn assert_sqlstate(call: &str, state: &str) {
-        run(&format!(
-            "DO $test$ DECLARE got text; BEGIN
-               BEGIN PERFORM {call}; EXCEPTION WHEN OTHERS THEN got := SQLSTATE; END;
-               IF got IS DISTINCT FROM '{state}' THEN
-                 RAISE EXCEPTION '% raised %, expected {state}', $c${call}$c$, coalesce(got, 'nothing');
-               END IF;
-             END $test$"
-        ));
-    }
+    use crate::test_sql::{assert_sqlstate, one, run};
 
     /// How many granted pg_locks rows this backend has for a bigint advisory key.
     fn my_holds(key_sql: &str) -> i64 {

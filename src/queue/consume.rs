@@ -4,7 +4,7 @@
 //! consumer's job never stays stuck, with no sweep needed. A consumer may
 //! wait in the server for a job to become claimable (see wake.rs).
 
-use crate::text::Text;
+use crate::text::{Text, TextArray};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -46,27 +46,95 @@ pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
     reaped
 }
 
-/// One look at the queue: claims up to `batch` jobs. Rows the statement made
-/// dead (an expired lease with no attempt left) are not handed out; while
-/// any were, it looks again for the jobs they displaced.
-fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, scope: &Scope) -> Vec<Job> {
-    let stmt = plan(
-        client,
-        include_str!("../../sql/queries/queue_consume.sql"),
-        &[types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY],
-    );
-    let role = crate::access::caller();
+/// The queues a consumer takes jobs from: NULL for every queue; otherwise
+/// at least one name, none NULL or blank, each once, in the order given.
+pub(crate) fn queue_list(p_queues: Option<TextArray>) -> Option<Vec<Text>> {
+    let given = p_queues?.0;
+    if given.is_empty() {
+        raise_with_hint(
+            pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "p_queues must name at least one queue, got an empty array",
+            "Pass NULL to take jobs from every queue.",
+        );
+    }
+    let mut queues: Vec<Text> = Vec::with_capacity(given.len());
+    for queue in given {
+        let queue = crate::text::name(queue, "each element of p_queues");
+        if !queues.contains(&queue) {
+            queues.push(queue);
+        }
+    }
+    Some(queues)
+}
+
+/// One look at the queue: claims up to `batch` jobs, from `queues` in the
+/// order given (every queue when None).
+fn claim(
+    client: &SpiClient<'_>,
+    batch: i32,
+    worker: &Text,
+    lease: Interval,
+    scope: &Scope,
+    queues: Option<&[Text]>,
+) -> Vec<Job> {
     let mut jobs = Vec::new();
+    match queues {
+        None => claim_from(client, batch, worker, lease, scope, None, &mut jobs),
+        Some(queues) => {
+            for queue in queues {
+                claim_from(client, batch, worker, lease, scope, Some(queue), &mut jobs);
+                if jobs.len() as i32 >= batch {
+                    break;
+                }
+            }
+        }
+    }
+    if !jobs.is_empty() {
+        wake::jobs_claimed();
+    }
+    jobs
+}
+
+/// Claims into `jobs` until it holds `batch`, from `queue` (every queue
+/// when None). Rows the statement made dead (an expired lease with no
+/// attempt left) are not handed out; while any were, it looks again for the
+/// jobs they displaced.
+fn claim_from(
+    client: &SpiClient<'_>,
+    batch: i32,
+    worker: &Text,
+    lease: Interval,
+    scope: &Scope,
+    queue: Option<&Text>,
+    jobs: &mut Vec<Job>,
+) {
+    let stmt = match queue {
+        None => plan(
+            client,
+            include_str!("../../sql/queries/queue_consume.sql"),
+            &[types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY],
+        ),
+        Some(_) => plan(
+            client,
+            include_str!("../../sql/queries/queue_consume_queue.sql"),
+            &[types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT],
+        ),
+    };
+    let role = crate::access::caller();
     loop {
         let wanted = batch as i64 - jobs.len() as i64;
+        if wanted <= 0 {
+            break;
+        }
         let now = timestamp(clock_now());
         let mut made_dead = 0;
+        let mut arguments =
+            vec![wanted.into(), worker.into(), lease.into(), role.into(), now.into(), scope.as_parameter().into()];
+        if let Some(queue) = queue {
+            arguments.push(queue.into());
+        }
         client
-            .select(
-                &*stmt,
-                None,
-                &[wanted.into(), worker.into(), lease.into(), role.into(), now.into(), scope.as_parameter().into()],
-            )
+            .select(&*stmt, None, &arguments)
             .and_then(|rows| {
                 for row in rows {
                     if row.get::<bool>(8)? != Some(true) {
@@ -88,14 +156,10 @@ fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, sco
                 Ok(())
             })
             .or_raise();
-        if made_dead == 0 || jobs.len() as i32 >= batch {
+        if made_dead == 0 {
             break;
         }
     }
-    if !jobs.is_empty() {
-        wake::jobs_claimed();
-    }
-    jobs
 }
 
 /// When the next job becomes claimable with time alone (a lease running out
@@ -105,14 +169,28 @@ fn next_due(
     now: pg_sys::TimestampTz,
     until: pg_sys::TimestampTz,
     scope: &Scope,
+    queues: Option<&[Text]>,
 ) -> Option<pg_sys::TimestampTz> {
-    let stmt = plan(
-        client,
-        include_str!("../../sql/queries/queue_next_due.sql"),
-        &[types::TIMESTAMPTZ, types::TIMESTAMPTZ, types::TEXT_ARRAY],
-    );
+    // Two statements: the one without queues runs on a database not yet
+    // updated to 0.3.0 too (no queue column), for 0.2.0's consume_task.
+    let mut arguments = vec![timestamp(now).into(), timestamp(until).into(), scope.as_parameter().into()];
+    let stmt = match queues {
+        None => plan(
+            client,
+            include_str!("../../sql/queries/queue_next_due.sql"),
+            &[types::TIMESTAMPTZ, types::TIMESTAMPTZ, types::TEXT_ARRAY],
+        ),
+        Some(queues) => {
+            arguments.push(queues.to_vec().into());
+            plan(
+                client,
+                include_str!("../../sql/queries/queue_next_due_queues.sql"),
+                &[types::TIMESTAMPTZ, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT_ARRAY],
+            )
+        }
+    };
     client
-        .select(&*stmt, None, &[timestamp(now).into(), timestamp(until).into(), scope.as_parameter().into()])
+        .select(&*stmt, None, &arguments)
         .and_then(first_value::<TimestampWithTimeZone>)
         .or_raise()
         .map(|due| due.into_inner())
@@ -144,7 +222,13 @@ fn require_read_committed() {
     }
 }
 
-pub(crate) fn consume(p_batch: i32, p_worker_id: Option<Text>, p_lease: Option<Interval>, p_wait: Option<Interval>) -> Vec<Job> {
+pub(crate) fn consume(
+    p_batch: i32,
+    p_worker_id: Option<Text>,
+    p_lease: Option<Interval>,
+    p_wait: Option<Interval>,
+    queues: Option<Vec<Text>>,
+) -> Vec<Job> {
     let lease = positive_interval(p_lease, "p_lease");
     let wait = wait_micros(p_wait);
     crate::errors::require_primary("consume jobs");
@@ -158,9 +242,9 @@ pub(crate) fn consume(p_batch: i32, p_worker_id: Option<Text>, p_lease: Option<I
         let (jobs, due) = crate::access::connect(|client| {
             let worker = worker.get_or_insert_with(|| resolve_worker(client, given_worker.take().flatten()));
             let scope = scopes::of_caller(Capability::Consumer);
-            let jobs = claim(client, p_batch, worker, lease, &scope);
+            let jobs = claim(client, p_batch, worker, lease, &scope, queues.as_deref());
             let due = if jobs.is_empty() && sleeper.is_some() {
-                next_due(client, clock_now(), deadline, &scope)
+                next_due(client, clock_now(), deadline, &scope, queues.as_deref())
             } else {
                 None
             };
@@ -185,15 +269,17 @@ pub(crate) fn consume(p_batch: i32, p_worker_id: Option<Text>, p_lease: Option<I
     }
 }
 
-/// Claims the next runnable job (highest priority, then oldest) with a
+/// Claims the next runnable job (highest priority, then oldest) of the
+/// queues `p_queues` (tried in the order given; NULL: every queue) with a
 /// lease; zero rows when there is none, after waiting up to `p_wait` for
 /// one. A NULL worker id falls back to the session's application_name or
 /// client address.
 #[pg_extern(name = "consume_task")]
-fn consume_task_or_wait(
+fn consume_task_from_queues(
     p_worker_id: default!(Option<Text>, "NULL"),
     p_lease: default!(Option<Interval>, "'5 minutes'"),
     p_wait: default!(Option<Interval>, "NULL"),
+    p_queues: default!(Option<TextArray>, "NULL"),
 ) -> TableIterator<
     'static,
     (
@@ -207,17 +293,18 @@ fn consume_task_or_wait(
         name!(worker_id, Text),
     ),
 > {
-    TableIterator::new(consume(1, p_worker_id, p_lease, p_wait))
+    TableIterator::new(consume(1, p_worker_id, p_lease, p_wait, queue_list(p_queues)))
 }
 
-/// Claims up to `p_batch` (1..1000) runnable jobs in one call, after waiting
-/// up to `p_wait` for the first.
+/// Claims up to `p_batch` (1..1000) runnable jobs of the queues `p_queues`
+/// in one call, after waiting up to `p_wait` for the first.
 #[pg_extern(name = "consume_tasks")]
-fn consume_tasks_or_wait(
+fn consume_tasks_from_queues(
     p_batch: Option<i32>,
     p_worker_id: default!(Option<Text>, "NULL"),
     p_lease: default!(Option<Interval>, "'5 minutes'"),
     p_wait: default!(Option<Interval>, "NULL"),
+    p_queues: default!(Option<TextArray>, "NULL"),
 ) -> TableIterator<
     'static,
     (
@@ -232,5 +319,5 @@ fn consume_tasks_or_wait(
     ),
 > {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
-    TableIterator::new(consume(batch, p_worker_id, p_lease, p_wait))
+    TableIterator::new(consume(batch, p_worker_id, p_lease, p_wait, queue_list(p_queues)))
 }

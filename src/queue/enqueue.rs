@@ -8,14 +8,27 @@ use super::payload::Payload;
 use crate::errors::{raise, required, OrRaise};
 use crate::plans::{first_value, plan, types};
 
-/// Queues a job; returns its id.
-#[pg_extern]
-fn enqueue_task(
+/// Queues a job in queue `p_queue`; returns its id.
+#[pg_extern(name = "enqueue_task")]
+fn enqueue_task_in_queue(
     p_task_name: Option<Text>,
     p_payload: default!(Option<Payload>, "'{}'"),
     p_run_after: default!(Option<TimestampWithTimeZone>, "now()"),
     p_priority: default!(Option<i32>, 0),
     p_max_attempts: default!(Option<i32>, 5),
+    p_queue: default!(Option<Text>, "'default'"),
+) -> i64 {
+    let queue = text::name(p_queue, "p_queue");
+    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue)
+}
+
+pub(crate) fn enqueue(
+    p_task_name: Option<Text>,
+    p_payload: Option<Payload>,
+    p_run_after: Option<TimestampWithTimeZone>,
+    p_priority: Option<i32>,
+    p_max_attempts: Option<i32>,
+    queue: Text,
 ) -> i64 {
     let task_name = text::name(p_task_name, "p_task_name");
     let payload = required(p_payload, "p_payload");
@@ -31,12 +44,14 @@ fn enqueue_task(
             priority.into(),
             max_attempts.into(),
             crate::access::caller().into(),
+            (&queue).into(),
         ];
+        // producer_role and queue came with the same update.
         let enqueued = if crate::version::has_column(c"task_queue", c"producer_role") {
             let stmt = plan(
                 client,
                 include_str!("../../sql/queries/queue_enqueue.sql"),
-                &[types::TEXT, types::JSONB, types::TIMESTAMPTZ, types::INT4, types::INT4, types::OID],
+                &[types::TEXT, types::JSONB, types::TIMESTAMPTZ, types::INT4, types::INT4, types::OID, types::TEXT],
             );
             client.update(&*stmt, None, &values)
         } else {

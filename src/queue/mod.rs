@@ -13,6 +13,7 @@ mod queue_tests;
 
 pub use consume::reap_expired_leases;
 pub(crate) use consume::{consume, MAX_BATCH};
+pub(crate) use enqueue::enqueue;
 pub(crate) use payload::Payload;
 
 use crate::text::{self, Text};

@@ -5,7 +5,7 @@
 mod tests {
     use pgrx::prelude::*;
 
-    use crate::test_sql::{one, run};
+    use crate::test_sql::{assert_sqlstate, one, run};
 
     fn enqueue(args: &str) -> i64 {
         one::<i64>(&format!("SELECT distlock.enqueue_task({args})")).expect("id")
@@ -36,6 +36,37 @@ mod tests {
             one::<String>(&format!("SELECT producer_role::regrole::text FROM distlock.task_queue WHERE id = {id}")),
             Some("queue_producer".to_string())
         );
+    }
+
+    /// Consumers take jobs of the queues they name only, in the order they
+    /// name them; NULL means every queue, and a job named nowhere is in 'default'.
+    #[pg_test]
+    fn queue_consumers_take_jobs_of_their_queues_only() {
+        let default = enqueue("'p'");
+        let email = enqueue("'p', '{}', now(), 0, 5, 'email'");
+        let thumb = enqueue("'thumb', '{}', now(), 9, 5, 'thumbs'");
+        assert_eq!(one::<String>(&format!("SELECT queue FROM distlock.task_queue WHERE id = {default}")), Some("default".into()));
+        assert_eq!(
+            one::<i64>("SELECT task_id FROM distlock.consume_task('mailer', p_queues => ARRAY['email'])"),
+            Some(email),
+            "a consumer of queue email gets the email job, not the higher-priority thumbnail"
+        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_task('mailer', p_queues => ARRAY['email'])"), Some(0));
+        let later = enqueue("'p2', '{}', now(), 0, 5, 'email'");
+        assert_eq!(
+            one::<String>(
+                "SELECT string_agg(task_id::text, ',' ORDER BY ordinality) \
+                   FROM distlock.consume_tasks(10, 'both', p_queues => ARRAY['email', 'thumbs', 'email']) WITH ORDINALITY"
+            ),
+            Some(format!("{later},{thumb}")),
+            "queues are tried in the order given"
+        );
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('any')"), Some(default));
+        assert_sqlstate("distlock.consume_task('w', p_queues => ARRAY[]::text[])", "22023");
+        assert_sqlstate("distlock.consume_task('w', p_queues => ARRAY['email', NULL])", "22004");
+        assert_sqlstate("distlock.consume_tasks(2, 'w', p_queues => ARRAY[' '])", "22023");
+        assert_sqlstate("distlock.enqueue_task('x', p_queue => NULL)", "22004");
+        assert_sqlstate("distlock.enqueue_task('x', p_queue => '')", "22023");
     }
 
     #[pg_test]

@@ -456,6 +456,7 @@ fn an_update_resets_grants_to_the_capabilities_and_keeps_users_grants_out_of_pg_
          GRANT USAGE ON SCHEMA distlock TO distlock_reader, distlock_consumer, distlock_legacy; \
          GRANT SELECT ON distlock.queue_stats TO distlock_reader; \
          GRANT EXECUTE ON FUNCTION distlock.consume_task(text, interval) TO distlock_consumer, distlock_legacy; \
+         GRANT EXECUTE ON FUNCTION distlock.complete_task(bigint, text) TO distlock_legacy; \
          ALTER EXTENSION pg_distlock UPDATE TO '0.2.0'; \
          SELECT distlock.grant_capability('distlock_consumer', 'consumer'); \
          SELECT distlock.grant_capability('distlock_admin', 'admin');",
@@ -469,7 +470,7 @@ fn an_update_resets_grants_to_the_capabilities_and_keeps_users_grants_out_of_pg_
     c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
     let said = notices.lock().expect("notices").join("\n");
     for expected in [
-        "revoked EXECUTE on function distlock.consume_task(text,interval,interval) from distlock_legacy",
+        "revoked EXECUTE on function distlock.complete_task(bigint,text) from distlock_legacy",
         "revoked INSERT ON distlock.scheduled_tasks FROM distlock_admin",
     ] {
         assert!(said.contains(expected), "no WARNING \"{expected}\" in:\n{said}");
@@ -477,9 +478,9 @@ fn an_update_resets_grants_to_the_capabilities_and_keeps_users_grants_out_of_pg_
     assert!(!said.contains("distlock_consumer"), "a grant the consumer capability gives was taken away:\n{said}");
     let privilege = |c: &mut Client, sql: &str| scalar(c, sql).as_deref() == Some("t");
     let consumer_consumes = "SELECT has_function_privilege('distlock_consumer', \
-                              'distlock.consume_task(text, interval, interval)', 'EXECUTE')";
+                              'distlock.consume_task(text, interval, interval, text[])', 'EXECUTE')";
     assert!(privilege(&mut c, consumer_consumes));
-    assert!(!privilege(&mut c, "SELECT has_function_privilege('distlock_legacy', 'distlock.consume_task(text, interval, interval)', 'EXECUTE')"));
+    assert!(!privilege(&mut c, "SELECT has_function_privilege('distlock_legacy', 'distlock.complete_task(bigint, text)', 'EXECUTE')"));
     assert!(!privilege(&mut c, "SELECT has_column_privilege('distlock_admin', 'distlock.scheduled_tasks', 'current_token', 'INSERT')"));
     assert!(privilege(&mut c, "SELECT has_column_privilege('distlock_admin', 'distlock.scheduled_tasks', 'task_name', 'INSERT')"));
     assert!(privilege(&mut c, "SELECT has_table_privilege('distlock_reader', 'distlock.queue_stats', 'SELECT')"));

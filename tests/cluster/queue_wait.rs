@@ -36,9 +36,21 @@ fn start_waiting(
     worker: &str,
     wait: &str,
 ) -> thread::JoinHandle<Result<Waited, postgres::Error>> {
+    start_waiting_on(port, server_port, db, worker, wait, "NULL")
+}
+
+/// `start_waiting` for the queues `queues` (an SQL text[] expression).
+fn start_waiting_on(
+    port: u16,
+    server_port: u16,
+    db: &str,
+    worker: &str,
+    wait: &str,
+    queues: &str,
+) -> thread::JoinHandle<Result<Waited, postgres::Error>> {
     let before = sleeping(server_port, db);
     let mut c = connect_to(port, db, worker);
-    let sql = format!("SELECT task_id FROM distlock.consume_task('{worker}', p_wait => '{wait}')");
+    let sql = format!("SELECT task_id FROM distlock.consume_task('{worker}', p_wait => '{wait}', p_queues => {queues})");
     let handle = thread::spawn(move || {
         let started = Instant::now();
         let rows = c.simple_query(&sql)?;
@@ -60,6 +72,26 @@ fn finish(handle: thread::JoinHandle<Result<Waited, postgres::Error>>) -> Result
 
 fn enqueue(c: &mut Client, name: &str) -> i64 {
     scalar(c, &format!("SELECT distlock.enqueue_task('{name}')")).expect("id").parse().expect("id")
+}
+
+/// A consumer waiting on one queue is woken by another queue's job, leaves
+/// it, and takes the next job of its own queue.
+#[test]
+fn a_waiting_consumer_of_one_queue_takes_only_that_queues_jobs() {
+    let db = fresh_db("queue_wait_routing");
+    let mut producer = connect(&db);
+    let waiter = start_waiting_on(primary_port(), primary_port(), &db, "mailer", "60 seconds", "ARRAY['email']");
+    let enqueue_in = |c: &mut Client, queue: &str| -> i64 {
+        scalar(c, &format!("SELECT distlock.enqueue_task('job', p_queue => '{queue}')")).expect("id").parse().expect("id")
+    };
+    let thumbnail = enqueue_in(&mut producer, "thumbnails");
+    let email = enqueue_in(&mut producer, "email");
+    assert_eq!(finish(waiter).expect("wait").job, Some(email));
+    assert_eq!(
+        scalar(&mut producer, &format!("SELECT status FROM distlock.task_queue WHERE id = {thumbnail}")).as_deref(),
+        Some("pending"),
+        "the other queue's job is left for its own consumers"
+    );
 }
 
 #[test]

@@ -473,21 +473,26 @@ const CALLS: &[(&str, &str)] = &[
       INSERT INTO pg_temp.accounts (id) VALUES (1); \
       CREATE TRIGGER accounts_version BEFORE UPDATE ON pg_temp.accounts FOR EACH ROW EXECUTE FUNCTION distlock.bump_version(); \
       UPDATE pg_temp.accounts SET version = 1"),
-    ("distlock.enqueue_task(text,jsonb,timestamp with time zone,integer,integer)",
+    ("distlock.enqueue_task(text,jsonb,timestamp with time zone,integer,integer,text)",
      "SELECT distlock.enqueue_task('job', '{\"n\": 1}', '2000-01-01', 9), distlock.enqueue_task('job', '{\"n\": 2}', '2000-01-01', 5), \
-             distlock.enqueue_task('job', '{\"n\": 3}', '2000-01-01', 1), distlock.enqueue_task('job', '{\"n\": 4}', '2000-01-01', 0)"),
-    ("distlock.consume_task(text,interval,interval)", "SELECT * FROM distlock.consume_task('h', '1 hour')"),
+             distlock.enqueue_task('job', '{\"n\": 3}', '2000-01-01', 1), distlock.enqueue_task('job', '{\"n\": 4}', '2000-01-01', 0), \
+             distlock.enqueue_task('job', '{\"n\": 5}', '2000-01-01', 0, 5, 'q')"),
+    ("distlock.consume_task(text,interval,interval,text[])", "SELECT * FROM distlock.consume_task('h', '1 hour')"),
     ("distlock.extend_task_lease(bigint,interval,text)", "SELECT distlock.extend_task_lease(1, '1 hour', 'h')"),
     ("distlock.extend_task_lease(bigint,interval,text,integer)", "SELECT distlock.extend_task_lease(1, '1 hour', 'h', 1)"),
     ("distlock.fail_task(bigint,text,text)", "SELECT distlock.fail_task(1, 'again', 'h')"),
-    ("distlock.consume_tasks(integer,text,interval,interval)", "SELECT * FROM distlock.consume_tasks(3, 'h', '1 hour')"),
+    ("distlock.consume_tasks(integer,text,interval,interval,text[])", "SELECT * FROM distlock.consume_tasks(3, 'h', '1 hour')"),
+    ("distlock.consume_tasks(integer,text,interval,interval,text[])",
+     "SELECT * FROM distlock.consume_tasks(3, 'h', '1 hour', NULL, ARRAY['q'])"),
     ("distlock.complete_task(bigint,text)", "SELECT distlock.complete_task(2, 'h')"),
     ("distlock.complete_task(bigint,text,integer)", "SELECT distlock.complete_task(3, 'h', 1)"),
     ("distlock.fail_task(bigint,text,text,integer)", "SELECT distlock.fail_task(4, 'again', 'h', 1)"),
     ("distlock.complete_tasks(bigint[],text,integer[])",
      "SELECT distlock.complete_tasks(ARRAY[1]::bigint[], 'h', ARRAY[2]::integer[])"),
     // An empty queue: the wait looks at when the next job is due.
-    ("distlock.consume_task(text,interval,interval)", "SELECT * FROM distlock.consume_task('h', '1 hour', '0.3 seconds')"),
+    ("distlock.consume_task(text,interval,interval,text[])", "SELECT * FROM distlock.consume_task('h', '1 hour', '0.3 seconds')"),
+    ("distlock.consume_task(text,interval,interval,text[])",
+     "SELECT * FROM distlock.consume_task('h', '1 hour', '0.3 seconds', ARRAY['q'])"),
     ("distlock.prune_jobs(interval)", "SELECT distlock.prune_jobs('0 seconds')"),
 ];
 

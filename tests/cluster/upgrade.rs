@@ -176,6 +176,9 @@ const CAPABLE_ROLE: &str = "distlock_upgrade_worker";
 /// holder may be gone; its token releases it) and a capability granted to
 /// a role. Through 0.2.0's own library, or this one on 0.2.0's SQL.
 fn populate_0_2_0(c: &mut Client, worker: &mut Client) {
+    // A consumer waiting on an empty queue through 0.2.0's SQL looks at when
+    // the next job is due, in tables without the queue column.
+    assert_eq!(count(c, "SELECT 1 FROM distlock.consume_task('idle', '1 minute', '10 milliseconds')"), 0);
     populate(c, worker);
     c.batch_execute(&format!(
         "DO $$ BEGIN CREATE ROLE {CAPABLE_ROLE}; EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
@@ -312,7 +315,12 @@ fn upgrade_in_place(
         &mut c,
         "SELECT distlock.complete_task(id, 'consumer-1') FROM distlock.task_queue WHERE task_name = 'processing-job'"
     ));
-    assert_eq!(lines(&mut c, "SELECT task_name FROM distlock.consume_task('consumer-2')"), ["pending-job"]);
+    // Jobs queued before the update are in queue 'default'.
+    assert_eq!(lines(&mut c, "SELECT DISTINCT queue FROM distlock.task_queue"), ["default"]);
+    assert_eq!(
+        lines(&mut c, "SELECT task_name FROM distlock.consume_task('consumer-2', p_queues => ARRAY['default'])"),
+        ["pending-job"]
+    );
     assert!(!one_bool(&mut c, "SELECT distlock.check_rate_limit('api:alice', 2, 3600)"));
     assert!(!one_bool(&mut c, "SELECT allowed FROM distlock.throttle('api:bob', 1, 1, 3600, 2)"));
     assert!(one_bool(&mut c, "SELECT distlock.lock('orders:42')"));
