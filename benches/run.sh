@@ -104,11 +104,12 @@ small_alone=$(tps "$memory_port" queue_small_ext)
 # Higher priority than every small job: a claim reading the runnable jobs in
 # priority order without the queue's index would step over all of them.
 psql_on "$memory_port" -c "
-  INSERT INTO distlock.task_queue (task_name, queue, priority) SELECT 'big-job', 'big', 10 FROM generate_series(1, 1000000);
-  VACUUM ANALYZE distlock.task_queue;" >/dev/null
+  INSERT INTO distlock.task_queue (task_name, queue, priority) SELECT 'big-job', 'big', 10 FROM generate_series(1, 1000000);" >/dev/null
+psql_on "$memory_port" -c "VACUUM ANALYZE distlock.task_queue" >/dev/null
 small_beside_big=$(tps "$memory_port" queue_small_ext)
 row "queue of 10 jobs: claim cycle beside 1M others" "$small_alone" "$small_beside_big" "$(ratio "$small_beside_big" "$small_alone")"
-psql_on "$memory_port" -c "DELETE FROM distlock.task_queue WHERE queue = 'big'; VACUUM distlock.task_queue" >/dev/null
+psql_on "$memory_port" -c "DELETE FROM distlock.task_queue WHERE queue = 'big'" >/dev/null
+psql_on "$memory_port" -c "VACUUM distlock.task_queue" >/dev/null
 
 echo "== one call's cost by security form, one backend (ms, best of 3)"
 # The same C function bound three ways: as pg_distlock binds it (no pinned
