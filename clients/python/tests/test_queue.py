@@ -119,6 +119,27 @@ def test_worker_loop_completes_and_fails_in_batches(db: Db, server: str, via_poo
     assert dead[0][1] == "KeyError: 0"
 
 
+def test_consumers_and_workers_take_jobs_of_their_queues_only(db: Db, server: str) -> None:
+    producer = pg_distlock.Queue(db.dsn)
+    email = producer.enqueue("welcome", {"to": "a"}, queue="email")
+    thumb = producer.enqueue("resize", {"image": 7}, priority=9, queue="thumbnails")
+    plain = producer.enqueue("other")
+    assert db.value("SELECT queue FROM distlock.task_queue WHERE id = %s", plain) == "default"
+    mailer = pg_distlock.Queue(db.dsn, worker_id="mailer", queues=["email"])
+    [job] = mailer.consume(wait=0.2)
+    assert job.id == email, "the higher-priority thumbnail job was handed to the e-mail consumer"
+    assert mailer.consume(batch=5) == []
+    handled: list[int] = []
+    stats = pg_distlock.QueueWorker(
+        db.dsn, lambda job: handled.append(job.id), queues=["thumbnails"], wait=0.2, exit_when_idle=True
+    ).run()
+    assert (handled, stats.completed) == ([thumb], 1)
+    assert status(db, plain)[0] == "pending"
+    for bad in ([], "email", [""], [None]):
+        with pytest.raises(pg_distlock.InvalidArgument):
+            pg_distlock.Queue(db.dsn, queues=bad)  # type: ignore[arg-type]
+
+
 def test_long_jobs_are_heartbeaten(db: Db) -> None:
     queue = pg_distlock.Queue(db.dsn)
     job_id = queue.enqueue("slow")

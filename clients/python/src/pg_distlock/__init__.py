@@ -225,10 +225,13 @@ class Queue(QueueLogic[Source]):
 
     def enqueue(
         self, name: str, payload: object = None, *, run_after: datetime | None = None, priority: int = 0,
-        max_attempts: int = 5,
+        max_attempts: int = 5, queue: str | None = None,
     ) -> int:
-        """Queues a job (payload: anything JSON-serialisable); returns its id."""
-        return self._rt.run(self._enqueue_op(name, payload, run_after=run_after, priority=priority, max_attempts=max_attempts))
+        """Queues a job (payload: anything JSON-serialisable) in `queue`
+        (None: the server's default, 'default'); returns its id."""
+        return self._rt.run(self._enqueue_op(
+            name, payload, run_after=run_after, priority=priority, max_attempts=max_attempts, queue=queue
+        ))
 
     def consume(self, batch: int = 1, wait: Seconds = 0.0) -> list[Job]:
         return self._rt.run(self._consume_op(batch, wait))

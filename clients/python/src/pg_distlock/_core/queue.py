@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from typing import Any, Callable, Generic, Iterable, Sequence, TypeVar
 
 from psycopg.types.json import Jsonb
 
@@ -20,7 +20,7 @@ from .base import Bound
 from .holds import default_owner
 from .keeper import Keeper, Lost, Seconds, at_least, interval, non_negative, positive
 from .loop import Loop, Worker, WorkerStats, error_text
-from ..errors import Cancelled, LeaseLost, Unavailable
+from ..errors import Cancelled, InvalidArgument, LeaseLost, Unavailable
 
 log = telemetry.logger("queue")
 
@@ -46,21 +46,44 @@ class Job:
     raising; the job is failed and retried."""
 
 
-def consume_sql(batch: int, wait: bool) -> str:
+def consume_sql(batch: int, wait: bool, queues: bool = False) -> str:
     args = "p_worker_id => %s, p_lease => %s"
     if batch > 1:
         args = "p_batch => %s, " + args
     if wait:
         args += ", p_wait => %s"
+    if queues:
+        args += ", p_queues => %s"
     return f"SELECT {COLUMNS} FROM distlock.{'consume_tasks' if batch > 1 else 'consume_task'}({args})"
 
 
+def queue_names(queues: Sequence[str] | None) -> list[str] | None:
+    """The queues a consumer takes jobs from: None for every queue."""
+    if queues is None:
+        return None
+    if isinstance(queues, str):
+        raise InvalidArgument(f"queues must be a list of queue names, not the string {queues!r}")
+    names = list(queues)
+    if not names or not all(isinstance(q, str) and q.strip() for q in names):
+        raise InvalidArgument(f"queues must name at least one queue, each a non-blank string, got {names!r}")
+    return names
+
+
 class QueueLogic(Bound[S]):
-    def __init__(self, source: S, *, worker_id: str | None = None, lease: Seconds = 300.0) -> None:
+    def __init__(
+        self,
+        source: S,
+        *,
+        worker_id: str | None = None,
+        lease: Seconds = 300.0,
+        queues: Sequence[str] | None = None,
+    ) -> None:
         super().__init__(source)
         self.worker_id = worker_id or default_owner()
         self._rt.label = f"pg_distlock:queue:{self.worker_id}"
         self.lease = positive(lease, "lease")
+        self.queues = queue_names(queues)
+        """What consume() takes jobs from (pg_distlock 0.3.0): None, every queue."""
 
     def _enqueue_op(
         self,
@@ -70,12 +93,18 @@ class QueueLogic(Bound[S]):
         run_after: datetime | None = None,
         priority: int = 0,
         max_attempts: int = 5,
+        queue: str | None = None,
     ) -> fx.Gen[int]:
-        job_id = yield from fx.first(
+        sql = (
             "SELECT distlock.enqueue_task(p_task_name => %s, p_payload => %s,"
-            " p_run_after => coalesce(%s::timestamptz, now()), p_priority => %s, p_max_attempts => %s)",
-            (name, Jsonb({} if payload is None else payload), run_after, priority, max_attempts),
+            " p_run_after => coalesce(%s::timestamptz, now()), p_priority => %s, p_max_attempts => %s"
         )
+        params: tuple[Any, ...] = (name, Jsonb({} if payload is None else payload), run_after, priority, max_attempts)
+        # Named only when given, so that a server before 0.3.0 (no queues) still takes the call.
+        if queue is not None:
+            sql += ", p_queue => %s"
+            params += (queue,)
+        job_id = yield from fx.first(sql + ")", params)
         return int(job_id)
 
     def _consume_op(
@@ -90,11 +119,13 @@ class QueueLogic(Bound[S]):
         params: tuple[Any, ...] = (self.worker_id, interval(self.lease))
         if batch > 1:
             params = (batch, *params)
+        routed = self.queues is not None
+        tail: tuple[Any, ...] = (self.queues,) if routed else ()
         if in_server:
             if until is not None and until.is_set():
                 return []
             try:
-                rows = yield from fx.execute(consume_sql(batch, True), (*params, interval(wait_s)), on=on)
+                rows = yield from fx.execute(consume_sql(batch, True, routed), (*params, interval(wait_s), *tail), on=on)
             except Cancelled:
                 # A worker's stop(), or the session's statement_timeout shorter
                 # than the wait: no job came, and none was claimed.
@@ -103,7 +134,7 @@ class QueueLogic(Bound[S]):
         deadline = time.monotonic() + wait_s
         delay = 0.05
         while True:
-            rows = yield from fx.execute(consume_sql(batch, False), params, on=on)
+            rows = yield from fx.execute(consume_sql(batch, False, routed), (*params, *tail), on=on)
             left = deadline - time.monotonic()
             if rows or left <= 0:
                 return [Job(*row) for row in rows]
@@ -166,8 +197,9 @@ class QueueWorkerLogic(Generic[S], Worker):
         exit_when_idle: bool = False,
         handle_signals: bool = True,
         max_jobs: int | None = None,
+        queues: Sequence[str] | None = None,
     ) -> None:
-        self.queue: QueueLogic[Any] = self._queue(source, worker_id=worker_id, lease=lease)
+        self.queue: QueueLogic[Any] = self._queue(source, worker_id=worker_id, lease=lease, queues=queues)
         self._rt: Any = self.queue._rt
         self._rt.label = f"pg_distlock:queue_worker:{self.queue.worker_id}"
         self._rt.accept_callable(handler, "the handler")
