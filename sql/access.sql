@@ -95,12 +95,14 @@ SELECT g.privilege, g.object FROM (VALUES
     ('consumer', 'EXECUTE', 'FUNCTION distlock.extend_task_lease(bigint, interval, text, integer)'),
     -- The monitoring views (what pg_monitor is granted).
     ('monitor',  'SELECT',  'distlock.advisory_locks, distlock.lock_waits, distlock.running_tasks, '
-                            'distlock.task_stats, distlock.queue_stats, distlock.leases, distlock.leaders, '
+                            'distlock.task_stats, distlock.queue_stats, distlock.queues, distlock.leases, distlock.leaders, '
                             'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
     -- Recovery, retention and resets; defining tasks.
     ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.pause_queue(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.resume_queue(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limit(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_lock_stats()'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_execution_log(interval)'),

@@ -10,7 +10,7 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 GRANT USAGE ON SCHEMA distlock TO pg_monitor;
 GRANT SELECT ON distlock.advisory_locks, distlock.lock_waits,
                 distlock.running_tasks, distlock.task_stats,
-                distlock.queue_stats, distlock.leases, distlock.leaders,
+                distlock.queue_stats, distlock.queues, distlock.leases, distlock.leaders,
                 distlock.lock_stats, distlock.lock_key_collisions,
                 distlock.blocked_tasks TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.task_lock_class() TO pg_monitor;
@@ -25,6 +25,7 @@ SELECT pg_catalog.pg_extension_config_dump('distlock.task_execution_log', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.task_execution_log_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.fencing_token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.task_queue', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.queue_settings', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.id_generator', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.lease_state', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.semaphore_state', '');

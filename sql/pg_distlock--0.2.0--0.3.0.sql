@@ -75,12 +75,14 @@ SELECT g.privilege, g.object FROM (VALUES
     ('consumer', 'EXECUTE', 'FUNCTION distlock.extend_task_lease(bigint, interval, text, integer)'),
     -- The monitoring views (what pg_monitor is granted).
     ('monitor',  'SELECT',  'distlock.advisory_locks, distlock.lock_waits, distlock.running_tasks, '
-                            'distlock.task_stats, distlock.queue_stats, distlock.leases, distlock.leaders, '
+                            'distlock.task_stats, distlock.queue_stats, distlock.queues, distlock.leases, distlock.leaders, '
                             'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
     -- Recovery, retention and resets; defining tasks.
     ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.pause_queue(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.resume_queue(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limit(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_lock_stats()'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_execution_log(interval)'),
@@ -506,6 +508,50 @@ CREATE FUNCTION distlock.consume_tasks(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'consume_tasks_from_queues_wrapper';
 REVOKE ALL ON FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[]) FROM PUBLIC;
+
+-- Per-queue settings; a queue without a row is running and unlimited.
+CREATE TABLE distlock.queue_settings (
+    queue      text PRIMARY KEY,
+    -- A paused queue hands out nothing; its waiting consumers keep waiting.
+    paused     boolean NOT NULL DEFAULT false,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+COMMENT ON TABLE distlock.queue_settings IS
+    'Per-queue settings (pause_queue, resume_queue); queues without a row run.';
+
+CREATE VIEW distlock.queues AS
+SELECT n.queue AS name,
+       COALESCE(s.paused, false) AS paused,
+       count(q.id) FILTER (WHERE q.status = 'pending') AS pending,
+       count(q.id) FILTER (WHERE q.status = 'processing') AS processing,
+       count(q.id) FILTER (WHERE q.status = 'failed') AS failed,
+       count(q.id) FILTER (WHERE q.status = 'dead') AS dead,
+       count(q.id) FILTER (WHERE q.status = 'completed') AS completed,
+       pg_catalog.now() - min(q.created_at) FILTER (WHERE q.status = 'pending') AS oldest_pending_age
+  FROM (SELECT queue FROM distlock.queue_settings
+        UNION
+        SELECT DISTINCT queue FROM distlock.task_queue) n
+  LEFT JOIN distlock.queue_settings s ON s.queue = n.queue
+  LEFT JOIN distlock.task_queue q ON q.queue = n.queue
+ GROUP BY n.queue, s.paused
+HAVING distlock.in_monitor_scope(n.queue);
+
+COMMENT ON VIEW distlock.queues IS
+    'Queues with their settings and their jobs counted by status.';
+REVOKE ALL ON distlock.queue_settings, distlock.queues FROM PUBLIC;
+GRANT SELECT ON distlock.queues TO pg_monitor;
+SELECT pg_catalog.pg_extension_config_dump('distlock.queue_settings', '');
+
+CREATE FUNCTION distlock.pause_queue("p_queue" TEXT) RETURNS bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'pause_queue_wrapper';
+REVOKE ALL ON FUNCTION distlock.pause_queue(text) FROM PUBLIC;
+
+CREATE FUNCTION distlock.resume_queue("p_queue" TEXT) RETURNS bool
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'resume_queue_wrapper';
+REVOKE ALL ON FUNCTION distlock.resume_queue(text) FROM PUBLIC;
 
 -- Grants are reset to what the capability model gives, naming each one it
 -- takes away in a WARNING (PostgreSQL raises client_min_messages to warning

@@ -60,6 +60,37 @@ CREATE INDEX task_queue_lease_idx
 -- as a small one and its indexes stay free of dead entries.
 ALTER TABLE distlock.task_queue SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000);
 
+-- Per-queue settings; a queue without a row is running and unlimited.
+CREATE TABLE distlock.queue_settings (
+    queue      text PRIMARY KEY,
+    -- A paused queue hands out nothing; its waiting consumers keep waiting.
+    paused     boolean NOT NULL DEFAULT false,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+COMMENT ON TABLE distlock.queue_settings IS
+    'Per-queue settings (pause_queue, resume_queue); queues without a row run.';
+
+CREATE VIEW distlock.queues AS
+SELECT n.queue AS name,
+       COALESCE(s.paused, false) AS paused,
+       count(q.id) FILTER (WHERE q.status = 'pending') AS pending,
+       count(q.id) FILTER (WHERE q.status = 'processing') AS processing,
+       count(q.id) FILTER (WHERE q.status = 'failed') AS failed,
+       count(q.id) FILTER (WHERE q.status = 'dead') AS dead,
+       count(q.id) FILTER (WHERE q.status = 'completed') AS completed,
+       pg_catalog.now() - min(q.created_at) FILTER (WHERE q.status = 'pending') AS oldest_pending_age
+  FROM (SELECT queue FROM distlock.queue_settings
+        UNION
+        SELECT DISTINCT queue FROM distlock.task_queue) n
+  LEFT JOIN distlock.queue_settings s ON s.queue = n.queue
+  LEFT JOIN distlock.task_queue q ON q.queue = n.queue
+ GROUP BY n.queue, s.paused
+HAVING distlock.in_monitor_scope(n.queue);
+
+COMMENT ON VIEW distlock.queues IS
+    'Queues with their settings and their jobs counted by status.';
+
 CREATE VIEW distlock.queue_stats AS
 SELECT q.task_name,
        q.status,

@@ -9,13 +9,14 @@
 -- $6: the consumer's scope, job names starting with one of these prefixes
 -- (NULL: every job). queue_consume.sql for jobs of queue $7 only, a
 -- separate statement so that its plan always reads the queue's index, whose
--- order is the claim's.
+-- order is the claim's. Nothing when the queue is paused.
 WITH expired AS (
     SELECT id
       FROM distlock.task_queue
      WHERE status OPERATOR(pg_catalog.=) 'processing'
        AND lease_expires_at OPERATOR(pg_catalog.<=) $5
        AND queue OPERATOR(pg_catalog.=) $7
+       AND NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.queue OPERATOR(pg_catalog.=) $7 AND s.paused)
        AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
                                    WHERE pg_catalog.starts_with(task_name, s.prefix)))
      ORDER BY lease_expires_at
@@ -26,6 +27,7 @@ WITH expired AS (
       FROM distlock.task_queue
      WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
        AND queue OPERATOR(pg_catalog.=) $7
+       AND NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.queue OPERATOR(pg_catalog.=) $7 AND s.paused)
        AND run_after OPERATOR(pg_catalog.<=) $5
        AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
                                    WHERE pg_catalog.starts_with(task_name, s.prefix)))

@@ -1,8 +1,10 @@
--- params: timestamptz, timestamptz, text[]
+-- params: timestamptz, timestamptz, text[], text[]
 -- When a job next becomes claimable with time alone, if at or before $2: a
 -- lease running out, or a pending or failed job's run_after coming after $1.
 -- NULL when none will before $2. Only jobs whose names start with one of
--- the prefixes $3 (NULL: every job) count.
+-- the prefixes $3 (NULL: every job), in one of the queues $4 (NULL: every
+-- queue) and in no paused queue count. Run only by a consumer about to
+-- sleep, so one plan serves every consumer.
 -- A lease that ran out at or before $1 belongs to a job the caller's claim
 -- just skipped (its row is locked by an open transaction): it counts as due
 -- one second after $1, so that a waiting consumer looks again once a second
@@ -11,12 +13,16 @@ SELECT LEAST(
     (SELECT GREATEST(pg_catalog.min(lease_expires_at), $1 OPERATOR(pg_catalog.+) interval '1 second')
        FROM distlock.task_queue
       WHERE status OPERATOR(pg_catalog.=) 'processing'
+        AND ($4 IS NULL OR queue OPERATOR(pg_catalog.=) ANY ($4))
+        AND queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s WHERE s.paused))
         AND ($3 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
                                     WHERE pg_catalog.starts_with(task_name, s.prefix)))
      HAVING pg_catalog.min(lease_expires_at) IS NOT NULL),
     (SELECT pg_catalog.min(run_after)
        FROM distlock.task_queue
       WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
+        AND ($4 IS NULL OR queue OPERATOR(pg_catalog.=) ANY ($4))
+        AND queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s WHERE s.paused))
         AND run_after OPERATOR(pg_catalog.>) $1
         AND run_after OPERATOR(pg_catalog.<=) $2
         AND ($3 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)

@@ -46,10 +46,20 @@ pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
     reaped
 }
 
-/// The queues a consumer takes jobs from: NULL for every queue; otherwise
-/// at least one name, none NULL or blank, each once, in the order given.
-pub(crate) fn queue_list(p_queues: Option<TextArray>) -> Option<Vec<Text>> {
-    let given = p_queues?.0;
+/// Where a consumer takes jobs from.
+pub(crate) enum Route {
+    /// 0.2.0's functions, on a database whose SQL may predate queues.
+    Legacy,
+    /// Every queue that is not paused.
+    Every,
+    /// These queues, tried in this order.
+    Queues(Vec<Text>),
+}
+
+/// The route of `p_queues`: NULL for every queue; otherwise at least one
+/// name, none NULL or blank, each once, in the order given.
+pub(crate) fn route(p_queues: Option<TextArray>) -> Route {
+    let Some(TextArray(given)) = p_queues else { return Route::Every };
     if given.is_empty() {
         raise_with_hint(
             pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -64,25 +74,18 @@ pub(crate) fn queue_list(p_queues: Option<TextArray>) -> Option<Vec<Text>> {
             queues.push(queue);
         }
     }
-    Some(queues)
+    Route::Queues(queues)
 }
 
-/// One look at the queue: claims up to `batch` jobs, from `queues` in the
-/// order given (every queue when None).
-fn claim(
-    client: &SpiClient<'_>,
-    batch: i32,
-    worker: &Text,
-    lease: Interval,
-    scope: &Scope,
-    queues: Option<&[Text]>,
-) -> Vec<Job> {
+/// One look at the queue: claims up to `batch` jobs along `route`.
+fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, scope: &Scope, route: &Route) -> Vec<Job> {
     let mut jobs = Vec::new();
-    match queues {
-        None => claim_from(client, batch, worker, lease, scope, None, &mut jobs),
-        Some(queues) => {
+    match route {
+        Route::Legacy => claim_from(client, batch, worker, lease, scope, Source::Legacy, &mut jobs),
+        Route::Every => claim_from(client, batch, worker, lease, scope, Source::Every, &mut jobs),
+        Route::Queues(queues) => {
             for queue in queues {
-                claim_from(client, batch, worker, lease, scope, Some(queue), &mut jobs);
+                claim_from(client, batch, worker, lease, scope, Source::Queue(queue), &mut jobs);
                 if jobs.len() as i32 >= batch {
                     break;
                 }
@@ -95,30 +98,35 @@ fn claim(
     jobs
 }
 
-/// Claims into `jobs` until it holds `batch`, from `queue` (every queue
-/// when None). Rows the statement made dead (an expired lease with no
-/// attempt left) are not handed out; while any were, it looks again for the
-/// jobs they displaced.
+/// What one claim statement reads.
+enum Source<'a> {
+    Legacy,
+    Every,
+    Queue(&'a Text),
+}
+
+/// Claims into `jobs` until it holds `batch`, from `source`. Rows the
+/// statement made dead (an expired lease with no attempt left) are not
+/// handed out; while any were, it looks again for the jobs they displaced.
 fn claim_from(
     client: &SpiClient<'_>,
     batch: i32,
     worker: &Text,
     lease: Interval,
     scope: &Scope,
-    queue: Option<&Text>,
+    source: Source<'_>,
     jobs: &mut Vec<Job>,
 ) {
-    let stmt = match queue {
-        None => plan(
-            client,
-            include_str!("../../sql/queries/queue_consume.sql"),
-            &[types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY],
-        ),
-        Some(_) => plan(
+    const EVERY: [pgrx::PgOid; 6] =
+        [types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY];
+    let (stmt, queue) = match source {
+        Source::Legacy => (plan(client, include_str!("../../sql/queries/queue_consume_0_2_0.sql"), &EVERY), None),
+        Source::Every => (plan(client, include_str!("../../sql/queries/queue_consume.sql"), &EVERY), None),
+        Source::Queue(queue) => (plan(
             client,
             include_str!("../../sql/queries/queue_consume_queue.sql"),
             &[types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT],
-        ),
+        ), Some(queue)),
     };
     let role = crate::access::caller();
     loop {
@@ -169,22 +177,24 @@ fn next_due(
     now: pg_sys::TimestampTz,
     until: pg_sys::TimestampTz,
     scope: &Scope,
-    queues: Option<&[Text]>,
+    route: &Route,
 ) -> Option<pg_sys::TimestampTz> {
-    // Two statements: the one without queues runs on a database not yet
-    // updated to 0.3.0 too (no queue column), for 0.2.0's consume_task.
     let mut arguments = vec![timestamp(now).into(), timestamp(until).into(), scope.as_parameter().into()];
-    let stmt = match queues {
-        None => plan(
+    let stmt = match route {
+        Route::Legacy => plan(
             client,
-            include_str!("../../sql/queries/queue_next_due.sql"),
+            include_str!("../../sql/queries/queue_next_due_0_2_0.sql"),
             &[types::TIMESTAMPTZ, types::TIMESTAMPTZ, types::TEXT_ARRAY],
         ),
-        Some(queues) => {
-            arguments.push(queues.to_vec().into());
+        Route::Every | Route::Queues(_) => {
+            let queues = match route {
+                Route::Queues(queues) => Some(queues.clone()),
+                _ => None,
+            };
+            arguments.push(queues.into());
             plan(
                 client,
-                include_str!("../../sql/queries/queue_next_due_queues.sql"),
+                include_str!("../../sql/queries/queue_next_due.sql"),
                 &[types::TIMESTAMPTZ, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT_ARRAY],
             )
         }
@@ -227,7 +237,7 @@ pub(crate) fn consume(
     p_worker_id: Option<Text>,
     p_lease: Option<Interval>,
     p_wait: Option<Interval>,
-    queues: Option<Vec<Text>>,
+    route: Route,
 ) -> Vec<Job> {
     let lease = positive_interval(p_lease, "p_lease");
     let wait = wait_micros(p_wait);
@@ -242,9 +252,9 @@ pub(crate) fn consume(
         let (jobs, due) = crate::access::connect(|client| {
             let worker = worker.get_or_insert_with(|| resolve_worker(client, given_worker.take().flatten()));
             let scope = scopes::of_caller(Capability::Consumer);
-            let jobs = claim(client, p_batch, worker, lease, &scope, queues.as_deref());
+            let jobs = claim(client, p_batch, worker, lease, &scope, &route);
             let due = if jobs.is_empty() && sleeper.is_some() {
-                next_due(client, clock_now(), deadline, &scope, queues.as_deref())
+                next_due(client, clock_now(), deadline, &scope, &route)
             } else {
                 None
             };
@@ -293,7 +303,7 @@ fn consume_task_from_queues(
         name!(worker_id, Text),
     ),
 > {
-    TableIterator::new(consume(1, p_worker_id, p_lease, p_wait, queue_list(p_queues)))
+    TableIterator::new(consume(1, p_worker_id, p_lease, p_wait, route(p_queues)))
 }
 
 /// Claims up to `p_batch` (1..1000) runnable jobs of the queues `p_queues`
@@ -319,5 +329,5 @@ fn consume_tasks_from_queues(
     ),
 > {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
-    TableIterator::new(consume(batch, p_worker_id, p_lease, p_wait, queue_list(p_queues)))
+    TableIterator::new(consume(batch, p_worker_id, p_lease, p_wait, route(p_queues)))
 }

@@ -6,13 +6,14 @@ mod consume;
 mod enqueue;
 mod payload;
 mod retention;
+mod settings;
 mod settle;
 mod wake;
 #[cfg(any(test, feature = "pg_test"))]
 mod queue_tests;
 
 pub use consume::reap_expired_leases;
-pub(crate) use consume::{consume, MAX_BATCH};
+pub(crate) use consume::{consume, Route, MAX_BATCH};
 pub(crate) use enqueue::enqueue;
 pub(crate) use payload::Payload;
 

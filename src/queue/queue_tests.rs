@@ -69,6 +69,31 @@ mod tests {
         assert_sqlstate("distlock.enqueue_task('x', p_queue => '')", "22023");
     }
 
+    /// A paused queue hands out nothing, to consumers of that queue or of
+    /// every queue, until it is resumed; distlock.queues shows it.
+    #[pg_test]
+    fn queue_a_paused_queue_hands_out_nothing_until_resumed() {
+        let email = enqueue("'p', '{}', now(), 0, 5, 'email'");
+        let other = enqueue("'p', '{}', now(), 0, 5, 'other'");
+        assert_eq!(one::<bool>("SELECT distlock.pause_queue('email')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.pause_queue('email')"), Some(false), "already paused");
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_task('w', p_queues => ARRAY['email'])"), Some(0));
+        assert_eq!(
+            one::<String>("SELECT string_agg(task_id::text, ',') FROM distlock.consume_tasks(10, 'w')"),
+            Some(other.to_string()),
+            "a consumer of every queue leaves the paused queue's jobs"
+        );
+        assert_eq!(
+            one::<String>("SELECT paused || ':' || pending || ':' || processing FROM distlock.queues WHERE name = 'email'"),
+            Some("true:1:0".into())
+        );
+        assert_eq!(one::<bool>("SELECT distlock.resume_queue('email')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.resume_queue('email')"), Some(false), "already running");
+        assert_eq!(one::<bool>("SELECT distlock.resume_queue('never-paused')"), Some(false));
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('w', p_queues => ARRAY['email'])"), Some(email));
+        assert_sqlstate("distlock.pause_queue(NULL)", "22004");
+    }
+
     #[pg_test]
     fn queue_consume_takes_highest_priority_then_oldest() {
         let low = enqueue("'a', '{\"n\": 1}'");

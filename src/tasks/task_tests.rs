@@ -523,7 +523,8 @@ mod tests {
             ),
             Some(
                 "distlock.fencing_token_seq,distlock.id_generator,distlock.leader_state,\
-                 distlock.lease_state,distlock.lease_token_seq,distlock.lock_names,distlock.role_capabilities,distlock.scheduled_tasks,distlock.scheduled_tasks_id_seq,\
+                 distlock.lease_state,distlock.lease_token_seq,distlock.lock_names,distlock.queue_settings,\
+                 distlock.role_capabilities,distlock.scheduled_tasks,distlock.scheduled_tasks_id_seq,\
                  distlock.semaphore_holders,distlock.semaphore_state,\
                  distlock.task_execution_log,distlock.task_execution_log_id_seq,\
                  distlock.task_queue,distlock.task_queue_id_seq"

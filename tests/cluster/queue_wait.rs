@@ -74,6 +74,24 @@ fn enqueue(c: &mut Client, name: &str) -> i64 {
     scalar(c, &format!("SELECT distlock.enqueue_task('{name}')")).expect("id").parse().expect("id")
 }
 
+/// A consumer of a paused queue that holds a job sleeps (start_waiting_on
+/// returns only once it does) and takes the job once the queue is resumed.
+#[test]
+fn a_waiting_consumer_of_a_paused_queue_sleeps_until_it_is_resumed() {
+    let db = fresh_db("queue_wait_paused");
+    let mut admin = connect(&db);
+    admin.batch_execute("SELECT distlock.pause_queue('email')").expect("pause");
+    let job: i64 = scalar(&mut admin, "SELECT distlock.enqueue_task('job', p_queue => 'email')")
+        .expect("id")
+        .parse()
+        .expect("id");
+    let waiter = start_waiting_on(primary_port(), primary_port(), &db, "mailer", "60 seconds", "ARRAY['email']");
+    let resumed = Instant::now();
+    admin.batch_execute("SELECT distlock.resume_queue('email')").expect("resume");
+    assert_eq!(finish(waiter).expect("wait").job, Some(job));
+    assert!(resumed.elapsed() < Duration::from_secs(5), "took the job {:?} after the resume", resumed.elapsed());
+}
+
 /// A consumer waiting on one queue is woken by another queue's job, leaves
 /// it, and takes the next job of its own queue.
 #[test]

@@ -1,0 +1,67 @@
+-- params: bigint, text, interval, oid, timestamptz, text[]
+-- queue_consume.sql for 0.2.0's consume_task on a database not yet updated
+-- to 0.3.0 (no queues).
+-- Claims up to $1 jobs for worker $2 of role $4 with a lease of $3, at time
+-- $5 (a parameter, not clock_timestamp(), so that it is an index condition).
+-- Claimable: a job whose consumer's lease ran out (taken over, counting an
+-- attempt, or made dead when none is left; the caller drops those rows),
+-- then pending and failed jobs whose run_after has come, highest priority
+-- and oldest first. Lease takeover is part of every claim, so no job waits
+-- for a sweep and no claim pays for a separate reaping statement.
+-- $6: the consumer's scope, job names starting with one of these prefixes
+-- (NULL: every job).
+WITH expired AS (
+    SELECT id
+      FROM distlock.task_queue
+     WHERE status OPERATOR(pg_catalog.=) 'processing'
+       AND lease_expires_at OPERATOR(pg_catalog.<=) $5
+       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
+     ORDER BY lease_expires_at
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+), runnable AS (
+    SELECT id
+      FROM distlock.task_queue
+     WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
+       AND run_after OPERATOR(pg_catalog.<=) $5
+       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
+     ORDER BY priority DESC, run_after, id
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+), next AS (
+    -- Evaluated lazily: runnable is read only for what expired did not fill.
+    SELECT id FROM expired
+    UNION ALL
+    SELECT id FROM runnable
+    LIMIT $1
+)
+UPDATE distlock.task_queue q
+   SET status = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
+                      AND q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
+                     THEN 'dead' ELSE 'processing' END,
+       completed_at = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
+                            AND q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
+                           THEN $5 END,
+       last_error = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
+                         THEN 'lease expired (worker ' OPERATOR(pg_catalog.||) COALESCE(q.worker_id, '?')
+                              OPERATOR(pg_catalog.||) ')'
+                         ELSE q.last_error END,
+       worker_id = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
+                         AND q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
+                        THEN q.worker_id ELSE $2 END,
+       holder_role = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
+                           AND q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
+                          THEN q.holder_role ELSE $4 END,
+       started_at = $5,
+       lease_expires_at = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
+                                AND q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
+                               THEN NULL ELSE $5 OPERATOR(pg_catalog.+) $3 END,
+       attempts = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
+                        AND q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
+                       THEN q.attempts ELSE q.attempts OPERATOR(pg_catalog.+) 1 END
+  FROM next
+ WHERE q.id OPERATOR(pg_catalog.=) next.id
+RETURNING q.id, q.task_name, q.payload, q.attempts, q.max_attempts, q.lease_expires_at, q.priority,
+          q.status OPERATOR(pg_catalog.=) 'processing'
