@@ -103,6 +103,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.pause_queue(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.resume_queue(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.set_queue_limit(text, integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limit(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_lock_stats()'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_execution_log(interval)'),

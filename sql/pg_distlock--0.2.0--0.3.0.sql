@@ -83,6 +83,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.pause_queue(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.resume_queue(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.set_queue_limit(text, integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limit(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_lock_stats()'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_execution_log(interval)'),
@@ -514,15 +515,18 @@ CREATE TABLE distlock.queue_settings (
     queue      text PRIMARY KEY,
     -- A paused queue hands out nothing; its waiting consumers keep waiting.
     paused     boolean NOT NULL DEFAULT false,
+    -- At most this many jobs of the queue processing at once (NULL: no limit).
+    max_processing int,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
 COMMENT ON TABLE distlock.queue_settings IS
-    'Per-queue settings (pause_queue, resume_queue); queues without a row run.';
+    'Per-queue settings (pause_queue, resume_queue, set_queue_limit); queues without a row run unlimited.';
 
 CREATE VIEW distlock.queues AS
 SELECT n.queue AS name,
        COALESCE(s.paused, false) AS paused,
+       s.max_processing,
        count(q.id) FILTER (WHERE q.status = 'pending') AS pending,
        count(q.id) FILTER (WHERE q.status = 'processing') AS processing,
        count(q.id) FILTER (WHERE q.status = 'failed') AS failed,
@@ -534,7 +538,7 @@ SELECT n.queue AS name,
         SELECT DISTINCT queue FROM distlock.task_queue) n
   LEFT JOIN distlock.queue_settings s ON s.queue = n.queue
   LEFT JOIN distlock.task_queue q ON q.queue = n.queue
- GROUP BY n.queue, s.paused
+ GROUP BY n.queue, s.paused, s.max_processing
 HAVING distlock.in_monitor_scope(n.queue);
 
 COMMENT ON VIEW distlock.queues IS
@@ -552,6 +556,11 @@ CREATE FUNCTION distlock.resume_queue("p_queue" TEXT) RETURNS bool
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'resume_queue_wrapper';
 REVOKE ALL ON FUNCTION distlock.resume_queue(text) FROM PUBLIC;
+
+CREATE FUNCTION distlock.set_queue_limit("p_queue" TEXT, "p_max_processing" INT) RETURNS void
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'set_queue_limit_wrapper';
+REVOKE ALL ON FUNCTION distlock.set_queue_limit(text, integer) FROM PUBLIC;
 
 -- Grants are reset to what the capability model gives, naming each one it
 -- takes away in a WARNING (PostgreSQL raises client_min_messages to warning

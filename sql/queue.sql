@@ -65,15 +65,18 @@ CREATE TABLE distlock.queue_settings (
     queue      text PRIMARY KEY,
     -- A paused queue hands out nothing; its waiting consumers keep waiting.
     paused     boolean NOT NULL DEFAULT false,
+    -- At most this many jobs of the queue processing at once (NULL: no limit).
+    max_processing int,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
 COMMENT ON TABLE distlock.queue_settings IS
-    'Per-queue settings (pause_queue, resume_queue); queues without a row run.';
+    'Per-queue settings (pause_queue, resume_queue, set_queue_limit); queues without a row run unlimited.';
 
 CREATE VIEW distlock.queues AS
 SELECT n.queue AS name,
        COALESCE(s.paused, false) AS paused,
+       s.max_processing,
        count(q.id) FILTER (WHERE q.status = 'pending') AS pending,
        count(q.id) FILTER (WHERE q.status = 'processing') AS processing,
        count(q.id) FILTER (WHERE q.status = 'failed') AS failed,
@@ -85,7 +88,7 @@ SELECT n.queue AS name,
         SELECT DISTINCT queue FROM distlock.task_queue) n
   LEFT JOIN distlock.queue_settings s ON s.queue = n.queue
   LEFT JOIN distlock.task_queue q ON q.queue = n.queue
- GROUP BY n.queue, s.paused
+ GROUP BY n.queue, s.paused, s.max_processing
 HAVING distlock.in_monitor_scope(n.queue);
 
 COMMENT ON VIEW distlock.queues IS

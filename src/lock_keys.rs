@@ -117,6 +117,28 @@ fn try_lock(tag: &pg_sys::LOCKTAG, session: bool) -> TryLock {
     }
 }
 
+/// Class of the transaction-level lock ("dlql") that claims of a queue with
+/// a concurrency limit take in turn: the holder counts the queue's
+/// processing jobs and claims up to the limit, and its claims are committed
+/// before the next holder counts.
+pub const QUEUE_LIMIT_CLASS: i32 = 0x646c_716c;
+
+fn queue_limit_tag(queue: &[u8]) -> pg_sys::LOCKTAG {
+    reserved_tag(QUEUE_LIMIT_CLASS, crate::hashing::key_for_name(queue) as u32, RESERVED_KIND)
+}
+
+/// Tries to take the claim turn of queue `queue` until the transaction ends,
+/// without waiting. Two queues whose hashes share 32 bits merely take turns.
+pub fn try_lock_queue_limit(queue: &[u8]) -> TryLock {
+    try_lock(&queue_limit_tag(queue), false)
+}
+
+/// Gives back the claim turn taken by `try_lock_queue_limit` (nothing was claimed).
+pub fn unlock_queue_limit(queue: &[u8]) {
+    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+    unsafe { pg_sys::LockRelease(&queue_limit_tag(queue), mode, false) };
+}
+
 /// Tries to take a task's session-level lock without waiting.
 pub fn try_lock_task(task_id: i32) -> TryLock {
     try_lock(&task_lock_tag(task_id), true)

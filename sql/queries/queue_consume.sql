@@ -7,14 +7,16 @@
 -- and oldest first. Lease takeover is part of every claim, so no job waits
 -- for a sweep and no claim pays for a separate reaping statement.
 -- $6: the consumer's scope, job names starting with one of these prefixes
--- (NULL: every job). Jobs of paused queues are left alone (the paused list
--- is read once per statement).
+-- (NULL: every job). Jobs of paused queues and of queues with a concurrency
+-- limit are left alone (the list is read once per statement); the limited
+-- ones are claimed through queue_consume_queue.sql in their turn.
 WITH expired AS (
     SELECT id
       FROM distlock.task_queue
      WHERE status OPERATOR(pg_catalog.=) 'processing'
        AND lease_expires_at OPERATOR(pg_catalog.<=) $5
-       AND queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s WHERE s.paused))
+       AND queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s
+                                                 WHERE s.paused OR s.max_processing IS NOT NULL))
        AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
                                    WHERE pg_catalog.starts_with(task_name, s.prefix)))
      ORDER BY lease_expires_at
@@ -25,7 +27,8 @@ WITH expired AS (
       FROM distlock.task_queue
      WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
        AND run_after OPERATOR(pg_catalog.<=) $5
-       AND queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s WHERE s.paused))
+       AND queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s
+                                                 WHERE s.paused OR s.max_processing IS NOT NULL))
        AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
                                    WHERE pg_catalog.starts_with(task_name, s.prefix)))
      ORDER BY priority DESC, run_after, id

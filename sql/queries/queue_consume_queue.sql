@@ -1,4 +1,4 @@
--- params: bigint, text, interval, oid, timestamptz, text[], text
+-- params: bigint, text, interval, oid, timestamptz, text[], text, boolean
 -- Claims up to $1 jobs for worker $2 of role $4 with a lease of $3, at time
 -- $5 (a parameter, not clock_timestamp(), so that it is an index condition).
 -- Claimable: a job whose consumer's lease ran out (taken over, counting an
@@ -9,14 +9,18 @@
 -- $6: the consumer's scope, job names starting with one of these prefixes
 -- (NULL: every job). queue_consume.sql for jobs of queue $7 only, a
 -- separate statement so that its plan always reads the queue's index, whose
--- order is the claim's. Nothing when the queue is paused.
+-- order is the claim's. Nothing when the queue is paused, nor when it has a
+-- concurrency limit unless $8 (the caller holds the queue's claim turn and
+-- asks for no more than the room left).
 WITH expired AS (
     SELECT id
       FROM distlock.task_queue
      WHERE status OPERATOR(pg_catalog.=) 'processing'
        AND lease_expires_at OPERATOR(pg_catalog.<=) $5
        AND queue OPERATOR(pg_catalog.=) $7
-       AND NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.queue OPERATOR(pg_catalog.=) $7 AND s.paused)
+       AND NOT EXISTS (SELECT FROM distlock.queue_settings s
+                        WHERE s.queue OPERATOR(pg_catalog.=) $7
+                          AND (s.paused OR (s.max_processing IS NOT NULL AND NOT $8)))
        AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
                                    WHERE pg_catalog.starts_with(task_name, s.prefix)))
      ORDER BY lease_expires_at
@@ -27,7 +31,9 @@ WITH expired AS (
       FROM distlock.task_queue
      WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
        AND queue OPERATOR(pg_catalog.=) $7
-       AND NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.queue OPERATOR(pg_catalog.=) $7 AND s.paused)
+       AND NOT EXISTS (SELECT FROM distlock.queue_settings s
+                        WHERE s.queue OPERATOR(pg_catalog.=) $7
+                          AND (s.paused OR (s.max_processing IS NOT NULL AND NOT $8)))
        AND run_after OPERATOR(pg_catalog.<=) $5
        AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
                                    WHERE pg_catalog.starts_with(task_name, s.prefix)))

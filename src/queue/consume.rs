@@ -77,32 +77,118 @@ pub(crate) fn route(p_queues: Option<TextArray>) -> Route {
     Route::Queues(queues)
 }
 
-/// One look at the queue: claims up to `batch` jobs along `route`.
-fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, scope: &Scope, route: &Route) -> Vec<Job> {
-    let mut jobs = Vec::new();
+/// What one look at the queue got: the jobs claimed, and whether a queue
+/// with a concurrency limit was full or taking another claim's turn (a
+/// consumer then looks again soon: a completion that makes room wakes no one).
+struct Look {
+    jobs: Vec<Job>,
+    limited_queue_full: bool,
+}
+
+/// One look at the queue: claims up to `batch` jobs along `route`. Queues
+/// with a concurrency limit are claimed from in their turn; a consumer of
+/// every queue takes their jobs after the others'.
+fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, scope: &Scope, route: &Route) -> Look {
+    let mut look = Look { jobs: Vec::new(), limited_queue_full: false };
+    let jobs = &mut look.jobs;
     match route {
-        Route::Legacy => claim_from(client, batch, worker, lease, scope, Source::Legacy, &mut jobs),
-        Route::Every => claim_from(client, batch, worker, lease, scope, Source::Every, &mut jobs),
+        Route::Legacy => claim_from(client, batch, worker, lease, scope, Source::Legacy, jobs),
+        Route::Every => {
+            claim_from(client, batch, worker, lease, scope, Source::Every, jobs);
+            if (jobs.len() as i32) < batch {
+                for (queue, max) in limited_queues(client, None) {
+                    look.limited_queue_full |= !claim_limited(client, batch, worker, lease, scope, &queue, max, jobs);
+                    if jobs.len() as i32 >= batch {
+                        break;
+                    }
+                }
+            }
+        }
         Route::Queues(queues) => {
+            let limited = limited_queues(client, Some(queues));
             for queue in queues {
-                claim_from(client, batch, worker, lease, scope, Source::Queue(queue), &mut jobs);
+                match limited.iter().find(|(name, _)| name == queue) {
+                    Some((_, max)) => {
+                        look.limited_queue_full |= !claim_limited(client, batch, worker, lease, scope, queue, *max, jobs);
+                    }
+                    None => claim_from(client, batch, worker, lease, scope, Source::Queue(queue, false), jobs),
+                }
                 if jobs.len() as i32 >= batch {
                     break;
                 }
             }
         }
     }
-    if !jobs.is_empty() {
+    if !look.jobs.is_empty() {
         wake::jobs_claimed();
     }
-    jobs
+    look
+}
+
+/// The running queues with a concurrency limit among `queues` (all when None).
+fn limited_queues(client: &SpiClient<'_>, queues: Option<&[Text]>) -> Vec<(Text, i32)> {
+    let stmt = plan(client, include_str!("../../sql/queries/queue_limited.sql"), &[types::TEXT_ARRAY]);
+    client
+        .select(&*stmt, None, &[queues.map(<[Text]>::to_vec).into()])
+        .and_then(|rows| {
+            rows.map(|row| Ok((row.get::<Text>(1)?.unwrap_or_default(), row.get::<i32>(2)?.unwrap_or_default())))
+                .collect()
+        })
+        .or_raise()
+}
+
+/// Claims from `queue`, limited to `max` processing jobs, into `jobs`: in
+/// the queue's claim turn (held until this transaction ends when it claimed
+/// something), counting what is processing after the previous turn's
+/// commit. False when the queue was full or another claim had the turn.
+#[allow(clippy::too_many_arguments)]
+fn claim_limited(
+    client: &SpiClient<'_>,
+    batch: i32,
+    worker: &Text,
+    lease: Interval,
+    scope: &Scope,
+    queue: &Text,
+    max: i32,
+    jobs: &mut Vec<Job>,
+) -> bool {
+    // An older snapshot would miss the previous turn's claims.
+    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        raise_with_hint(
+            pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("queue \"{}\" has a concurrency limit, which claims can keep only in READ COMMITTED", queue.shown()),
+            "Claim in a READ COMMITTED transaction.",
+        );
+    }
+    let turn = crate::lock_keys::try_lock_queue_limit(queue.bytes());
+    if turn == crate::lock_keys::TryLock::Busy {
+        return false;
+    }
+    let stmt = plan(client, include_str!("../../sql/queries/queue_processing.sql"), &[types::TEXT]);
+    let processing = client
+        .select(&*stmt, None, &[queue.into()])
+        .and_then(first_value::<i64>)
+        .or_raise()
+        .unwrap_or(0);
+    let room = (max as i64 - processing).max(0);
+    let before = jobs.len();
+    if room > 0 {
+        let upto = (before as i64 + room).min(batch as i64) as i32;
+        claim_from(client, upto, worker, lease, scope, Source::Queue(queue, true), jobs);
+    }
+    if jobs.len() == before && turn == crate::lock_keys::TryLock::Acquired {
+        crate::lock_keys::unlock_queue_limit(queue.bytes());
+    }
+    room > (jobs.len() - before) as i64
 }
 
 /// What one claim statement reads.
 enum Source<'a> {
     Legacy,
     Every,
-    Queue(&'a Text),
+    /// One queue; with true, also when it has a concurrency limit (the
+    /// caller holds its claim turn and asks for no more than the room).
+    Queue(&'a Text, bool),
 }
 
 /// Claims into `jobs` until it holds `batch`, from `source`. Rows the
@@ -122,11 +208,11 @@ fn claim_from(
     let (stmt, queue) = match source {
         Source::Legacy => (plan(client, include_str!("../../sql/queries/queue_consume_0_2_0.sql"), &EVERY), None),
         Source::Every => (plan(client, include_str!("../../sql/queries/queue_consume.sql"), &EVERY), None),
-        Source::Queue(queue) => (plan(
+        Source::Queue(queue, limited) => (plan(
             client,
             include_str!("../../sql/queries/queue_consume_queue.sql"),
-            &[types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT],
-        ), Some(queue)),
+            &[types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT, types::BOOL],
+        ), Some((queue, limited))),
     };
     let role = crate::access::caller();
     loop {
@@ -138,8 +224,9 @@ fn claim_from(
         let mut made_dead = 0;
         let mut arguments =
             vec![wanted.into(), worker.into(), lease.into(), role.into(), now.into(), scope.as_parameter().into()];
-        if let Some(queue) = queue {
+        if let Some((queue, limited)) = queue {
             arguments.push(queue.into());
+            arguments.push(limited.into());
         }
         client
             .select(&*stmt, None, &arguments)
@@ -249,21 +336,26 @@ pub(crate) fn consume(
     let mut worker: Option<Text> = None;
     let mut sleeper: Option<Sleeper> = None;
     loop {
-        let (jobs, due) = crate::access::connect(|client| {
+        let (look, due) = crate::access::connect(|client| {
             let worker = worker.get_or_insert_with(|| resolve_worker(client, given_worker.take().flatten()));
             let scope = scopes::of_caller(Capability::Consumer);
-            let jobs = claim(client, p_batch, worker, lease, &scope, &route);
-            let due = if jobs.is_empty() && sleeper.is_some() {
+            let look = claim(client, p_batch, worker, lease, &scope, &route);
+            let due = if look.jobs.is_empty() && sleeper.is_some() {
                 next_due(client, clock_now(), deadline, &scope, &route)
             } else {
                 None
             };
-            (jobs, due)
+            (look, due)
         });
         let now = clock_now();
-        if !jobs.is_empty() || now >= deadline {
-            return jobs;
+        if !look.jobs.is_empty() || now >= deadline {
+            return look.jobs;
         }
+        // A completion that makes room in a full limited queue wakes no one.
+        let due = match look.limited_queue_full {
+            true => Some(due.unwrap_or(deadline).min(now + wake::POLL_INTERVAL_MS * 1000)),
+            false => due,
+        };
         match &sleeper {
             // Registered before looking once more, so that no commit between
             // the look and the sleep goes unnoticed.

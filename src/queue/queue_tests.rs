@@ -94,6 +94,35 @@ mod tests {
         assert_sqlstate("distlock.pause_queue(NULL)", "22004");
     }
 
+    /// A queue with a concurrency limit hands out jobs while fewer than the
+    /// limit are processing, to consumers naming it and to those taking
+    /// every queue (after the other queues' jobs).
+    #[pg_test]
+    fn queue_a_limited_queue_hands_out_up_to_its_limit() {
+        for _ in 0..4 {
+            enqueue("'p', '{}', now(), 0, 5, 'lim'");
+        }
+        let other = enqueue("'p', '{}', now(), 0, 5, 'other'");
+        run("SELECT distlock.set_queue_limit('lim', 2)");
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_tasks(10, 'a', p_queues => ARRAY['lim'])"), Some(2));
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_tasks(10, 'b', p_queues => ARRAY['lim'])"), Some(0));
+        assert_eq!(
+            one::<String>("SELECT string_agg(task_id::text, ',') FROM distlock.consume_tasks(10, 'c')"),
+            Some(other.to_string()),
+            "a consumer of every queue keeps the limit too"
+        );
+        run("SELECT distlock.complete_task(id, 'a') FROM distlock.task_queue WHERE queue = 'lim' AND status = 'processing' LIMIT 1");
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_tasks(10, 'c')"), Some(1), "a completion makes room for one");
+        assert_eq!(
+            one::<String>("SELECT max_processing || ':' || processing || ':' || pending FROM distlock.queues WHERE name = 'lim'"),
+            Some("2:2:1".into())
+        );
+        run("SELECT distlock.set_queue_limit('lim', NULL)");
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_tasks(10, 'c')"), Some(1), "no limit any more");
+        assert_sqlstate("distlock.set_queue_limit('lim', 0)", "22023");
+        assert_sqlstate("distlock.set_queue_limit(NULL, 1)", "22004");
+    }
+
     #[pg_test]
     fn queue_consume_takes_highest_priority_then_oldest() {
         let low = enqueue("'a', '{\"n\": 1}'");

@@ -31,3 +31,25 @@ fn resume_queue(p_queue: Option<Text>) -> bool {
     }
     resumed
 }
+
+/// Limits queue `p_queue` to `p_max_processing` (at least 1) jobs
+/// processing at once across all consumers; NULL removes the limit. Its
+/// waiting consumers are woken at commit (a higher limit makes room).
+#[pg_extern]
+fn set_queue_limit(p_queue: Option<Text>, p_max_processing: Option<i32>) {
+    let queue = text::name(p_queue, "p_queue");
+    if let Some(max) = p_max_processing {
+        if max < 1 {
+            crate::errors::raise_with_hint(
+                pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("p_max_processing must be at least 1, got {max}"),
+                "Pass NULL for no limit, or pause the queue with distlock.pause_queue.",
+            );
+        }
+    }
+    crate::access::connect_mut(|client| {
+        let stmt = plan(client, include_str!("../../sql/queries/queue_set_limit.sql"), &[types::TEXT, types::INT4]);
+        client.update(&*stmt, None, &[(&queue).into(), p_max_processing.into()]).map(|_| ()).or_raise()
+    });
+    super::wake::jobs_added();
+}

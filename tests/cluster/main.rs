@@ -22,6 +22,7 @@ mod names;
 mod nemesis;
 mod operations;
 mod pooler;
+mod queue_limits;
 mod queue_wait;
 mod privileges;
 mod recovery;
