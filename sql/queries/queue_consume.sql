@@ -9,14 +9,18 @@
 -- $6: the consumer's scope, job names starting with one of these prefixes
 -- (NULL: every job). Jobs of paused queues and of queues with a concurrency
 -- limit are left alone (the list is read once per statement); the limited
--- ones are claimed through queue_consume_queue.sql in their turn.
+-- ones are claimed through queue_consume_queue.sql in their turn. The NOT
+-- EXISTS keeps the generic plan on the ordered index: the list alone,
+-- estimated against a column with one common value, looked so selective
+-- that the planner sorted the whole table instead (45 ms per claim).
 WITH expired AS (
     SELECT id
       FROM distlock.task_queue
      WHERE status OPERATOR(pg_catalog.=) 'processing'
        AND lease_expires_at OPERATOR(pg_catalog.<=) $5
-       AND queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s
-                                                 WHERE s.paused OR s.max_processing IS NOT NULL))
+       AND (NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.paused OR s.max_processing IS NOT NULL)
+            OR queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s
+                                                      WHERE s.paused OR s.max_processing IS NOT NULL)))
        AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
                                    WHERE pg_catalog.starts_with(task_name, s.prefix)))
      ORDER BY lease_expires_at
@@ -27,8 +31,9 @@ WITH expired AS (
       FROM distlock.task_queue
      WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
        AND run_after OPERATOR(pg_catalog.<=) $5
-       AND queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s
-                                                 WHERE s.paused OR s.max_processing IS NOT NULL))
+       AND (NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.paused OR s.max_processing IS NOT NULL)
+            OR queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s
+                                                      WHERE s.paused OR s.max_processing IS NOT NULL)))
        AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
                                    WHERE pg_catalog.starts_with(task_name, s.prefix)))
      ORDER BY priority DESC, run_after, id

@@ -14,7 +14,8 @@ SELECT LEAST(
        FROM distlock.task_queue
       WHERE status OPERATOR(pg_catalog.=) 'processing'
         AND ($4 IS NULL OR queue OPERATOR(pg_catalog.=) ANY ($4))
-        AND queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s WHERE s.paused))
+        AND (NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.paused)
+             OR queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s WHERE s.paused)))
         AND ($3 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
                                     WHERE pg_catalog.starts_with(task_name, s.prefix)))
      HAVING pg_catalog.min(lease_expires_at) IS NOT NULL),
@@ -22,7 +23,8 @@ SELECT LEAST(
        FROM distlock.task_queue
       WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
         AND ($4 IS NULL OR queue OPERATOR(pg_catalog.=) ANY ($4))
-        AND queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s WHERE s.paused))
+        AND (NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.paused)
+             OR queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s WHERE s.paused)))
         AND run_after OPERATOR(pg_catalog.>) $1
         AND run_after OPERATOR(pg_catalog.<=) $2
         AND ($3 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
