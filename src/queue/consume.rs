@@ -205,14 +205,15 @@ fn claim_from(
 ) {
     const EVERY: [pgrx::PgOid; 6] =
         [types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY];
+    const ONE_QUEUE: [pgrx::PgOid; 8] = [
+        types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT, types::BOOL,
+    ];
     let (stmt, queue) = match source {
         Source::Legacy => (plan(client, include_str!("../../sql/queries/queue_consume_0_2_0.sql"), &EVERY), None),
         Source::Every => (plan(client, include_str!("../../sql/queries/queue_consume.sql"), &EVERY), None),
-        Source::Queue(queue, limited) => (plan(
-            client,
-            include_str!("../../sql/queries/queue_consume_queue.sql"),
-            &[types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT, types::BOOL],
-        ), Some((queue, limited))),
+        Source::Queue(queue, limited) => {
+            (plan(client, include_str!("../../sql/queries/queue_consume_queue.sql"), &ONE_QUEUE), Some((queue, limited)))
+        }
     };
     let role = crate::access::caller();
     loop {
