@@ -105,13 +105,18 @@ fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, sco
             }
         }
         Route::Queues(queues) => {
-            let limited = limited_queues(client, Some(queues));
+            // The settings are read only when a queue gives nothing: the
+            // claim statement itself takes nothing from a limited queue, so
+            // a claim that fills its batch costs one statement.
+            let mut limited: Option<Vec<(Text, i32)>> = None;
             for queue in queues {
-                match limited.iter().find(|(name, _)| name == queue) {
-                    Some((_, max)) => {
+                let before = jobs.len();
+                claim_from(client, batch, worker, lease, scope, Source::Queue(queue, false), jobs);
+                if jobs.len() == before {
+                    let limited = limited.get_or_insert_with(|| limited_queues(client, Some(queues)));
+                    if let Some((_, max)) = limited.iter().find(|(name, _)| name == queue) {
                         look.limited_queue_full |= !claim_limited(client, batch, worker, lease, scope, queue, *max, jobs);
                     }
-                    None => claim_from(client, batch, worker, lease, scope, Source::Queue(queue, false), jobs),
                 }
                 if jobs.len() as i32 >= batch {
                     break;
