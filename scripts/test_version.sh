@@ -15,11 +15,14 @@
 #   4. the Python client's tests (clients/python), against clusters of its own;
 #   5. failover on a Patroni + etcd stack (scripts/ha.sh) and a nemesis soak
 #      against the primary (DISTLOCK_SOAK_SECONDS, default 120).
-#   scripts/test_version.sh core|all
+# With `cluster` as the argument, only step 2, for the tests whose names
+# contain the arguments that follow (all without any).
+#   scripts/test_version.sh core|all|cluster [FILTER...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scope=${1:-all}
+shift || true
 v=${PG_MAJOR:-15}
 export PG_MAJOR=$v
 features=(--no-default-features --features "pg$v")
@@ -47,6 +50,7 @@ chown postgres "$work"
 rm -rf "$work/pgrx-pgdata"
 install -d -o postgres -m 700 "$work/pgrx-pgdata"
 
+if [ "$scope" != cluster ]; then
 echo "== PostgreSQL $v: unit tests (cargo pgrx test)"
 # With --runas, cargo pgrx test installs its build with `sudo cp`, which
 # rewrites the installed library in place: a running server that has it
@@ -54,6 +58,7 @@ echo "== PostgreSQL $v: unit tests (cargo pgrx test)"
 # gets a new file and running servers keep the old one.
 rm -f "$("/usr/lib/postgresql/$v/bin/pg_config" --pkglibdir)/pg_distlock.so"
 cargo pgrx test "pg$v" --no-default-features --runas postgres --pgdata "$work/pgrx-pgdata"
+fi
 
 echo "== PostgreSQL $v: installing the release build"
 scripts/install.sh
@@ -83,7 +88,7 @@ cluster_tests() {
   DISTLOCK_TEST_DIR="$work" \
     cargo test "${features[@]}" --features cluster-tests --test cluster -- --test-threads=1 "$@"
 }
-cluster_tests
+if [ "$scope" = cluster ]; then cluster_tests "$@"; else cluster_tests; fi
 
 [ "$scope" = all ] || exit 0
 

@@ -63,7 +63,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('worker',   'EXECUTE', 'FUNCTION distlock.generate_snowflake_id(integer)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.bump_version()'),
     -- The job queue.
-    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text)'),
+    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text)'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_tasks(bigint[], text, integer[])'),
@@ -456,6 +456,12 @@ CREATE INDEX task_queue_queue_runnable_idx
     ON distlock.task_queue (queue, priority DESC, run_after, id)
     WHERE status IN ('pending', 'failed');
 
+-- Unique jobs (enqueue_task's p_unique_key): one unfinished job per key and queue.
+ALTER TABLE distlock.task_queue ADD COLUMN unique_key text;
+CREATE UNIQUE INDEX task_queue_unique_key_idx
+    ON distlock.task_queue (queue, unique_key)
+    WHERE unique_key IS NOT NULL AND status IN ('pending', 'failed', 'processing');
+
 DROP FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer);
 CREATE FUNCTION distlock.enqueue_task(
     "p_task_name" TEXT,
@@ -463,11 +469,12 @@ CREATE FUNCTION distlock.enqueue_task(
     "p_run_after" timestamp with time zone DEFAULT now(),
     "p_priority" INT DEFAULT 0,
     "p_max_attempts" INT DEFAULT 5,
-    "p_queue" TEXT DEFAULT 'default'
+    "p_queue" TEXT DEFAULT 'default',
+    "p_unique_key" TEXT DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'enqueue_task_in_queue_wrapper';
-REVOKE ALL ON FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text) FROM PUBLIC;
 
 DROP FUNCTION distlock.consume_task(text, interval, interval);
 CREATE FUNCTION distlock.consume_task(

@@ -32,7 +32,9 @@ CREATE TABLE distlock.task_queue (
     -- The role that enqueued the job (an OID; NULL for jobs enqueued before 0.3.0).
     producer_role    oid,
     -- Consumers name the queues they take jobs from (consume_task's p_queues).
-    queue            text NOT NULL DEFAULT 'default'
+    queue            text NOT NULL DEFAULT 'default',
+    -- At most one unfinished job per (queue, unique_key) (enqueue_task's p_unique_key).
+    unique_key       text
 );
 
 COMMENT ON TABLE distlock.task_queue IS
@@ -48,6 +50,13 @@ CREATE INDEX task_queue_runnable_idx
 CREATE INDEX task_queue_queue_runnable_idx
     ON distlock.task_queue (queue, priority DESC, run_after, id)
     WHERE status IN ('pending', 'failed');
+
+-- Unique jobs: one pending, failed (awaiting its retry) or processing job per
+-- key and queue. Completed and dead jobs free their key, so a key names a
+-- piece of work still to be done, not one ever done.
+CREATE UNIQUE INDEX task_queue_unique_key_idx
+    ON distlock.task_queue (queue, unique_key)
+    WHERE unique_key IS NOT NULL AND status IN ('pending', 'failed', 'processing');
 
 -- Expired leases.
 CREATE INDEX task_queue_lease_idx

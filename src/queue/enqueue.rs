@@ -8,7 +8,9 @@ use super::payload::Payload;
 use crate::errors::{raise, required, OrRaise};
 use crate::plans::{first_value, plan, types};
 
-/// Queues a job in queue `p_queue`; returns its id.
+/// Queues a job in queue `p_queue`; returns its id. With `p_unique_key`,
+/// when the queue already has an unfinished (pending, failed or processing)
+/// job with that key, queues nothing and returns that job's id.
 #[pg_extern(name = "enqueue_task")]
 fn enqueue_task_in_queue(
     p_task_name: Option<Text>,
@@ -17,9 +19,12 @@ fn enqueue_task_in_queue(
     p_priority: default!(Option<i32>, 0),
     p_max_attempts: default!(Option<i32>, 5),
     p_queue: default!(Option<Text>, "'default'"),
+    p_unique_key: default!(Option<Text>, "NULL"),
 ) -> i64 {
     let queue = text::name(p_queue, "p_queue");
-    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue)
+    // Names' limit of 1000 bytes keeps (queue, key) within a btree entry.
+    let unique_key = p_unique_key.map(|key| text::checked_name(key, "p_unique_key"));
+    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue, unique_key)
 }
 
 pub(crate) fn enqueue(
@@ -29,6 +34,7 @@ pub(crate) fn enqueue(
     p_priority: Option<i32>,
     p_max_attempts: Option<i32>,
     queue: Text,
+    unique_key: Option<Text>,
 ) -> i64 {
     let task_name = text::name(p_task_name, "p_task_name");
     let payload = required(p_payload, "p_payload");
@@ -36,8 +42,8 @@ pub(crate) fn enqueue(
     let priority = required(p_priority, "p_priority");
     let max_attempts = crate::errors::int_in_range(p_max_attempts, "p_max_attempts", 1..=i32::MAX);
     crate::scopes::require(crate::scopes::Capability::Producer, "job name", &task_name);
-    let id = crate::access::connect_mut(|client| {
-        let values = [
+    let (id, added) = crate::access::connect_mut(|client| {
+        let mut values = vec![
             (&task_name).into(),
             payload.into(),
             run_after.into(),
@@ -46,27 +52,42 @@ pub(crate) fn enqueue(
             crate::access::caller().into(),
             (&queue).into(),
         ];
-        // producer_role and queue came with the same update.
-        let enqueued = if crate::version::has_column(c"task_queue", c"producer_role") {
-            let stmt = plan(
-                client,
-                include_str!("../../sql/queries/queue_enqueue.sql"),
-                &[types::TEXT, types::JSONB, types::TIMESTAMPTZ, types::INT4, types::INT4, types::OID, types::TEXT],
-            );
-            client.update(&*stmt, None, &values)
-        } else {
-            let stmt = plan(
-                client,
-                include_str!("../../sql/queries/queue_enqueue_0_2_0.sql"),
-                &[types::TEXT, types::JSONB, types::TIMESTAMPTZ, types::INT4, types::INT4],
-            );
-            client.update(&*stmt, None, &values[..5])
+        const TYPES: [pgrx::PgOid; 8] =
+            [types::TEXT, types::JSONB, types::TIMESTAMPTZ, types::INT4, types::INT4, types::OID, types::TEXT, types::TEXT];
+        // producer_role, queue and unique_key came with the same update.
+        if !crate::version::has_column(c"task_queue", c"producer_role") {
+            let stmt = plan(client, include_str!("../../sql/queries/queue_enqueue_0_2_0.sql"), &TYPES[..5]);
+            return (inserted_id(client.update(&*stmt, None, &values[..5])), true);
+        }
+        let Some(key) = &unique_key else {
+            let stmt = plan(client, include_str!("../../sql/queries/queue_enqueue.sql"), &TYPES[..7]);
+            return (inserted_id(client.update(&*stmt, None, &values)), true);
         };
-        enqueued
-            .and_then(first_value::<i64>)
-            .or_raise()
-            .unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "pg_distlock: enqueue returned no id"))
+        let insert = plan(client, include_str!("../../sql/queries/queue_enqueue_unique.sql"), &TYPES);
+        let existing = plan(client, include_str!("../../sql/queries/queue_unique_job.sql"), &[types::TEXT, types::TEXT]);
+        values.push(key.into());
+        // The job that held the key may finish between the two statements
+        // (each reads what committed before it): then insert again.
+        loop {
+            if let Some(id) = client.update(&*insert, None, &values).and_then(first_value::<i64>).or_raise() {
+                return (id, true);
+            }
+            let found = client.update(&*existing, None, &[(&queue).into(), key.into()]);
+            if let Some(id) = found.and_then(first_value::<i64>).or_raise() {
+                return (id, false);
+            }
+            check_for_interrupts!();
+        }
     });
-    super::wake::jobs_added();
+    if added {
+        super::wake::jobs_added();
+    }
     id
+}
+
+fn inserted_id(inserted: pgrx::spi::SpiResult<pgrx::spi::SpiTupleTable<'_>>) -> i64 {
+    inserted
+        .and_then(first_value::<i64>)
+        .or_raise()
+        .unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "pg_distlock: enqueue returned no id"))
 }

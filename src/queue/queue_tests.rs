@@ -69,6 +69,37 @@ mod tests {
         assert_sqlstate("distlock.enqueue_task('x', p_queue => '')", "22023");
     }
 
+    /// A unique key admits one unfinished job per queue: enqueueing it again
+    /// returns the queued job's id, while the job is pending, processing or
+    /// failed (awaiting its retry); a completed or dead job frees the key.
+    #[pg_test]
+    fn queue_a_unique_key_admits_one_unfinished_job_per_queue() {
+        let unique = |queue: &str| enqueue(&format!("'sync', '{{}}', now(), 0, 2, '{queue}', 'account-7'"));
+        let first = unique("sync");
+        assert_eq!(unique("sync"), first, "pending: the queued job's id");
+        assert_ne!(unique("other"), first, "the same key in another queue is another job");
+        let keyless = enqueue("'sync', '{}', now(), 0, 2, 'sync'");
+        assert_ne!(keyless, first, "jobs without a key are never merged");
+        run(&format!("DELETE FROM distlock.task_queue WHERE id = {keyless}"));
+        let claimed = || one::<i32>("SELECT attempts FROM distlock.consume_task('w', p_queues => ARRAY['sync'])");
+        assert_eq!(claimed(), Some(1));
+        assert_eq!(unique("sync"), first, "processing: still the same job");
+        run(&format!("SELECT distlock.fail_task({first}, 'boom', 'w')"));
+        assert_eq!(unique("sync"), first, "failed, awaiting its retry: still the same job");
+        run(&format!("UPDATE distlock.task_queue SET run_after = now() WHERE id = {first}"));
+        assert_eq!(claimed(), Some(2));
+        run(&format!("SELECT distlock.fail_task({first}, 'boom again', 'w')"));
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.task_queue WHERE id = {first}")), Some("dead".into()));
+        let second = unique("sync");
+        assert_ne!(second, first, "a dead job frees its key");
+        assert_eq!(claimed(), Some(1));
+        run(&format!("SELECT distlock.complete_task({second}, 'w')"));
+        let third = unique("sync");
+        assert!(third != first && third != second, "a completed job frees its key");
+        assert_sqlstate("distlock.enqueue_task('x', p_unique_key => '')", "22023");
+        assert_sqlstate("distlock.enqueue_task('x', p_unique_key => repeat('k', 1001))", "22023");
+    }
+
     /// A paused queue hands out nothing, to consumers of that queue or of
     /// every queue, until it is resumed; distlock.queues shows it.
     #[pg_test]

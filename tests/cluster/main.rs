@@ -32,4 +32,5 @@ mod search_path;
 mod shared_memory;
 mod snowflake;
 mod tokens;
+mod unique_jobs;
 mod upgrade;

@@ -321,6 +321,9 @@ fn upgrade_in_place(
         lines(&mut c, "SELECT task_name FROM distlock.consume_task('consumer-2', p_queues => ARRAY['default'])"),
         ["pending-job"]
     );
+    // Unique keys work on the upgraded table.
+    let unique = "SELECT distlock.enqueue_task('sync', p_queue => 'q', p_unique_key => 'k')";
+    assert_eq!(one_i64(&mut c, unique), one_i64(&mut c, unique), "the second enqueue of a key returns the first job");
     assert!(!one_bool(&mut c, "SELECT distlock.check_rate_limit('api:alice', 2, 3600)"));
     assert!(!one_bool(&mut c, "SELECT allowed FROM distlock.throttle('api:bob', 1, 1, 3600, 2)"));
     assert!(one_bool(&mut c, "SELECT distlock.lock('orders:42')"));

@@ -140,6 +140,15 @@ def test_consumers_and_workers_take_jobs_of_their_queues_only(db: Db, server: st
             pg_distlock.Queue(db.dsn, queues=bad)  # type: ignore[arg-type]
 
 
+def test_a_unique_key_queues_one_unfinished_job(db: Db) -> None:
+    queue = pg_distlock.Queue(db.dsn, worker_id="w", queues=["sync"])
+    first = queue.enqueue("sync", {"account": 7}, queue="sync", unique_key="account:7")
+    assert queue.enqueue("sync", {"account": 7}, queue="sync", unique_key="account:7") == first
+    [job] = queue.consume()
+    assert queue.complete(job)
+    assert queue.enqueue("sync", {"account": 7}, queue="sync", unique_key="account:7") != first
+
+
 def test_long_jobs_are_heartbeaten(db: Db) -> None:
     queue = pg_distlock.Queue(db.dsn)
     job_id = queue.enqueue("slow")

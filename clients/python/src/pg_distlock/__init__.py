@@ -225,12 +225,15 @@ class Queue(QueueLogic[Source]):
 
     def enqueue(
         self, name: str, payload: object = None, *, run_after: datetime | None = None, priority: int = 0,
-        max_attempts: int = 5, queue: str | None = None,
+        max_attempts: int = 5, queue: str | None = None, unique_key: str | None = None,
     ) -> int:
         """Queues a job (payload: anything JSON-serialisable) in `queue`
-        (None: the server's default, 'default'); returns its id."""
+        (None: the server's default, 'default'); returns its id. With
+        `unique_key`, when the queue has an unfinished job with that key,
+        queues nothing and returns that job's id."""
         return self._rt.run(self._enqueue_op(
-            name, payload, run_after=run_after, priority=priority, max_attempts=max_attempts, queue=queue
+            name, payload, run_after=run_after, priority=priority, max_attempts=max_attempts, queue=queue,
+            unique_key=unique_key,
         ))
 
     def consume(self, batch: int = 1, wait: Seconds = 0.0) -> list[Job]:

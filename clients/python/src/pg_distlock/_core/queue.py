@@ -94,6 +94,7 @@ class QueueLogic(Bound[S]):
         priority: int = 0,
         max_attempts: int = 5,
         queue: str | None = None,
+        unique_key: str | None = None,
     ) -> fx.Gen[int]:
         sql = (
             "SELECT distlock.enqueue_task(p_task_name => %s, p_payload => %s,"
@@ -104,6 +105,9 @@ class QueueLogic(Bound[S]):
         if queue is not None:
             sql += ", p_queue => %s"
             params += (queue,)
+        if unique_key is not None:
+            sql += ", p_unique_key => %s"
+            params += (unique_key,)
         job_id = yield from fx.first(sql + ")", params)
         return int(job_id)
 

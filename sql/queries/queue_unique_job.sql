@@ -1,0 +1,7 @@
+-- params: text, text
+-- The unfinished job of queue $1 with unique key $2, if any.
+SELECT id
+  FROM distlock.task_queue
+ WHERE queue OPERATOR(pg_catalog.=) $1
+   AND unique_key OPERATOR(pg_catalog.=) $2
+   AND status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed', 'processing'])
