@@ -87,6 +87,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_tasks(bigint[], text, integer[])'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text)'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text, integer)'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.fail_task(bigint, text, text)'),

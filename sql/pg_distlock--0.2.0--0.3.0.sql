@@ -67,6 +67,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_tasks(bigint[], text, integer[])'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text)'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text, integer)'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.fail_task(bigint, text, text)'),
@@ -568,6 +569,33 @@ CREATE FUNCTION distlock.set_queue_limit("p_queue" TEXT, "p_max_processing" INT)
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'set_queue_limit_wrapper';
 REVOKE ALL ON FUNCTION distlock.set_queue_limit(text, integer) FROM PUBLIC;
+
+-- One commit per job: settle the jobs just finished and claim the next ones in one call.
+CREATE FUNCTION distlock.settle_and_consume_tasks(
+    "p_batch" INT,
+    "p_worker_id" TEXT DEFAULT NULL,
+    "p_completed" bigint[] DEFAULT NULL,
+    "p_completed_attempts" INT[] DEFAULT NULL,
+    "p_failed" bigint[] DEFAULT NULL,
+    "p_failed_attempts" INT[] DEFAULT NULL,
+    "p_failed_errors" TEXT[] DEFAULT NULL,
+    "p_lease" interval DEFAULT '5 minutes',
+    "p_wait" interval DEFAULT NULL,
+    "p_queues" TEXT[] DEFAULT NULL
+) RETURNS TABLE (
+    "task_id" bigint,
+    "task_name" TEXT,
+    "payload" jsonb,
+    "attempts" INT,
+    "max_attempts" INT,
+    "lease_expires_at" timestamp with time zone,
+    "priority" INT,
+    "worker_id" TEXT,
+    "outcome" TEXT
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'settle_and_consume_tasks_wrapper';
+REVOKE ALL ON FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[]) FROM PUBLIC;
 
 -- Grants are reset to what the capability model gives, naming each one it
 -- takes away in a WARNING (PostgreSQL raises client_min_messages to warning

@@ -332,10 +332,26 @@ pub(crate) fn consume(
     p_wait: Option<Interval>,
     route: Route,
 ) -> Vec<Job> {
+    consume_after(p_batch, p_worker_id, p_lease, p_wait, route, |_, _| false)
+}
+
+/// [`consume`], running `before` first, in the first look's connection and
+/// transaction, with the worker id. When `before` returns true (it changed
+/// something that must commit, such as settled jobs) and the first look
+/// finds no job, returns at once rather than wait with those changes
+/// uncommitted.
+pub(crate) fn consume_after(
+    p_batch: i32,
+    p_worker_id: Option<Text>,
+    p_lease: Option<Interval>,
+    p_wait: Option<Interval>,
+    route: Route,
+    mut before: impl FnMut(&SpiClient<'_>, &Text) -> bool,
+) -> Vec<Job> {
     let lease = positive_interval(p_lease, "p_lease");
     let wait = wait_micros(p_wait);
     crate::errors::require_primary("consume jobs");
-    let deadline = clock_now().saturating_add(wait);
+    let mut deadline = clock_now().saturating_add(wait);
     // Resolved in the first look's connection: a second SPI connection and
     // rights switch per claim would cost the hot path.
     let mut given_worker = Some(p_worker_id);
@@ -343,7 +359,13 @@ pub(crate) fn consume(
     let mut sleeper: Option<Sleeper> = None;
     loop {
         let (look, due) = crate::access::connect(|client| {
-            let worker = worker.get_or_insert_with(|| resolve_worker(client, given_worker.take().flatten()));
+            let worker = worker.get_or_insert_with(|| {
+                let resolved = resolve_worker(client, given_worker.take().flatten());
+                if before(client, &resolved) {
+                    deadline = deadline.min(clock_now());
+                }
+                resolved
+            });
             let scope = scopes::of_caller(Capability::Consumer);
             let look = claim(client, p_batch, worker, lease, &scope, &route);
             let due = if look.jobs.is_empty() && sleeper.is_some() {

@@ -8,6 +8,7 @@ mod payload;
 mod retention;
 mod settings;
 mod settle;
+mod settle_and_consume;
 mod wake;
 #[cfg(any(test, feature = "pg_test"))]
 mod queue_tests;

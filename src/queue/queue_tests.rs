@@ -100,6 +100,76 @@ mod tests {
         assert_sqlstate("distlock.enqueue_task('x', p_unique_key => repeat('k', 1001))", "22023");
     }
 
+    /// settle_and_consume_tasks completes and fails the jobs it is given
+    /// and claims the next ones in the same call; a settle the worker no
+    /// longer holds (a stale attempt, another worker's job) is reported as
+    /// refused and changes nothing.
+    #[pg_test]
+    fn queue_settle_and_consume_settles_and_claims_in_one_call() {
+        let jobs: Vec<i64> = (0..5).map(|_| enqueue("'p'")).collect();
+        run("SELECT * FROM distlock.consume_tasks(2, 'w')");
+        run("SELECT * FROM distlock.consume_task('other')");
+        let outcome = |sql: &str| {
+            one::<String>(&format!(
+                "SELECT string_agg(task_id || ':' || outcome, ',' ORDER BY outcome DESC, task_id) \
+                   FROM distlock.settle_and_consume_tasks({sql})"
+            ))
+        };
+        assert_eq!(
+            outcome(&format!(
+                "2, 'w', ARRAY[{}], ARRAY[1], ARRAY[{}, {}], ARRAY[1, 1], ARRAY['boom', 'not mine']",
+                jobs[0], jobs[1], jobs[2]
+            )),
+            Some(format!("{}:refused,{}:claimed,{}:claimed", jobs[2], jobs[3], jobs[4])),
+            "job 3 is another worker's: refused; two new jobs claimed"
+        );
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT string_agg(status || ':' || coalesce(last_error, '-') || ':' || coalesce(worker_id, '-'), ',' ORDER BY id) \
+                   FROM distlock.task_queue WHERE id IN ({}, {}, {})",
+                jobs[0], jobs[1], jobs[2]
+            )),
+            Some("completed:-:w,failed:boom:w,processing:-:other".into())
+        );
+        assert_eq!(
+            outcome(&format!("1, 'w', ARRAY[{}, {}], ARRAY[2, 1]", jobs[3], jobs[4])),
+            Some(format!("{}:refused", jobs[3])),
+            "a stale attempt is refused, the other completed, and the empty queue gives nothing"
+        );
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.task_queue WHERE id = {}", jobs[4])), Some("completed".into()));
+        assert_eq!(
+            one::<i64>(&format!(
+                "SELECT count(*) FROM distlock.settle_and_consume_tasks(1, 'w', ARRAY[{}], ARRAY[1]) WHERE outcome = 'claimed'",
+                jobs[3]
+            )),
+            Some(0)
+        );
+        assert_sqlstate("distlock.settle_and_consume_tasks(1, 'w', ARRAY[1, 2], ARRAY[1])", "22023");
+        assert_sqlstate("distlock.settle_and_consume_tasks(1, 'w', p_failed => ARRAY[1], p_failed_errors => ARRAY['a', 'b'])", "22023");
+        assert_sqlstate("distlock.settle_and_consume_tasks(1, 'w', ARRAY[NULL]::bigint[])", "22004");
+        assert_sqlstate("distlock.settle_and_consume_tasks(0, 'w')", "22023");
+    }
+
+    /// A call that settled something does not wait for a job: its settles
+    /// would stay uncommitted meanwhile. One that settled nothing waits.
+    #[pg_test]
+    fn queue_settle_and_consume_waits_only_when_it_settled_nothing() {
+        let job = enqueue("'p'");
+        run("SELECT * FROM distlock.consume_task('w')");
+        let seconds = |call: &str| {
+            one::<f64>(&format!(
+                "WITH t0 AS (SELECT clock_timestamp() AS t), c AS (SELECT count(*) FROM t0, {call}) \
+                 SELECT extract(epoch FROM clock_timestamp() - (SELECT t FROM t0))::float8 FROM c"
+            ))
+            .expect("elapsed")
+        };
+        let settled = seconds(&format!("distlock.settle_and_consume_tasks(1, 'w', ARRAY[{job}], p_wait => '30 seconds')"));
+        assert!(settled < 15.0, "a call that completed a job waited {settled} s for another");
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.task_queue WHERE id = {job}")), Some("completed".into()));
+        let idle = seconds("distlock.settle_and_consume_tasks(1, 'w', p_wait => '0.3 seconds')");
+        assert!(idle >= 0.3, "a call that settled nothing returned after {idle} s of its 0.3 s wait");
+    }
+
     /// A paused queue hands out nothing, to consumers of that queue or of
     /// every queue, until it is resumed; distlock.queues shows it.
     #[pg_test]

@@ -148,35 +148,83 @@ fn complete_tasks(
     p_attempts: default!(Option<Vec<Option<i32>>>, "NULL"),
 ) -> SetOfIterator<'static, i64> {
     let ids = required(p_task_ids, "p_task_ids");
-    if let Some(attempts) = &p_attempts {
-        if attempts.len() != ids.len() {
+    same_length(&p_attempts, "p_attempts", &ids, "p_task_ids");
+    let completed = crate::access::connect(|client| {
+        let worker = resolve_worker(client, p_worker_id);
+        complete_many(client, ids, &worker, p_attempts)
+    });
+    SetOfIterator::new(completed)
+}
+
+/// Raises 22023 unless `array` (when given) has as many elements as `ids`.
+pub(crate) fn same_length<T>(array: &Option<Vec<T>>, name: &str, ids: &[Option<i64>], ids_name: &str) {
+    if let Some(array) = array {
+        if array.len() != ids.len() {
             crate::errors::raise(
                 pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("p_attempts has {} elements but p_task_ids has {}", attempts.len(), ids.len()),
+                format!("{name} has {} elements but {ids_name} has {}", array.len(), ids.len()),
             );
         }
     }
-    let completed = crate::access::connect(|client| {
-        let worker = resolve_worker(client, p_worker_id);
-        let stmt = plan(
-            client,
-            include_str!("../../sql/queries/queue_complete_many.sql"),
-            &[types::INT8_ARRAY, types::TEXT, types::INT4_ARRAY],
-        );
-        let rows: Vec<(i64, Option<pgrx::pg_sys::Oid>)> = client
-            .select(&*stmt, None, &[ids.into(), (&worker).into(), p_attempts.into()])
-            .and_then(|rows| {
-                rows.map(|row| Ok((row.get::<i64>(1)?.unwrap_or_default(), row.get::<pgrx::pg_sys::Oid>(2)?)))
-                    .collect()
-            })
-            .or_raise();
-        let mut holders: Vec<pgrx::pg_sys::Oid> = rows.iter().filter_map(|(_, holder)| *holder).collect();
-        holders.sort_unstable_by_key(|oid| oid.to_u32());
-        holders.dedup();
-        for holder in holders {
-            crate::access::require_holder(client, Some(holder), || format!("jobs of worker \"{worker}\""));
-        }
-        rows.into_iter().map(|(id, _)| id).collect::<Vec<i64>>()
-    });
-    SetOfIterator::new(completed)
+}
+
+/// Completes the jobs `ids` that `worker` holds (job `ids[i]` only in
+/// attempt `attempts[i]` when given); the ids it completed.
+pub(crate) fn complete_many(
+    client: &pgrx::spi::SpiClient<'_>,
+    ids: Vec<Option<i64>>,
+    worker: &Text,
+    attempts: Option<Vec<Option<i32>>>,
+) -> Vec<i64> {
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/queue_complete_many.sql"),
+        &[types::INT8_ARRAY, types::TEXT, types::INT4_ARRAY],
+    );
+    let rows = client.select(&*stmt, None, &[ids.into(), worker.into(), attempts.into()]);
+    settled_ids(client, rows, worker)
+}
+
+/// Records failed attempts of the jobs `ids` that `worker` holds (job
+/// `ids[i]` only in attempt `attempts[i]` when given, with error
+/// `errors[i]`); the ids it failed. Wakes waiting consumers for their retries.
+pub(crate) fn fail_many(
+    client: &pgrx::spi::SpiClient<'_>,
+    ids: Vec<Option<i64>>,
+    worker: &Text,
+    attempts: Option<Vec<Option<i32>>>,
+    errors: Option<Vec<Option<Text>>>,
+) -> Vec<i64> {
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/queue_fail_many.sql"),
+        &[types::INT8_ARRAY, types::TEXT, types::INT4_ARRAY, types::TEXT_ARRAY],
+    );
+    let rows = client.select(&*stmt, None, &[ids.into(), worker.into(), attempts.into(), errors.into()]);
+    let failed = settled_ids(client, rows, worker);
+    if !failed.is_empty() {
+        super::wake::jobs_added();
+    }
+    failed
+}
+
+/// The ids a settle statement returned, once the caller may act for every
+/// role that held them.
+fn settled_ids(
+    client: &pgrx::spi::SpiClient<'_>,
+    rows: pgrx::spi::SpiResult<pgrx::spi::SpiTupleTable<'_>>,
+    worker: &Text,
+) -> Vec<i64> {
+    let rows: Vec<(i64, Option<pgrx::pg_sys::Oid>)> = rows
+        .and_then(|rows| {
+            rows.map(|row| Ok((row.get::<i64>(1)?.unwrap_or_default(), row.get::<pgrx::pg_sys::Oid>(2)?))).collect()
+        })
+        .or_raise();
+    let mut holders: Vec<pgrx::pg_sys::Oid> = rows.iter().filter_map(|(_, holder)| *holder).collect();
+    holders.sort_unstable_by_key(|oid| oid.to_u32());
+    holders.dedup();
+    for holder in holders {
+        crate::access::require_holder(client, Some(holder), || format!("jobs of worker \"{worker}\""));
+    }
+    rows.into_iter().map(|(id, _)| id).collect()
 }

@@ -173,9 +173,61 @@ fn table_mode_gcra_keeps_a_request_that_races_the_sweeps_prune() {
     assert!(!again, "the raced request was recorded, so the next one within the hour is refused");
 }
 
+/// One job per transaction, hand-written: claim, then the job's effect and
+/// its completion in one transaction.
 #[test]
 fn queue_processes_every_job_exactly_once_while_consumers_are_killed() {
-    let db = fresh_db("features_queue");
+    every_job_once_while_consumers_are_killed("features_queue", |c, worker, _held| {
+        let rows = c.query("SELECT task_id FROM distlock.consume_task($1, '1 second')", &[&worker])?;
+        let Some(row) = rows.first() else { return Ok(false) };
+        let job: i64 = row.get(0);
+        let mut tx = c.transaction()?;
+        tx.execute("INSERT INTO results VALUES ($1, $2)", &[&job, &worker])?;
+        tx.execute("SELECT pg_sleep(0.002)", &[])?; // the job's work
+        let done: bool = tx.query_one("SELECT distlock.complete_task($1, $2)", &[&job, &worker])?.get(0);
+        if done { tx.commit()? } else { tx.rollback()? }
+        Ok(true)
+    });
+}
+
+/// One commit per batch with settle_and_consume_tasks: the effects of the
+/// jobs held, their completion and the next claim in one transaction. A
+/// refused settle (a lease lost) rolls the transaction back, effects
+/// included; a kill mid-batch leaves the batch's jobs to be claimed again.
+#[test]
+fn queue_fused_settle_and_claim_processes_every_job_exactly_once_while_consumers_are_killed() {
+    every_job_once_while_consumers_are_killed("features_queue_fused", |c, worker, held| {
+        let mut tx = c.transaction()?;
+        for (job, _) in held.iter() {
+            tx.execute("INSERT INTO results VALUES ($1, $2)", &[job, &worker])?;
+        }
+        tx.execute("SELECT pg_sleep(0.002)", &[])?; // the batch's work
+        let ids: Vec<i64> = held.iter().map(|(id, _)| *id).collect();
+        let attempts: Vec<i32> = held.iter().map(|(_, attempt)| *attempt).collect();
+        let rows = tx.query(
+            "SELECT task_id, attempts, outcome FROM distlock.settle_and_consume_tasks(4, $1, $2, $3, p_lease => '1 second')",
+            &[&worker, &ids, &attempts],
+        )?;
+        held.clear();
+        if rows.iter().any(|row| row.get::<_, String>(2) == "refused") {
+            tx.rollback()?;
+            return Ok(true);
+        }
+        tx.commit()?;
+        held.extend(rows.iter().map(|row| (row.get::<_, i64>(0), row.get::<_, i32>(1))));
+        Ok(!ids.is_empty() || !held.is_empty())
+    });
+}
+
+/// Eight consumers run `step` (true: it did something; false: idle) on
+/// 1500 jobs while a killer terminates consumers in the middle of their
+/// transactions; a killed consumer reconnects holding nothing. Every job's
+/// effect (a row of `results`) is kept exactly once.
+fn every_job_once_while_consumers_are_killed(
+    name: &str,
+    step: fn(&mut postgres::Client, &str, &mut Vec<(i64, i32)>) -> Result<bool, postgres::Error>,
+) {
+    let db = fresh_db(name);
     let mut setup = connect(&db);
     setup
         .batch_execute(
@@ -193,22 +245,12 @@ fn queue_processes_every_job_exactly_once_while_consumers_are_killed() {
                 let mut reconnects = 0;
                 while !stop.load(Ordering::Relaxed) {
                     let mut c = connect_to(primary_port(), &db, &worker);
+                    let mut held: Vec<(i64, i32)> = Vec::new();
                     loop {
                         if stop.load(Ordering::Relaxed) {
                             return reconnects;
                         }
-                        let step: Result<bool, postgres::Error> = (|| {
-                            let rows = c.query("SELECT task_id FROM distlock.consume_task($1, '1 second')", &[&worker])?;
-                            let Some(row) = rows.first() else { return Ok(false) };
-                            let job: i64 = row.get(0);
-                            let mut tx = c.transaction()?;
-                            tx.execute("INSERT INTO results VALUES ($1, $2)", &[&job, &worker])?;
-                            tx.execute("SELECT pg_sleep(0.002)", &[])?; // the job's work
-                            let done: bool = tx.query_one("SELECT distlock.complete_task($1, $2)", &[&job, &worker])?.get(0);
-                            if done { tx.commit()? } else { tx.rollback()? }
-                            Ok(true)
-                        })();
-                        match step {
+                        match step(&mut c, &worker, &mut held) {
                             Ok(true) => {}
                             Ok(false) => thread::sleep(Duration::from_millis(20)), // idle poll
                             Err(_) => break, // killed: reconnect

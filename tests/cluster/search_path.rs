@@ -497,6 +497,8 @@ const CALLS: &[(&str, &str)] = &[
     ("distlock.consume_tasks(integer,text,interval,interval,text[])",
      "SELECT * FROM distlock.consume_tasks(3, 'h', '1 hour', NULL, ARRAY['q'])"),
     ("distlock.consume_tasks(integer,text,interval,interval,text[])", "SELECT * FROM distlock.consume_tasks(3, 'h', '1 hour')"),
+    ("distlock.settle_and_consume_tasks(integer,text,bigint[],integer[],bigint[],integer[],text[],interval,interval,text[])",
+     "SELECT * FROM distlock.settle_and_consume_tasks(2, 'h', ARRAY[3], NULL, ARRAY[4], NULL, ARRAY['e'], '1 hour')"),
     ("distlock.complete_task(bigint,text)", "SELECT distlock.complete_task(2, 'h')"),
     ("distlock.complete_task(bigint,text,integer)", "SELECT distlock.complete_task(3, 'h', 1)"),
     ("distlock.fail_task(bigint,text,text,integer)", "SELECT distlock.fail_task(4, 'again', 'h', 1)"),

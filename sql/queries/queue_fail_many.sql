@@ -1,0 +1,24 @@
+-- params: bigint[], text, integer[], text[]
+-- queue_fail.sql for the jobs $1 that worker $2 holds: job $1[i] only in
+-- attempt $3[i] (any when NULL), with error $4[i] (ROWS FROM pads missing
+-- arrays with NULLs).
+UPDATE distlock.task_queue q
+   SET status = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN 'dead' ELSE 'failed' END,
+       completed_at = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN pg_catalog.clock_timestamp() END,
+       run_after = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN q.run_after
+                        ELSE pg_catalog.clock_timestamp()
+                             OPERATOR(pg_catalog.+)
+                             (LEAST(interval '10 seconds'
+                                    OPERATOR(pg_catalog.*) pg_catalog.power(2, LEAST(q.attempts OPERATOR(pg_catalog.-) 1, 20)),
+                                    interval '1 hour')
+                              OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog./) 2)))
+                   END,
+       lease_expires_at = NULL,
+       last_error = j.error
+  FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.int8[]), pg_catalog.unnest($3::pg_catalog.int4[]),
+                  pg_catalog.unnest($4::pg_catalog.text[])) AS j (id, attempt, error)
+ WHERE q.id OPERATOR(pg_catalog.=) j.id
+   AND q.status OPERATOR(pg_catalog.=) 'processing'
+   AND q.worker_id OPERATOR(pg_catalog.=) $2
+   AND (j.attempt IS NULL OR q.attempts OPERATOR(pg_catalog.=) j.attempt)
+RETURNING q.id, q.holder_role

@@ -1,0 +1,99 @@
+//! One commit per job: a consumer settles the jobs it just finished and
+//! claims its next ones in one call, so the settle and the claim share a
+//! transaction. Hand-written consumers commit twice per job (claim, then
+//! settle); committing is what bounds them.
+
+use crate::text::{Text, TextArray};
+use pgrx::prelude::*;
+
+use super::consume::{consume_after, route, MAX_BATCH};
+use super::payload::Payload;
+use super::settle::{complete_many, fail_many, same_length};
+use crate::errors::int_in_range;
+
+/// Completes `p_completed` and fails `p_failed` (each in the attempt given
+/// beside it, with the error given beside it), as `complete_tasks` and
+/// `fail_task` do, then claims up to `p_batch` jobs as `consume_tasks` does.
+/// Rows with `outcome` 'claimed' are the new jobs; a row with outcome
+/// 'refused' is a job of `p_completed` or `p_failed` that this worker no
+/// longer held in that attempt (its lease ran out), left unchanged. Waits
+/// up to `p_wait` only when it settled nothing, so settles never wait
+/// uncommitted.
+#[pg_extern]
+#[allow(clippy::too_many_arguments)]
+fn settle_and_consume_tasks(
+    p_batch: Option<i32>,
+    p_worker_id: default!(Option<Text>, "NULL"),
+    p_completed: default!(Option<Vec<Option<i64>>>, "NULL"),
+    p_completed_attempts: default!(Option<Vec<Option<i32>>>, "NULL"),
+    p_failed: default!(Option<Vec<Option<i64>>>, "NULL"),
+    p_failed_attempts: default!(Option<Vec<Option<i32>>>, "NULL"),
+    p_failed_errors: default!(Option<TextArray>, "NULL"),
+    p_lease: default!(Option<Interval>, "'5 minutes'"),
+    p_wait: default!(Option<Interval>, "NULL"),
+    p_queues: default!(Option<TextArray>, "NULL"),
+) -> TableIterator<
+    'static,
+    (
+        name!(task_id, i64),
+        name!(task_name, Option<Text>),
+        name!(payload, Option<Payload>),
+        name!(attempts, Option<i32>),
+        name!(max_attempts, Option<i32>),
+        name!(lease_expires_at, Option<TimestampWithTimeZone>),
+        name!(priority, Option<i32>),
+        name!(worker_id, Text),
+        name!(outcome, &'static str),
+    ),
+> {
+    let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
+    let completed = p_completed.unwrap_or_default();
+    let failed = p_failed.unwrap_or_default();
+    let failed_errors = p_failed_errors.map(|TextArray(errors)| errors);
+    same_length(&p_completed_attempts, "p_completed_attempts", &completed, "p_completed");
+    same_length(&p_failed_attempts, "p_failed_attempts", &failed, "p_failed");
+    same_length(&failed_errors, "p_failed_errors", &failed, "p_failed");
+    for (ids, name) in [(&completed, "p_completed"), (&failed, "p_failed")] {
+        if ids.iter().any(Option::is_none) {
+            crate::errors::raise(
+                pgrx::PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                format!("{name} must not contain NULL job ids"),
+            );
+        }
+    }
+    let attempt_of = |attempts: &Option<Vec<Option<i32>>>, i: usize| attempts.as_ref().and_then(|a| a[i]);
+    let route = route(p_queues);
+
+    let mut refused: Vec<(i64, Option<i32>, Text)> = Vec::new();
+    let jobs = consume_after(batch, p_worker_id, p_lease, p_wait, route, |client, worker| {
+        let mut settled = false;
+        if !completed.is_empty() {
+            let done = complete_many(client, completed.clone(), worker, p_completed_attempts.clone());
+            settled |= !done.is_empty();
+            for (i, id) in completed.iter().enumerate() {
+                let id = id.unwrap_or_default();
+                if !done.contains(&id) {
+                    refused.push((id, attempt_of(&p_completed_attempts, i), worker.clone()));
+                }
+            }
+        }
+        if !failed.is_empty() {
+            let done = fail_many(client, failed.clone(), worker, p_failed_attempts.clone(), failed_errors.clone());
+            settled |= !done.is_empty();
+            for (i, id) in failed.iter().enumerate() {
+                let id = id.unwrap_or_default();
+                if !done.contains(&id) {
+                    refused.push((id, attempt_of(&p_failed_attempts, i), worker.clone()));
+                }
+            }
+        }
+        settled
+    });
+    let claimed = jobs.into_iter().map(|(id, name, payload, attempts, max_attempts, lease, priority, worker)| {
+        (id, Some(name), payload, Some(attempts), Some(max_attempts), Some(lease), Some(priority), worker, "claimed")
+    });
+    let refused = refused
+        .into_iter()
+        .map(|(id, attempt, worker)| (id, None, None, attempt, None, None, None, worker, "refused"));
+    TableIterator::new(refused.chain(claimed).collect::<Vec<_>>())
+}
