@@ -3,8 +3,9 @@
 # (benches/queue_baseline.sql), side by side in one run on a throwaway
 # cluster with pg_distlock preloaded; fsync and synchronous_commit on.
 # Prints throughput ratios and wake-up latencies, writes them to
-# $BENCH_DIR/queue.csv and draws benches/queue_throughput.png when
-# matplotlib can be installed. Measurements, not pass/fail tests.
+# $BENCH_DIR/queue.csv and draws $BENCH_DIR/queue_throughput.png when
+# matplotlib can be installed (BENCH_UPDATE_PLOT=1 draws the committed
+# benches/queue_throughput.png instead). Measurements, not pass/fail tests.
 #   BENCH_SECONDS=8 benches/queue.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +39,15 @@ fill() {
 tps() {
   local clients=$1 script=$2
   "$bin/pgbench" -n -M prepared -c "$clients" -j 2 -T "$seconds" -f "benches/pgbench/$script.sql" \
-    -h 127.0.0.1 -p "$port" -U postgres bench 2>/dev/null | awk '/^tps = / { printf "%.0f", $3 }'
+    -D job=0 -D attempt=0 -h 127.0.0.1 -p "$port" -U postgres bench 2>/dev/null | awk '/^tps = / { printf "%.0f", $3 }'
+}
+# Jobs per second completed by a script whose transactions may claim nothing.
+completed_per_second() {
+  local clients=$1 script=$2 before after
+  before=$(psql_on "$port" -c "SELECT count(*) FROM distlock.task_queue WHERE status = 'completed'")
+  tps "$clients" "$script" >/dev/null
+  after=$(psql_on "$port" -c "SELECT count(*) FROM distlock.task_queue WHERE status = 'completed'")
+  echo $(((after - before) / seconds))
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'; }
 rows=()
@@ -56,10 +65,31 @@ for clients in 1 2 4 8 16; do
   ours=$(tps "$clients" queue_ext)
   echo "$clients,$recipe,$ours" >>"$csv"
   row "consume + complete, $clients consumers" "$recipe" "$ours" "$(ratio "$ours" "$recipe")"
-  [ "$clients" = 4 ] && ours_4=$ours
-  [ "$clients" = 16 ] && ours_16=$ours
+  [ "$clients" = 4 ] && ours_4=$ours recipe_4=$recipe
+  [ "$clients" = 16 ] && ours_16=$ours recipe_16=$recipe
 done
 row "16 consumers against 4 (pg_distlock)" "$ours_4" "$ours_16" "$(ratio "$ours_16" "$ours_4")"
+
+echo "== one commit per job: settle_and_consume_tasks, against the hand-written pair and the commit ceiling"
+psql_on "$port" -c "CREATE TABLE IF NOT EXISTS public.commit_ceiling (id int PRIMARY KEY, n bigint NOT NULL DEFAULT 0);
+                    INSERT INTO public.commit_ceiling (id) SELECT g FROM generate_series(0, 63) g ON CONFLICT DO NOTHING"
+for clients in 4 16; do
+  fill distlock.task_queue "$jobs"
+  fused=$(tps "$clients" queue_fused_ext)
+  ceiling=$(tps "$clients" commit_ceiling)
+  recipe=$([ "$clients" = 4 ] && echo "$recipe_4" || echo "$recipe_16")
+  row "one commit per job vs hand-written pair, $clients consumers" "$recipe" "$fused" "$(ratio "$fused" "$recipe")"
+  row "one commit per job vs commit ceiling, $clients consumers" "$ceiling" "$fused" "$(ratio "$fused" "$ceiling")"
+done
+
+echo "== a queue limited to 4 processing jobs against no limit, 16 consumers"
+fill distlock.task_queue "$jobs"
+unlimited=$(completed_per_second 16 queue_any_ext)
+fill distlock.task_queue "$jobs"
+psql_on "$port" -c "SELECT distlock.set_queue_limit('default', 4)"
+limited=$(completed_per_second 16 queue_any_ext)
+psql_on "$port" -c "SELECT distlock.set_queue_limit('default', NULL)"
+row "limit of 4 processing against none, 16 consumers" "$unlimited" "$limited" "$(ratio "$limited" "$unlimited")"
 
 echo "== batches of 100: consume_tasks(100) + complete_tasks, 4 consumers"
 fill distlock.task_queue $((seconds * 150000))
@@ -164,12 +194,16 @@ printf '%s\n' "${rows[@]}"
 echo
 # The plot needs matplotlib, from PyPI, in a throwaway virtualenv.
 if python3 -m venv "$dir/venv" >/dev/null 2>&1 && "$dir/venv/bin/pip" install -q matplotlib >/dev/null 2>&1; then
-  "$dir/venv/bin/python" benches/plot_queue.py "$csv" benches/queue_throughput.png \
+  plot="$dir/queue_throughput.png"
+  [ "${BENCH_UPDATE_PLOT:-0}" = 1 ] && plot=benches/queue_throughput.png
+  "$dir/venv/bin/python" benches/plot_queue.py "$csv" "$plot" \
     "$(nproc) cores, PostgreSQL 15, fsync and synchronous_commit on, $(date -u +%Y-%m-%d)"
-  echo "plot: benches/queue_throughput.png"
+  echo "plot: $plot"
 else
   echo "plot: skipped (matplotlib could not be installed)"
 fi
 echo "Baseline: benches/queue_baseline.sql and benches/pgbench/queue_recipe.sql, the hand-written"
 echo "SKIP LOCKED claim and completing UPDATE. pg_distlock: consume_task + complete_task(id, worker,"
-echo "attempt), each its own transaction, as in benches/pgbench/queue_ext.sql."
+echo "attempt), each its own transaction, as in benches/pgbench/queue_ext.sql. One commit per job:"
+echo "benches/pgbench/queue_fused_ext.sql; commit ceiling: benches/pgbench/commit_ceiling.sql (one row"
+echo "updated per transaction). Limits: benches/pgbench/queue_any_ext.sql, jobs counted by completed rows."
