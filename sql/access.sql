@@ -99,6 +99,7 @@ SELECT g.privilege, g.object FROM (VALUES
                             'distlock.task_stats, distlock.queue_stats, distlock.queues, distlock.leases, distlock.leaders, '
                             'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_wait_stats()'),
     -- Recovery, retention and resets; defining tasks.
     ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),

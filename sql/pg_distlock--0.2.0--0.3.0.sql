@@ -79,6 +79,7 @@ SELECT g.privilege, g.object FROM (VALUES
                             'distlock.task_stats, distlock.queue_stats, distlock.queues, distlock.leases, distlock.leaders, '
                             'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_wait_stats()'),
     -- Recovery, retention and resets; defining tasks.
     ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),
@@ -569,6 +570,16 @@ CREATE FUNCTION distlock.set_queue_limit("p_queue" TEXT, "p_max_processing" INT)
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'set_queue_limit_wrapper';
 REVOKE ALL ON FUNCTION distlock.set_queue_limit(text, integer) FROM PUBLIC;
+
+-- Consumers waiting for jobs and the wake-ups sent to them (the sleepers table).
+CREATE FUNCTION distlock.queue_wait_stats() RETURNS TABLE (
+    "sleeping" INT,
+    "wakeups" bigint
+)
+STRICT VOLATILE PARALLEL RESTRICTED
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_wait_stats_wrapper';
+REVOKE ALL ON FUNCTION distlock.queue_wait_stats() FROM PUBLIC;
 
 -- One commit per job: settle the jobs just finished and claim the next ones in one call.
 CREATE FUNCTION distlock.settle_and_consume_tasks(

@@ -17,4 +17,4 @@ UPDATE distlock.task_queue
  WHERE id OPERATOR(pg_catalog.=) $1 AND status OPERATOR(pg_catalog.=) 'processing'
    AND worker_id OPERATOR(pg_catalog.=) $2
    AND ($4::int IS NULL OR attempts OPERATOR(pg_catalog.=) $4)
-RETURNING id, holder_role
+RETURNING id, holder_role, queue

@@ -21,4 +21,4 @@ UPDATE distlock.task_queue q
    AND q.status OPERATOR(pg_catalog.=) 'processing'
    AND q.worker_id OPERATOR(pg_catalog.=) $2
    AND (j.attempt IS NULL OR q.attempts OPERATOR(pg_catalog.=) j.attempt)
-RETURNING q.id, q.holder_role
+RETURNING q.id, q.holder_role, q.queue

@@ -40,9 +40,7 @@ pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
         .select(&*stmt, None, &[limit.into(), timestamp(clock_now()).into()])
         .map(|rows| rows.len())
         .or_raise();
-    if reaped > 0 {
-        wake::jobs_added();
-    }
+    wake::jobs_added(None, reaped);
     reaped
 }
 
@@ -124,8 +122,12 @@ fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, sco
             }
         }
     }
-    if !look.jobs.is_empty() {
-        wake::jobs_claimed();
+    if let Some(expiry) = look.jobs.iter().map(|job| job.5.into_inner()).min() {
+        let queue = match route {
+            Route::Queues(queues) if queues.len() == 1 => Some(queues[0].bytes()),
+            _ => None,
+        };
+        wake::jobs_claimed(queue, look.jobs.len(), expiry);
     }
     look
 }
@@ -357,6 +359,7 @@ pub(crate) fn consume_after(
     let mut given_worker = Some(p_worker_id);
     let mut worker: Option<Text> = None;
     let mut sleeper: Option<Sleeper> = None;
+    let mut restricted = false;
     loop {
         let (look, due) = crate::access::connect(|client| {
             let worker = worker.get_or_insert_with(|| {
@@ -367,6 +370,7 @@ pub(crate) fn consume_after(
                 resolved
             });
             let scope = scopes::of_caller(Capability::Consumer);
+            restricted = matches!(*scope, Scope::Prefixes(_));
             let look = claim(client, p_batch, worker, lease, &scope, &route);
             let due = if look.jobs.is_empty() && sleeper.is_some() {
                 next_due(client, clock_now(), deadline, &scope, &route)
@@ -389,7 +393,11 @@ pub(crate) fn consume_after(
             // the look and the sleep goes unnoticed.
             None => {
                 require_read_committed();
-                sleeper = Some(Sleeper::new());
+                let queues = match &route {
+                    Route::Queues(queues) => Some(&queues[..]),
+                    Route::Every | Route::Legacy => None,
+                };
+                sleeper = Some(Sleeper::new(queues, restricted));
             }
             Some(sleeper) => {
                 let until = due.map_or(deadline, |due| due.min(deadline));

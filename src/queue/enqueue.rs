@@ -80,7 +80,7 @@ pub(crate) fn enqueue(
         }
     });
     if added {
-        super::wake::jobs_added();
+        super::wake::jobs_added(Some(queue.bytes()), 1);
     }
     id
 }

@@ -25,9 +25,10 @@ fn pause_queue(p_queue: Option<Text>) -> bool {
 /// True when it was paused.
 #[pg_extern]
 fn resume_queue(p_queue: Option<Text>) -> bool {
-    let resumed = set(include_str!("../../sql/queries/queue_resume.sql"), p_queue);
+    let queue = text::name(p_queue, "p_queue");
+    let resumed = set(include_str!("../../sql/queries/queue_resume.sql"), Some(queue.clone()));
     if resumed {
-        super::wake::jobs_added();
+        super::wake::queue_resumed(queue.bytes());
     }
     resumed
 }
@@ -51,5 +52,5 @@ fn set_queue_limit(p_queue: Option<Text>, p_max_processing: Option<i32>) {
         let stmt = plan(client, include_str!("../../sql/queries/queue_set_limit.sql"), &[types::TEXT, types::INT4]);
         client.update(&*stmt, None, &[(&queue).into(), p_max_processing.into()]).map(|_| ()).or_raise()
     });
-    super::wake::jobs_added();
+    super::wake::queue_resumed(queue.bytes());
 }

@@ -14,10 +14,11 @@ use super::{raise_unknown_job, resolve_worker};
 use crate::errors::{positive_interval, required, OrRaise};
 use crate::plans::{plan, types};
 
-/// Runs one of the settle statements for (job, worker, extra, attempt);
-/// true when it changed the job, false when the caller no longer holds it
-/// (or holds a later attempt than `attempt`), ERROR when the job does not
-/// exist.
+/// Runs one of the settle statements for (job, worker, extra, attempt):
+/// Some when it changed the job (with the job's queue when the statement
+/// returns it), None when the caller no longer
+/// holds it (or holds a later attempt than `attempt`), ERROR when the job
+/// does not exist.
 fn settle(
     sql: &'static str,
     job_id: i64,
@@ -25,19 +26,25 @@ fn settle(
     attempt: Option<i32>,
     extra: pgrx::datum::DatumWithOid<'_>,
     extra_type: pgrx::pg_sys::PgOid,
-) -> bool {
+) -> Option<Option<Text>> {
     crate::access::connect(|client| {
         let worker = resolve_worker(client, p_worker_id);
         let stmt = plan(client, sql, &[types::INT8, types::TEXT, extra_type, types::INT4]);
-        let holder = client
+        let settled = client
             .select(&*stmt, None, &[job_id.into(), (&worker).into(), extra, attempt.into()])
-            .and_then(|rows| if rows.is_empty() { Ok(None) } else { rows.first().get::<pgrx::pg_sys::Oid>(2).map(Some) })
+            .and_then(|rows| {
+                if rows.is_empty() {
+                    return Ok(None);
+                }
+                let with_queue = rows.columns()? >= 3;
+                let row = rows.first();
+                let queue = if with_queue { row.get::<Text>(3)? } else { None };
+                Ok(Some((row.get::<pgrx::pg_sys::Oid>(2)?, queue)))
+            })
             .or_raise();
-        if let Some(holder) = holder {
-            crate::access::require_holder(client, holder, || format!("job {job_id}"));
-        }
-        let changed = holder.is_some();
-        if !changed {
+        if let Some((holder, _)) = &settled {
+            crate::access::require_holder(client, *holder, || format!("job {job_id}"));
+        } else {
             let exists = plan(client, include_str!("../../sql/queries/queue_job_exists.sql"), &[types::INT8]);
             let found = client
                 .select(&*exists, None, &[job_id.into()])
@@ -47,7 +54,7 @@ fn settle(
                 raise_unknown_job(job_id);
             }
         }
-        changed
+        settled.map(|(_, queue)| queue)
     })
 }
 
@@ -62,23 +69,29 @@ fn complete(p_task_id: Option<i64>, p_worker_id: Option<Text>, attempt: Option<i
         pgrx::datum::DatumWithOid::null::<bool>(),
         types::BOOL,
     )
+    .is_some()
 }
 
 fn fail(p_task_id: Option<i64>, p_error: Option<Text>, p_worker_id: Option<Text>, attempt: Option<i32>) -> bool {
     let job_id = required(p_task_id, "p_task_id");
-    let failed =
-        settle(include_str!("../../sql/queries/queue_fail.sql"), job_id, p_worker_id, attempt, p_error.into(), types::TEXT);
-    if failed {
+    // The queue came with the update that made queue_fail.sql return it.
+    let statement = match crate::version::has_column(c"task_queue", c"queue") {
+        true => include_str!("../../sql/queries/queue_fail.sql"),
+        false => include_str!("../../sql/queries/queue_fail_0_2_0.sql"),
+    };
+    let failed = settle(statement, job_id, p_worker_id, attempt, p_error.into(), types::TEXT);
+    if let Some(queue) = &failed {
         // Its retry time is new to consumers waiting for the next job.
-        super::wake::jobs_added();
+        super::wake::jobs_added(queue.as_ref().map(Text::bytes), 1);
     }
-    failed
+    failed.is_some()
 }
 
 fn extend(p_task_id: Option<i64>, p_lease: Option<Interval>, p_worker_id: Option<Text>, attempt: Option<i32>) -> bool {
     let job_id = required(p_task_id, "p_task_id");
     let lease = positive_interval(p_lease, "p_lease");
     settle(include_str!("../../sql/queries/queue_extend.sql"), job_id, p_worker_id, attempt, lease.into(), types::INTERVAL)
+        .is_some()
 }
 
 /// Marks this worker's job completed.
@@ -187,7 +200,7 @@ pub(crate) fn complete_many(
         );
         let no_value = pgrx::datum::DatumWithOid::null::<bool>();
         let rows = client.select(&*stmt, None, &[id.into(), worker.into(), no_value, attempt.into()]);
-        return settled_ids(client, rows, worker);
+        return settled_ids(client, rows, worker).into_iter().map(|(id, _)| id).collect();
     }
     let stmt = plan(
         client,
@@ -195,7 +208,7 @@ pub(crate) fn complete_many(
         &[types::INT8_ARRAY, types::TEXT, types::INT4_ARRAY],
     );
     let rows = client.select(&*stmt, None, &[ids.into(), worker.into(), attempts.into()]);
-    settled_ids(client, rows, worker)
+    settled_ids(client, rows, worker).into_iter().map(|(id, _)| id).collect()
 }
 
 /// Records failed attempts of the jobs `ids` that `worker` holds (job
@@ -215,29 +228,37 @@ pub(crate) fn fail_many(
     );
     let rows = client.select(&*stmt, None, &[ids.into(), worker.into(), attempts.into(), errors.into()]);
     let failed = settled_ids(client, rows, worker);
-    if !failed.is_empty() {
-        super::wake::jobs_added();
+    for (_, queue) in &failed {
+        super::wake::jobs_added(queue.as_ref().map(Text::bytes), 1);
     }
-    failed
+    failed.into_iter().map(|(id, _)| id).collect()
 }
 
-/// The ids a settle statement returned, once the caller may act for every
-/// role that held them.
+/// The (id, queue) pairs a settle statement returned (the queue when it
+/// returns one), once the caller may act for every role that held them.
 fn settled_ids(
     client: &pgrx::spi::SpiClient<'_>,
     rows: pgrx::spi::SpiResult<pgrx::spi::SpiTupleTable<'_>>,
     worker: &Text,
-) -> Vec<i64> {
-    let rows: Vec<(i64, Option<pgrx::pg_sys::Oid>)> = rows
+) -> Vec<(i64, Option<Text>)> {
+    let rows: Vec<(i64, Option<pgrx::pg_sys::Oid>, Option<Text>)> = rows
         .and_then(|rows| {
-            rows.map(|row| Ok((row.get::<i64>(1)?.unwrap_or_default(), row.get::<pgrx::pg_sys::Oid>(2)?))).collect()
+            let with_queue = rows.columns()? >= 3;
+            rows.map(|row| {
+                Ok((
+                    row.get::<i64>(1)?.unwrap_or_default(),
+                    row.get::<pgrx::pg_sys::Oid>(2)?,
+                    if with_queue { row.get::<Text>(3)? } else { None },
+                ))
+            })
+            .collect()
         })
         .or_raise();
-    let mut holders: Vec<pgrx::pg_sys::Oid> = rows.iter().filter_map(|(_, holder)| *holder).collect();
+    let mut holders: Vec<pgrx::pg_sys::Oid> = rows.iter().filter_map(|(_, holder, _)| *holder).collect();
     holders.sort_unstable_by_key(|oid| oid.to_u32());
     holders.dedup();
     for holder in holders {
         crate::access::require_holder(client, Some(holder), || format!("jobs of worker \"{worker}\""));
     }
-    rows.into_iter().map(|(id, _)| id).collect()
+    rows.into_iter().map(|(id, _, queue)| (id, queue)).collect()
 }

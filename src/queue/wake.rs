@@ -1,109 +1,230 @@
-//! Waiting for jobs without polling.
+//! Waiting for jobs without polling and without a herd.
 //!
-//! With pg_distlock preloaded, a consumer that found nothing sleeps on a
-//! condition variable in shared memory (one slot per database, shared by
-//! databases whose OIDs collide). A transaction that may have made a job
-//! claimable wakes the slot once it has committed, when its rows are
-//! visible to the sleepers' next snapshot: an enqueue, a failed attempt (its
-//! retry time is new), and a claim (its lease expiry is new, and a sleeper
-//! that lost the race for the job must look again). A claim rolled back puts
-//! its jobs back, so its abort wakes the slot too. Jobs that become
-//! claimable with time alone (a run_after coming, a lease running out) need
-//! no one to commit: the sleeper computes when the next one is due and
-//! sleeps until then.
+//! With shared memory (pg_distlock preloaded, or the DSM registry on 17+), a
+//! consumer that found nothing registers in the sleepers table (the queues
+//! it takes, when it wakes by itself) and sleeps on its latch. A commit
+//! wakes as many sleepers of a queue as it made that queue's jobs runnable,
+//! once its rows are visible to their next snapshot: an enqueue wakes one,
+//! a failed attempt one (its retry time is new), a claim rolled back one per
+//! job it returns, a resumed queue all of its sleepers. A committed claim
+//! wakes only a sleeper that would otherwise sleep past the new lease's
+//! expiry. Jobs that become claimable with time alone (a run_after coming,
+//! a lease running out) need no one to commit: the sleeper computes when
+//! the next one is due and sleeps until then.
 //!
-//! Without preload there is no shared memory to sleep on: the sleeper looks
+//! A woken sleeper clears its flag when it looks; one that leaves with a
+//! wake-up it did not act on (cancelled, or a wake-up that came during its
+//! last look) passes it to another sleeper of the same queue, so that no
+//! job waits for a sleeper that is gone. Sleepers whose scope limits the
+//! jobs they may take are woken for every job of their queues.
+//!
+//! Without shared memory there is nothing to register in: the sleeper looks
 //! again every POLL_INTERVAL_MS, still inside the server.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::shared::{self, QueueWakeSlot};
+use crate::shared::sleepers::{self, NAMED_QUEUES, ORDER};
+use crate::text::Text;
 use crate::xact;
 
-/// How often a consumer looks for jobs while it waits without preload.
+/// How often a consumer looks for jobs while it waits without shared memory.
 pub const POLL_INTERVAL_MS: i64 = 100;
 
+/// A queue as sleepers and wakers name it.
+fn queue_hash(queue: &[u8]) -> u32 {
+    // FNV-1a: the same in every backend; 0 is kept for "any queue".
+    let hash = queue.iter().fold(0x811c_9dc5_u32, |h, b| (h ^ *b as u32).wrapping_mul(0x0100_0193));
+    hash.max(1)
+}
+
+/// Wake-ups to send at the end of this transaction.
+#[derive(Clone, Copy)]
+struct Wake {
+    /// The queue's hash; 0 for a job of any queue.
+    queue: u32,
+    count: usize,
+    /// Only sleepers that would sleep past this time (a new lease's expiry).
+    sleeping_past: Option<i64>,
+}
+
 thread_local! {
-    /// Whether this transaction already has its wake-up at commit (or at
-    /// abort) registered: one per transaction, however many jobs it touches.
-    static WAKE_AT_COMMIT: Cell<bool> = const { Cell::new(false) };
-    static WAKE_AT_ABORT: Cell<bool> = const { Cell::new(false) };
+    static AT_COMMIT: RefCell<Vec<Wake>> = const { RefCell::new(Vec::new()) };
+    static AT_ABORT: RefCell<Vec<Wake>> = const { RefCell::new(Vec::new()) };
+    static REGISTERED: Cell<bool> = const { Cell::new(false) };
 }
 
-fn slot() -> Option<&'static QueueWakeSlot> {
-    shared::queue_wake_slot(unsafe { pg_sys::MyDatabaseId })
+fn add(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>, wake: Wake) {
+    if sleepers::table().is_none() {
+        return;
+    }
+    list.with(|wakes| {
+        let mut wakes = wakes.borrow_mut();
+        match wakes.iter_mut().find(|w| w.queue == wake.queue && w.sleeping_past.is_some() == wake.sleeping_past.is_some()) {
+            Some(w) => {
+                w.count = w.count.saturating_add(wake.count);
+                w.sleeping_past = w.sleeping_past.min(wake.sleeping_past);
+            }
+            None => wakes.push(wake),
+        }
+    });
+    if !REGISTERED.with(Cell::get) {
+        REGISTERED.with(|r| r.set(true));
+        xact::after_commit(Box::new(|| send(&AT_COMMIT)));
+        xact::on_outcome(None, Some(Box::new(|| send(&AT_ABORT))));
+        xact::at_end(Box::new(|| {
+            REGISTERED.with(|r| r.set(false));
+            AT_COMMIT.with(|w| w.borrow_mut().clear());
+            AT_ABORT.with(|w| w.borrow_mut().clear());
+        }));
+    }
 }
 
-fn wake(only_if_sleeping: bool) {
-    if let Some(slot) = slot() {
-        if !only_if_sleeping || slot.sleepers.load(std::sync::atomic::Ordering::Acquire) > 0 {
+fn send(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>) {
+    let wakes = list.with(|w| std::mem::take(&mut *w.borrow_mut()));
+    for wake in wakes {
+        wake_sleepers(wake);
+    }
+    old_library_sleepers();
+}
+
+/// Backends still running a library from before the sleepers table sleep on
+/// the database's condition variable (after an update without preload,
+/// until they reconnect).
+fn old_library_sleepers() {
+    if let Some(slot) = crate::shared::queue_wake_slot(unsafe { pg_sys::MyDatabaseId }) {
+        if slot.sleepers.load(ORDER) > 0 {
             unsafe { pg_sys::ConditionVariableBroadcast(std::ptr::addr_of!(slot.cv).cast_mut()) };
         }
     }
 }
 
-fn register_once(flag: &'static std::thread::LocalKey<Cell<bool>>, register: impl FnOnce()) {
-    if slot().is_none() || flag.with(Cell::get) {
+/// Sets the latches of up to `wake.count` sleepers of this database that
+/// take jobs of `wake.queue` (and of every restricted one among them).
+fn wake_sleepers(wake: Wake) {
+    let Some(table) = sleepers::table() else { return };
+    if table.sleeping.load(ORDER) == 0 {
         return;
     }
-    flag.with(|f| f.set(true));
-    register();
-    xact::at_end(Box::new(move || flag.with(|f| f.set(false))));
+    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let entries = table.entries();
+    // Start where the last wake-up left off, so that no sleeper is always first.
+    let start = table.wakeups.load(ORDER) as usize % entries.len().max(1);
+    let mut left = wake.count;
+    for n in 0..entries.len() {
+        let entry = &entries[(start + n) % entries.len()];
+        let pid = entry.pid.load(ORDER);
+        if pid <= 0 || entry.database.load(ORDER) != database || !takes(entry, wake.queue) {
+            continue;
+        }
+        if wake.sleeping_past.is_some_and(|t| entry.until.load(ORDER) <= t) {
+            continue;
+        }
+        let restricted = entry.restricted.load(ORDER);
+        if left == 0 && !restricted {
+            continue;
+        }
+        let latch = entry.latch.load(ORDER);
+        if !sleepers::latch_owned_by(latch, pid) || entry.woken.swap(true, ORDER) {
+            continue;
+        }
+        entry.woken_for.store(wake.queue, ORDER);
+        sleepers::set_latch(latch);
+        table.wakeups.fetch_add(1, ORDER);
+        if !restricted {
+            left -= 1;
+        }
+    }
 }
 
-/// This transaction added a job, or scheduled a retry: wake sleepers once it commits.
-pub fn jobs_added() {
-    register_once(&WAKE_AT_COMMIT, || xact::after_commit(Box::new(|| wake(false))));
+fn takes(entry: &sleepers::Sleeper, queue: u32) -> bool {
+    let count = entry.queue_count.load(ORDER) as usize;
+    queue == 0 || count == 0 || entry.queues[..count.min(NAMED_QUEUES)].iter().any(|q| q.load(ORDER) == queue)
 }
 
-/// This transaction claimed jobs: at commit, sleepers learn the new lease
-/// expiry; at abort, the jobs are claimable again.
-pub fn jobs_claimed() {
-    register_once(&WAKE_AT_COMMIT, || xact::after_commit(Box::new(|| wake(true))));
-    register_once(&WAKE_AT_ABORT, || xact::on_outcome(None, Some(Box::new(|| wake(true)))));
+/// This transaction made `count` jobs of `queue` runnable (None: of queues
+/// it does not know): wake that many sleepers once it commits.
+pub fn jobs_added(queue: Option<&[u8]>, count: usize) {
+    if count > 0 {
+        add(&AT_COMMIT, Wake { queue: queue.map_or(0, queue_hash), count, sleeping_past: None });
+    }
+}
+
+/// This transaction claimed `count` jobs (of `queue`, when it knows) with
+/// leases running out at `lease_expiry`: at commit, wake one sleeper that
+/// would sleep past that; at abort, the jobs are claimable again.
+pub fn jobs_claimed(queue: Option<&[u8]>, count: usize, lease_expiry: pg_sys::TimestampTz) {
+    let queue = queue.map_or(0, queue_hash);
+    add(&AT_COMMIT, Wake { queue, count: 1, sleeping_past: Some(lease_expiry) });
+    add(&AT_ABORT, Wake { queue, count, sleeping_past: None });
+}
+
+/// Queue `queue` runs again: wake all of its sleepers at commit.
+pub fn queue_resumed(queue: &[u8]) {
+    add(&AT_COMMIT, Wake { queue: queue_hash(queue), count: usize::MAX, sleeping_past: None });
 }
 
 /// A consumer between two looks at the queue. Made before the look that
 /// precedes its first sleep, so that a commit landing between that look and
 /// the sleep still wakes it.
 pub struct Sleeper {
-    slot: Option<&'static QueueWakeSlot>,
+    entry: Option<&'static sleepers::Sleeper>,
 }
 
 impl Sleeper {
-    pub fn new() -> Self {
-        let slot = slot();
-        if let Some(slot) = slot {
-            slot.sleepers.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            unsafe { pg_sys::ConditionVariablePrepareToSleep(std::ptr::addr_of!(slot.cv).cast_mut()) };
+    /// A sleeper taking jobs of `queues` (None: every queue); `restricted`
+    /// when a scope limits which jobs it may take.
+    pub fn new(queues: Option<&[Text]>, restricted: bool) -> Self {
+        let Some(table) = sleepers::table() else { return Sleeper { entry: None } };
+        let me = unsafe { pg_sys::MyProcPid };
+        // A free entry, or one whose backend is gone without clearing it.
+        let entry = table.entries().iter().find(|entry| {
+            let pid = entry.pid.load(ORDER);
+            let free = pid == 0 || (pid > 0 && !sleepers::latch_owned_by(entry.latch.load(ORDER), pid));
+            free && entry.pid.compare_exchange(pid, -1, ORDER, ORDER).is_ok()
+        });
+        let Some(entry) = entry else { return Sleeper { entry: None } };
+        entry.latch.store(sleepers::my_latch(), ORDER);
+        entry.database.store(unsafe { pg_sys::MyDatabaseId }.to_u32(), ORDER);
+        let named = queues.filter(|queues| queues.len() <= NAMED_QUEUES).unwrap_or(&[]);
+        for (slot, queue) in entry.queues.iter().zip(named) {
+            slot.store(queue_hash(queue.bytes()), ORDER);
         }
-        Sleeper { slot }
+        entry.queue_count.store(named.len() as u32, ORDER);
+        entry.restricted.store(restricted, ORDER);
+        entry.woken.store(false, ORDER);
+        entry.until.store(i64::MAX, ORDER);
+        entry.pid.store(me, ORDER);
+        table.sleeping.fetch_add(1, ORDER);
+        Sleeper { entry: Some(entry) }
     }
 
     /// Sleeps up to `ms` milliseconds, less when woken; raises on cancel,
     /// statement_timeout or termination.
     pub fn sleep(&self, ms: i64) {
-        let ms = ms.clamp(1, i32::MAX as i64);
-        match self.slot {
-            Some(slot) => unsafe {
-                pg_sys::ConditionVariableTimedSleep(
-                    std::ptr::addr_of!(slot.cv).cast_mut(),
-                    ms as std::ffi::c_long,
-                    crate::pg_compat::queue_wait_event(),
-                );
-            },
-            None => unsafe {
-                pg_sys::WaitLatch(
-                    pg_sys::MyLatch,
-                    (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                    ms.min(POLL_INTERVAL_MS) as std::ffi::c_long,
-                    crate::pg_compat::queue_wait_event(),
-                );
-                pg_sys::ResetLatch(pg_sys::MyLatch);
-            },
+        let ms = match self.entry {
+            Some(entry) => {
+                let ms = ms.clamp(1, i32::MAX as i64);
+                let now = unsafe { pg_sys::GetCurrentTimestamp() };
+                entry.until.store(now.saturating_add(ms * 1000), ORDER);
+                ms
+            }
+            None => ms.clamp(1, POLL_INTERVAL_MS),
+        };
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                ms as std::ffi::c_long,
+                crate::pg_compat::queue_wait_event(),
+            );
+            pg_sys::ResetLatch(pg_sys::MyLatch);
+        }
+        if let Some(entry) = self.entry {
+            // Looking now: a wake-up from here on is a new one.
+            entry.woken.store(false, ORDER);
         }
         check_for_interrupts!();
     }
@@ -111,9 +232,34 @@ impl Sleeper {
 
 impl Drop for Sleeper {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot {
-            slot.sleepers.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-            unsafe { pg_sys::ConditionVariableCancelSleep() };
+        let Some(entry) = self.entry else { return };
+        let unanswered = entry.woken.load(ORDER).then(|| entry.woken_for.load(ORDER));
+        entry.pid.store(0, ORDER);
+        if let Some(table) = sleepers::table() {
+            table.sleeping.fetch_sub(1, ORDER);
+        }
+        if let Some(queue) = unanswered {
+            wake_sleepers(Wake { queue, count: 1, sleeping_past: None });
         }
     }
+}
+
+/// Consumers of this database waiting for jobs now, and the wake-ups
+/// commits have sent to waiting consumers since the server started (all
+/// databases); NULLs without shared memory.
+#[pg_extern(volatile, parallel_restricted)]
+fn queue_wait_stats() -> TableIterator<'static, (name!(sleeping, Option<i32>), name!(wakeups, Option<i64>))> {
+    let Some(table) = sleepers::table() else { return TableIterator::once((None, None)) };
+    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let sleeping = table
+        .entries()
+        .iter()
+        .filter(|entry| {
+            let pid = entry.pid.load(ORDER);
+            pid > 0
+                && entry.database.load(ORDER) == database
+                && sleepers::latch_owned_by(entry.latch.load(ORDER), pid)
+        })
+        .count();
+    TableIterator::once((Some(sleeping as i32), Some(table.wakeups.load(ORDER) as i64)))
 }

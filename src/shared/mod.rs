@@ -1,7 +1,9 @@
 //! Shared memory: per-worker-id snowflake state, two fixed-size tables split
 //! into LWLock-protected partitions (rate-limit state and lock-call
-//! telemetry), and the condition variables waiting consumers of the job
-//! queue sleep on. It comes from one of two places:
+//! telemetry), the condition variables the job queue's waiting consumers
+//! slept on before 0.3.0 (kept for backends still running an older library),
+//! and, beside them, the table of waiting consumers (`sleepers`). It comes
+//! from one of two places:
 //! - pg_distlock in shared_preload_libraries: the server's main shared
 //!   memory, set up at start (every version);
 //! - otherwise, on PostgreSQL 17 and later, a segment of the DSM registry
@@ -21,6 +23,7 @@ use crate::gucs;
 
 #[cfg(not(feature = "pg15"))]
 mod dsm_registry;
+pub mod sleepers;
 
 pub const SNOWFLAKE_WORKERS: usize = 1024;
 pub const RATE_PARTITIONS: usize = 16;
@@ -82,7 +85,9 @@ pub struct LockStatEntry {
     pub last_used_us: i64,
 }
 
-/// Where consumers of one database (or of a few sharing the slot) wait for jobs.
+/// Where consumers of one database (or of a few sharing the slot) waited for
+/// jobs before 0.3.0: a backend still running such a library sleeps here,
+/// and 0.3.0's commits broadcast to it while any does.
 #[repr(C)]
 pub struct QueueWakeSlot {
     pub cv: pg_sys::ConditionVariable,
@@ -187,6 +192,7 @@ unsafe extern "C-unwind" fn on_shmem_request() {
             prev();
         }
         pg_sys::RequestAddinShmemSpace(state_size(slots_per_partition(), stats_per_partition()));
+        pg_sys::RequestAddinShmemSpace(sleepers::preload_size());
         pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), PARTITION_LOCKS as i32);
     }
 }
@@ -202,6 +208,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         let base = pg_sys::ShmemInitStruct(SEGMENT.as_ptr(), state_size(slots, stats), &mut found) as *mut u8;
         let locks = pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr());
         LAYOUT = Some(carve(base, !found, slots, stats, locks));
+        sleepers::attach_preloaded();
         DECIDED = true;
     }
 }
@@ -241,6 +248,7 @@ unsafe fn decide() {
         #[cfg(not(feature = "pg15"))]
         if gucs::DYNAMIC_SHARED_MEMORY.get() {
             LAYOUT = Some(dsm_registry::attach());
+            sleepers::attach_registry();
         }
     }
 }

@@ -92,8 +92,8 @@ fn a_waiting_consumer_of_a_paused_queue_sleeps_until_it_is_resumed() {
     assert!(resumed.elapsed() < Duration::from_secs(5), "took the job {:?} after the resume", resumed.elapsed());
 }
 
-/// A consumer waiting on one queue is woken by another queue's job, leaves
-/// it, and takes the next job of its own queue.
+/// A consumer waiting on one queue sleeps through another queue's job and
+/// takes the next job of its own queue.
 #[test]
 fn a_waiting_consumer_of_one_queue_takes_only_that_queues_jobs() {
     let db = fresh_db("queue_wait_routing");
@@ -110,6 +110,68 @@ fn a_waiting_consumer_of_one_queue_takes_only_that_queues_jobs() {
         Some("pending"),
         "the other queue's job is left for its own consumers"
     );
+}
+
+fn wakeups(c: &mut Client) -> i64 {
+    scalar(c, "SELECT wakeups FROM distlock.queue_wait_stats()").expect("wakeups").parse().expect("wakeups")
+}
+
+/// A commit wakes as many waiting consumers as it made jobs runnable, of
+/// the queue that got them; a committed claim wakes none (its lease runs
+/// out after every waiter's own wake-up). Counted by the wake-ups sent.
+#[test]
+fn a_commit_wakes_one_waiting_consumer_per_job_of_its_queue_and_a_claim_wakes_none() {
+    let db = fresh_db("queue_wait_herd");
+    let mut producer = connect(&db);
+    let waiters_a: Vec<_> = (0..6)
+        .map(|i| start_waiting_on(primary_port(), primary_port(), &db, &format!("a-{i}"), "60 seconds", "ARRAY['a']"))
+        .collect();
+    let waiters_b: Vec<_> = (0..4)
+        .map(|i| start_waiting_on(primary_port(), primary_port(), &db, &format!("b-{i}"), "60 seconds", "ARRAY['b', 'x']"))
+        .collect();
+    assert_eq!(scalar(&mut producer, "SELECT sleeping FROM distlock.queue_wait_stats()").as_deref(), Some("10"));
+    let before = wakeups(&mut producer);
+    let job = enqueue_into(&mut producer, "a");
+    let (woken, asleep): (Vec<_>, Vec<_>) = settle_waiters(waiters_a, 1);
+    assert_eq!(woken, [job], "one consumer of queue a took the job");
+    assert_eq!(wakeups(&mut producer) - before, 1, "the enqueue woke one consumer, and its claim none");
+
+    producer
+        .batch_execute(
+            "BEGIN; SELECT distlock.enqueue_task('job', p_queue => 'b') FROM generate_series(1, 3); \
+             SELECT distlock.enqueue_task('job', p_queue => 'nobody-waits'); COMMIT;",
+        )
+        .expect("four jobs");
+    let (woken_b, asleep_b) = settle_waiters(waiters_b, 3);
+    assert_eq!(woken_b.len(), 3, "three consumers of queue b took the three jobs");
+    assert_eq!(wakeups(&mut producer) - before, 4, "three more wake-ups, none for the queue nobody waits on");
+    assert_eq!(scalar(&mut producer, "SELECT sleeping FROM distlock.queue_wait_stats()").as_deref(), Some("6"));
+    producer
+        .batch_execute(&format!(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Extension'"
+        ))
+        .expect("cancel the others");
+    for waiter in asleep.into_iter().chain(asleep_b) {
+        assert!(finish(waiter).is_err(), "a consumer left waiting was cancelled");
+    }
+}
+
+fn enqueue_into(c: &mut Client, queue: &str) -> i64 {
+    scalar(c, &format!("SELECT distlock.enqueue_task('job', p_queue => '{queue}')")).expect("id").parse().expect("id")
+}
+
+type Waiter = thread::JoinHandle<Result<Waited, postgres::Error>>;
+
+/// Waits until `returned` of `waiters` have returned; their jobs, and the
+/// waiters still waiting (the wake-up count shows that no other was woken).
+fn settle_waiters(waiters: Vec<Waiter>, returned: usize) -> (Vec<i64>, Vec<Waiter>) {
+    eventually("the woken consumers to return", Duration::from_secs(10), || {
+        waiters.iter().filter(|w| w.is_finished()).count() >= returned
+    });
+    let (done, waiting): (Vec<_>, Vec<_>) = waiters.into_iter().partition(|w| w.is_finished());
+    assert_eq!(done.len(), returned, "only the woken consumers returned");
+    let jobs = done.into_iter().map(|w| finish(w).expect("wait").job.expect("a job")).collect();
+    (jobs, waiting)
 }
 
 #[test]

@@ -484,6 +484,7 @@ const CALLS: &[(&str, &str)] = &[
     ("distlock.extend_task_lease(bigint,interval,text,integer)", "SELECT distlock.extend_task_lease(1, '1 hour', 'h', 1)"),
     ("distlock.fail_task(bigint,text,text)", "SELECT distlock.fail_task(1, 'again', 'h')"),
     ("distlock.consume_tasks(integer,text,interval,interval,text[])", "SELECT * FROM distlock.consume_tasks(3, 'h', '1 hour')"),
+    ("distlock.queue_wait_stats()", "SELECT * FROM distlock.queue_wait_stats()"),
     ("distlock.pause_queue(text)", "SELECT distlock.pause_queue('q')"),
     ("distlock.consume_tasks(integer,text,interval,interval,text[])",
      "SELECT * FROM distlock.consume_tasks(3, 'h', '1 hour', NULL, ARRAY['q'])"),
