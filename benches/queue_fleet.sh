@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# A fleet of consumers sharing a steady stream of jobs: one producer keeps
+# ~4,000 jobs ready (batches of 128, ~256-byte payloads), W consumers each
+# claim up to 64 and work 1 ms per job; fsync and synchronous_commit on.
+# For each W: consumers waiting in the server (p_wait) against the same
+# loop polling without waiting, and the one-commit-per-batch loop
+# (settle_and_consume_tasks) waiting; jobs/s, the producer's latency per
+# batch, and dead row versions per job left in distlock.task_queue.
+# Measurements, not pass/fail tests.
+#   BENCH_SECONDS=10 BENCH_FLEETS="16 64" benches/queue_fleet.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${BENCH_SECONDS:-10}
+fleets=${BENCH_FLEETS:-16 64}
+dir=${BENCH_DIR:-/tmp/pg_distlock_fleet_bench}
+port=55533
+
+scripts/setup.sh
+PG_CONFIG="${PGBIN:-/usr/lib/postgresql/15/bin}/pg_config" scripts/install.sh >/dev/null 2>&1
+source benches/lib.sh
+start_bench_clusters "$dir" "memory:$port:pg_distlock"
+
+pgbench_on() { "$bin/pgbench" -n -M prepared -h 127.0.0.1 -p "$port" -U postgres "$@" bench 2>&1; }
+completed() { psql_on "$port" -c "SELECT count(*) FROM distlock.task_queue WHERE status = 'completed'"; }
+dead_tuples() { psql_on "$port" -c "SELECT pg_stat_get_dead_tuples('distlock.task_queue'::regclass)"; }
+
+rows=()
+# run W SCRIPT WAIT: jobs/s, producer ms per batch, dead row versions per job.
+run() {
+  local consumers=$1 script=$2 wait=$3 before after produced dead
+  psql_on "$port" -c "TRUNCATE distlock.task_queue" -c "VACUUM ANALYZE distlock.task_queue" >/dev/null
+  pgbench_on -c 1 -T $((seconds + 2)) -r -f benches/pgbench/fleet_produce.sql >"$dir/producer.log" &
+  local producer=$!
+  sleep 2
+  before=$(completed)
+  pgbench_on -c "$consumers" -j 2 -T "$seconds" -f "benches/pgbench/$script.sql" \
+    -D wait="$wait" -D ids='{}' -D att='{}' >"$dir/consumers.log"
+  after=$(completed)
+  wait "$producer"
+  dead=$(dead_tuples)
+  produced=$(awk '/enqueue_task/ { print $1; exit }' "$dir/producer.log")
+  echo "$(((after - before) / seconds)) ${produced:--} $(awk -v d="$dead" -v n="$after" 'BEGIN { printf "%.2f", n ? d / n : 0 }')"
+}
+row() { rows+=("$(printf '%-58s %10s %14s %12s' "$@")"); echo "  $*"; }
+
+for w in $fleets; do
+  echo "== $w consumers, ${seconds}s per point"
+  read -r rate lat dead < <(run "$w" fleet_consume 0)
+  row "$w consumers, batch 64, no wait (polling)" "$rate" "$lat" "$dead"
+  read -r rate lat dead < <(run "$w" fleet_consume '1 second')
+  row "$w consumers, batch 64, p_wait" "$rate" "$lat" "$dead"
+  read -r rate lat dead < <(run "$w" fleet_fused '1 second')
+  row "$w consumers, settle_and_consume_tasks 64, p_wait" "$rate" "$lat" "$dead"
+done
+
+echo
+echo "pg_distlock fleet benchmark, $(date -u +%Y-%m-%d)"
+echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(free -g | awk '/Mem:/ { print $2 }') GiB"
+echo "postgres: $("$bin/postgres" --version), fsync on, synchronous_commit on"
+echo
+printf '%-58s %10s %14s %12s\n' "workload" "jobs/s" "enqueue ms/128" "dead/job"
+printf '%s\n' "${rows[@]}"
