@@ -119,6 +119,22 @@ def test_worker_loop_completes_and_fails_in_batches(db: Db, server: str, via_poo
     assert dead[0][1] == "KeyError: 0"
 
 
+def test_a_worker_reports_a_job_whose_lease_it_lost_and_does_not_settle_it(db: Db, server: str) -> None:
+    """The handler outlives its lease (no heartbeat) and another consumer
+    takes the job over: the worker's settle is refused, counted as lost."""
+    job_id = pg_distlock.Queue(db.dsn).enqueue("slow")
+    other = pg_distlock.Queue(db.dsn, worker_id="other", lease=60)
+    taken: list[Job] = []
+
+    def handler(job: Job) -> None:
+        eventually(lambda: taken.extend(other.consume()) or bool(taken), timeout=10, what="the job taken over")
+
+    stats = pg_distlock.QueueWorker(db.dsn, handler, lease=1, heartbeat=30, wait=0.2, exit_when_idle=True).run()
+    assert [j.id for j in taken] == [job_id]
+    assert (stats.claimed, stats.completed, stats.lost) == (1, 0, 1)
+    assert status(db, job_id)[:2] == ("processing", 2), "the other consumer still holds it"
+
+
 def test_consumers_and_workers_take_jobs_of_their_queues_only(db: Db, server: str) -> None:
     producer = pg_distlock.Queue(db.dsn)
     email = producer.enqueue("welcome", {"to": "a"}, queue="email")

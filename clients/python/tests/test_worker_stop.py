@@ -153,9 +153,10 @@ def test_stop_with_a_timeout_releases_a_task_claim_as_failed(db: Db) -> None:
 class Node:
     """A worker process (worker_node.py) that the test signals."""
 
-    def __init__(self, db: Db, kind: str, app: str, handler_seconds: float = 0.0) -> None:
+    def __init__(self, db: Db, kind: str, app: str, handler_seconds: float = 0.0, *extra: object) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, NODE, db.dsn, kind, app, str(handler_seconds)], stdout=subprocess.PIPE, text=True,
+            [sys.executable, NODE, db.dsn, kind, app, str(handler_seconds), *map(str, extra)],
+            stdout=subprocess.PIPE, text=True,
         )
 
     def line(self) -> str:
@@ -207,3 +208,30 @@ def test_sigterm_lets_a_worker_process_finish_the_job_at_hand(db: Db, name: str)
     assert (stats["claimed"], stats["completed"]) == (1, 1)
     assert job_states(db) == [("at-hand", "completed", "")]
     assert elapsed < 2.5
+
+
+def test_a_worker_killed_mid_batch_loses_no_job_and_settles_none_twice(db: Db, name: str) -> None:
+    """SIGKILL of a QueueWorker process in the middle of a batch: the jobs
+    it had settled stay settled and are not run again; the rest of its
+    batch is taken over once the leases run out and completed by another
+    worker."""
+    producer = pg_distlock.Queue(db.dsn)
+    jobs = {producer.enqueue("work", {"i": i}) for i in range(40)}
+    node = Node(db, "queue", name, 0.02, 8, 2)
+    try:
+        eventually(lambda: db.value("SELECT count(*) FROM distlock.task_queue WHERE status = 'completed'") >= 8,
+                   timeout=20, what="the first batches settled")
+        node.line()  # a handler is at work now
+        node.kill()
+    finally:
+        node.kill()
+    settled_before = {r[0] for r in db.rows("SELECT id FROM distlock.task_queue WHERE status = 'completed'")}
+    held = db.value("SELECT count(*) FROM distlock.task_queue WHERE status = 'processing'")
+    assert settled_before and held > 0, "the worker was killed between batches: the test proves nothing"
+    handled: list[int] = []
+    stats = pg_distlock.QueueWorker(db.dsn, lambda job: handled.append(job.id), batch=8, lease=2, wait=5,
+                                    exit_when_idle=True).run()
+    assert not set(handled) & settled_before, "a job settled before the kill ran again"
+    assert set(handled) | settled_before == jobs, "a job was lost"
+    assert len(handled) == len(set(handled)) == stats.completed
+    assert db.value("SELECT count(*) FROM distlock.task_queue WHERE status <> 'completed'") == 0

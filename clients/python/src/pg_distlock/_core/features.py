@@ -14,7 +14,7 @@ SELECT p.proname::text, coalesce(p.proargnames, '{}'::text[])
   FROM pg_catalog.pg_proc p
   JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = 'distlock'
-   AND p.proname = ANY ('{consume_task,consume_tasks,complete_tasks,try_acquire_task_lease}'::text[])
+   AND p.proname = ANY ('{consume_task,consume_tasks,complete_tasks,settle_and_consume_tasks,try_acquire_task_lease}'::text[])
 """
 
 
@@ -28,6 +28,8 @@ class Features:
     """consume_tasks(p_batch, p_worker_id, p_lease, p_wait)."""
     complete_batch: bool = False
     """complete_tasks(p_task_ids, p_worker_id, p_attempts)."""
+    settle_and_consume: bool = False
+    """settle_and_consume_tasks (0.3.0): settles finished jobs and claims in one call."""
 
 
 def parse(rows: Iterable[tuple[Any, ...]]) -> Features:
@@ -41,6 +43,7 @@ def parse(rows: Iterable[tuple[Any, ...]]) -> Features:
         consume_wait=has("consume_task", "p_wait"),
         consume_batch_wait=has("consume_tasks", "p_batch", "p_wait"),
         complete_batch=has("complete_tasks", "p_task_ids", "p_worker_id", "p_attempts"),
+        settle_and_consume=has("settle_and_consume_tasks", "p_completed", "p_failed_errors", "p_queues"),
     )
 
 

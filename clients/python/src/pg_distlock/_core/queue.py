@@ -57,6 +57,24 @@ def consume_sql(batch: int, wait: bool, queues: bool = False) -> str:
     return f"SELECT {COLUMNS} FROM distlock.{'consume_tasks' if batch > 1 else 'consume_task'}({args})"
 
 
+SETTLE_AND_CONSUME_SQL = (
+    f"SELECT {COLUMNS}, outcome FROM distlock.settle_and_consume_tasks("
+    "p_batch => %s, p_worker_id => %s, p_completed => %s, p_completed_attempts => %s,"
+    " p_failed => %s, p_failed_attempts => %s, p_failed_errors => %s, p_lease => %s, p_wait => %s, p_queues => %s)"
+)
+
+
+@dataclass
+class Settled:
+    """What one settle_and_consume_tasks call did."""
+
+    jobs: list[Job]
+    """The jobs it claimed."""
+    refused: set[int]
+    """Jobs it was asked to settle that the worker no longer held (their
+    lease ran out): left unchanged, to run again elsewhere."""
+
+
 def queue_names(queues: Sequence[str] | None) -> list[str] | None:
     """The queues a consumer takes jobs from: None for every queue."""
     if queues is None:
@@ -146,6 +164,37 @@ class QueueLogic(Bound[S]):
                 return []
             delay = min(delay * 2, 1.0)
 
+    def _settle_and_consume_op(
+        self,
+        completed: Sequence[Job],
+        failed: Sequence[tuple[Job, str | None]],
+        batch: int = 1,
+        wait: Seconds = 0.0,
+        *,
+        on: fx.Session | None = None,
+    ) -> fx.Gen[Settled]:
+        """Completes `completed`, fails `failed` (each with its error) and
+        claims up to `batch` jobs in one call, one commit (pg_distlock
+        0.3.0). Waits up to `wait` seconds for a job only when it had nothing
+        to settle."""
+        at_least(batch, "batch", 1)
+        params = (
+            batch, self.worker_id,
+            [j.id for j in completed], [j.attempts for j in completed],
+            [j.id for j, _ in failed], [j.attempts for j, _ in failed], [e for _, e in failed],
+            interval(self.lease), interval(non_negative(wait, "wait")), self.queues,
+        )
+        try:
+            rows = yield from fx.execute(SETTLE_AND_CONSUME_SQL, params, on=on)
+        except Cancelled:
+            if completed or failed:
+                raise
+            return Settled([], set())
+        return Settled(
+            [Job(*row[:-1]) for row in rows if row[-1] == "claimed"],
+            {row[0] for row in rows if row[-1] == "refused"},
+        )
+
     def _complete_op(self, job: Job) -> fx.Gen[bool]:
         """True if this attempt was still ours and is now completed."""
         return bool((yield from fx.first(
@@ -213,16 +262,63 @@ class QueueWorkerLogic(Generic[S], Worker):
         self.heartbeat = positive(heartbeat, "heartbeat") if heartbeat is not None else self.queue.lease / 3
         self.max_jobs = max_jobs
         self._loop = Loop(self._rt, exit_when_idle, handle_signals)
+        self._fused = False
+        """Whether jobs are settled by the next claim (settle_and_consume_tasks)."""
+        self._completed: list[Job] = []
+        self._failed: list[tuple[Job, str | None]] = []
 
     _queue: Callable[..., Any]
 
     def _run_op(self) -> fx.Gen[WorkerStats]:
-        return (yield from self._loop.run(self._fetch, self._handle, self.max_jobs, 0.0))
+        try:
+            return (yield from self._loop.run(self._fetch, self._handle, self.max_jobs, 0.0))
+        finally:
+            yield from self._flush()
 
     def _fetch(self, session: fx.Session) -> fx.Gen[list[Job]]:
         # The loop's own connection: a wait in the server must not hold up
         # heartbeats and settling, which use other connections.
-        return (yield from self.queue._consume_op(self.batch, self.wait, on=session, until=self._loop.stopping))
+        found = yield fx.Detect(session)
+        self._fused = found.settle_and_consume
+        if not self._fused:
+            return (yield from self.queue._consume_op(self.batch, self.wait, on=session, until=self._loop.stopping))
+        if self._loop.stopping.is_set():
+            return []
+        # The jobs just handled are settled by the call that claims the next
+        # ones: one commit per batch. Kept until a call succeeds.
+        settling = bool(self._completed or self._failed)
+        settled = yield from self.queue._settle_and_consume_op(
+            self._completed, self._failed, self.batch, self.wait, on=session
+        )
+        self._count_settled(settled.refused)
+        if settled.jobs or not settling or self._loop.stopping.is_set():
+            return settled.jobs
+        # A call that settled does not wait (its settles would wait
+        # uncommitted); this one, with nothing to settle, does.
+        settled = yield from self.queue._settle_and_consume_op([], [], self.batch, self.wait, on=session)
+        return settled.jobs
+
+    def _count_settled(self, refused: set[int]) -> None:
+        stats = self._loop.stats
+        stats.completed += sum(1 for job in self._completed if job.id not in refused)
+        stats.failed += sum(1 for job, _ in self._failed if job.id not in refused)
+        stats.lost += len(refused)
+        if refused:
+            log.warning("pg_distlock: %d job(s) were no longer this worker's to settle (lease lost)", len(refused))
+        self._completed, self._failed = [], []
+
+    def _flush(self) -> fx.Gen[None]:
+        """Settles what the loop left unsettled as it ended."""
+        if not (self._completed or self._failed):
+            return
+        queue = self.queue
+        completed = (yield from self._settle(queue._complete_many_op(self._completed))) or set()
+        failed = set()
+        for job, error in self._failed:
+            if (yield from self._settle(queue._fail_op(job, error))):
+                failed.add(job.id)
+        refused = {j.id for j in self._completed if j.id not in completed} | {j.id for j, _ in self._failed if j.id not in failed}
+        self._count_settled(refused)
 
     def _handle(self, session: fx.Session, jobs: list[Job], sent: float) -> fx.Gen[None]:
         queue, stats = self.queue, self._loop.stats
@@ -259,13 +355,20 @@ class QueueWorkerLogic(Generic[S], Worker):
                     self._report(job, "failed", started)
                     pending.remove(job)
                     failed += 1
-                    if (yield from self._settle(queue._fail_op(job, error_text(exc)))):
+                    if self._fused:
+                        self._failed.append((job, error_text(exc)))
+                    elif (yield from self._settle(queue._fail_op(job, error_text(exc)))):
                         stats.failed += 1
                     continue
                 self._report(job, "completed", started)
                 done.append(job)
         finally:
             yield from keeper.stop()
+        if self._fused:
+            # Settled by the next claim; counted then.
+            self._completed.extend(done)
+            stats.lost += len(jobs) - len(done) - failed
+            return
         completed = (yield from self._settle(queue._complete_many_op(done))) or set()
         stats.completed += len(completed)
         stats.lost += len(jobs) - len(completed) - failed
