@@ -82,14 +82,16 @@ for clients in 4 16; do
   row "one commit per job vs commit ceiling, $clients consumers" "$ceiling" "$fused" "$(ratio "$fused" "$ceiling")"
 done
 
-echo "== a queue limited to 4 processing jobs against no limit, 16 consumers"
+echo "== a queue limited to 4 processing jobs: 16 waiting consumers against 4 without a limit"
 fill distlock.task_queue "$jobs"
-unlimited=$(completed_per_second 16 queue_any_ext)
+unlimited=$(completed_per_second 4 queue_limited_wait_ext)
 fill distlock.task_queue "$jobs"
 psql_on "$port" -c "SELECT distlock.set_queue_limit('default', 4)"
-limited=$(completed_per_second 16 queue_any_ext)
+limited=$(completed_per_second 16 queue_limited_wait_ext)
+limited_polling=$(completed_per_second 16 queue_any_ext)
 psql_on "$port" -c "SELECT distlock.set_queue_limit('default', NULL)"
-row "limit of 4 processing against none, 16 consumers" "$unlimited" "$limited" "$(ratio "$limited" "$unlimited")"
+row "limit 4, 16 waiting consumers vs 4 consumers, no limit" "$unlimited" "$limited" "$(ratio "$limited" "$unlimited")"
+row "limit 4, 16 polling consumers vs 4 consumers, no limit" "$unlimited" "$limited_polling" "$(ratio "$limited_polling" "$unlimited")"
 
 echo "== batches of 100: consume_tasks(100) + complete_tasks, 4 consumers"
 fill distlock.task_queue $((seconds * 150000))
@@ -206,4 +208,5 @@ echo "Baseline: benches/queue_baseline.sql and benches/pgbench/queue_recipe.sql,
 echo "SKIP LOCKED claim and completing UPDATE. pg_distlock: consume_task + complete_task(id, worker,"
 echo "attempt), each its own transaction, as in benches/pgbench/queue_ext.sql. One commit per job:"
 echo "benches/pgbench/queue_fused_ext.sql; commit ceiling: benches/pgbench/commit_ceiling.sql (one row"
-echo "updated per transaction). Limits: benches/pgbench/queue_any_ext.sql, jobs counted by completed rows."
+echo "updated per transaction). Limits: benches/pgbench/queue_limited_wait_ext.sql (p_wait) and"
+echo "queue_any_ext.sql (no wait), jobs counted by completed rows."

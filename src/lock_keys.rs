@@ -123,20 +123,27 @@ fn try_lock(tag: &pg_sys::LOCKTAG, session: bool) -> TryLock {
 /// before the next holder counts.
 pub const QUEUE_LIMIT_CLASS: i32 = 0x646c_716c;
 
-fn queue_limit_tag(queue: &[u8]) -> pg_sys::LOCKTAG {
-    reserved_tag(QUEUE_LIMIT_CLASS, crate::hashing::key_for_name(queue) as u32, RESERVED_KIND)
+/// Claim turns per limited queue at most: claims of one queue run this many
+/// at a time.
+pub const QUEUE_TURNS: u32 = 16;
+
+/// Turn `turn` of queue `queue`: the turn in the low bits of the queue's
+/// hash (two queues whose hashes share the other 28 bits merely share turns).
+fn queue_turn_tag(queue: &[u8], turn: u32) -> pg_sys::LOCKTAG {
+    let hash = crate::hashing::key_for_name(queue) as u32;
+    reserved_tag(QUEUE_LIMIT_CLASS, (hash & !(QUEUE_TURNS - 1)) | (turn % QUEUE_TURNS), RESERVED_KIND)
 }
 
-/// Tries to take the claim turn of queue `queue` until the transaction ends,
-/// without waiting. Two queues whose hashes share 32 bits merely take turns.
-pub fn try_lock_queue_limit(queue: &[u8]) -> TryLock {
-    try_lock(&queue_limit_tag(queue), false)
+/// Tries to take claim turn `turn` of queue `queue` until the transaction
+/// ends, without waiting.
+pub fn try_lock_queue_turn(queue: &[u8], turn: u32) -> TryLock {
+    try_lock(&queue_turn_tag(queue, turn), false)
 }
 
-/// Gives back the claim turn taken by `try_lock_queue_limit` (nothing was claimed).
-pub fn unlock_queue_limit(queue: &[u8]) {
+/// Gives back a turn taken by `try_lock_queue_turn` (nothing was claimed in it).
+pub fn unlock_queue_turn(queue: &[u8], turn: u32) {
     let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
-    unsafe { pg_sys::LockRelease(&queue_limit_tag(queue), mode, false) };
+    unsafe { pg_sys::LockRelease(&queue_turn_tag(queue, turn), mode, false) };
 }
 
 /// Tries to take a task's session-level lock without waiting.

@@ -17,6 +17,10 @@ use crate::scopes::{self, Capability, Scope};
 
 pub(crate) const MAX_BATCH: i32 = 1000;
 
+/// How soon a waiting consumer looks again when a limited queue had every
+/// claim turn taken: a turn ends with its claim's commit.
+const BUSY_TURNS_RETRY_MS: i64 = 2;
+
 /// One claimed job; the SQL signatures below spell the same columns out,
 /// because pgrx reads them from the function's own tokens.
 type Job = (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text);
@@ -76,18 +80,20 @@ pub(crate) fn route(p_queues: Option<TextArray>) -> Route {
 }
 
 /// What one look at the queue got: the jobs claimed, and whether a queue
-/// with a concurrency limit was full or taking another claim's turn (a
-/// consumer then looks again soon: a completion that makes room wakes no one).
+/// with a concurrency limit was full or had every claim turn taken (a
+/// waiting consumer then looks again soon, besides being woken).
 struct Look {
     jobs: Vec<Job>,
     limited_queue_full: bool,
+    /// A limited queue had every claim turn taken: they end within a commit.
+    limited_queue_busy: bool,
 }
 
 /// One look at the queue: claims up to `batch` jobs along `route`. Queues
 /// with a concurrency limit are claimed from in their turn; a consumer of
 /// every queue takes their jobs after the others'.
 fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, scope: &Scope, route: &Route) -> Look {
-    let mut look = Look { jobs: Vec::new(), limited_queue_full: false };
+    let mut look = Look { jobs: Vec::new(), limited_queue_full: false, limited_queue_busy: false };
     let jobs = &mut look.jobs;
     match route {
         Route::Legacy => claim_from(client, batch, worker, lease, scope, Source::Legacy, jobs),
@@ -95,7 +101,8 @@ fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, sco
             claim_from(client, batch, worker, lease, scope, Source::Every, jobs);
             if (jobs.len() as i32) < batch {
                 for (queue, max) in limited_queues(client, None) {
-                    look.limited_queue_full |= !claim_limited(client, batch, worker, lease, scope, &queue, max, jobs);
+                    let limited = claim_limited(client, batch, worker, lease, scope, &queue, max, jobs);
+                    note(&mut look.limited_queue_full, &mut look.limited_queue_busy, limited);
                     if jobs.len() as i32 >= batch {
                         break;
                     }
@@ -113,7 +120,8 @@ fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, sco
                 if jobs.len() == before {
                     let limited = limited.get_or_insert_with(|| limited_queues(client, Some(queues)));
                     if let Some((_, max)) = limited.iter().find(|(name, _)| name == queue) {
-                        look.limited_queue_full |= !claim_limited(client, batch, worker, lease, scope, queue, *max, jobs);
+                        let limited = claim_limited(client, batch, worker, lease, scope, queue, *max, jobs);
+                        note(&mut look.limited_queue_full, &mut look.limited_queue_busy, limited);
                     }
                 }
                 if jobs.len() as i32 >= batch {
@@ -144,10 +152,17 @@ fn limited_queues(client: &SpiClient<'_>, queues: Option<&[Text]>) -> Vec<(Text,
         .or_raise()
 }
 
-/// Claims from `queue`, limited to `max` processing jobs, into `jobs`: in
-/// the queue's claim turn (held until this transaction ends when it claimed
-/// something), counting what is processing after the previous turn's
-/// commit. False when the queue was full or another claim had the turn.
+/// Claims from `queue`, limited to `max` processing jobs, into `jobs`.
+///
+/// Claims of a limited queue take turns: up to min(max, QUEUE_TURNS) at
+/// once, each holding its turn (a transaction-level lock) until its
+/// transaction ends and claiming at most `max / turns` jobs in it (a later
+/// claim in the same transaction takes another turn). A claim
+/// first takes a free turn, then counts the turns others hold (claims in
+/// flight, whose jobs it may not see yet), and only then counts the
+/// processing jobs it sees: a claim that commits between the two counts is
+/// counted twice, never missed. So processing jobs, committed or in flight,
+/// never exceed the limit.
 #[allow(clippy::too_many_arguments)]
 fn claim_limited(
     client: &SpiClient<'_>,
@@ -158,8 +173,9 @@ fn claim_limited(
     queue: &Text,
     max: i32,
     jobs: &mut Vec<Job>,
-) -> bool {
-    // An older snapshot would miss the previous turn's claims.
+) -> Limited {
+    use crate::lock_keys::{try_lock_queue_turn, unlock_queue_turn, TryLock, QUEUE_TURNS};
+    // An older snapshot would miss the claims of turns that ended before it.
     if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
         raise_with_hint(
             pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -167,26 +183,58 @@ fn claim_limited(
             "Claim in a READ COMMITTED transaction.",
         );
     }
-    let turn = crate::lock_keys::try_lock_queue_limit(queue.bytes());
-    if turn == crate::lock_keys::TryLock::Busy {
-        return false;
-    }
     let stmt = plan(client, include_str!("../../sql/queries/queue_processing.sql"), &[types::TEXT]);
-    let processing = client
-        .select(&*stmt, None, &[queue.into()])
-        .and_then(first_value::<i64>)
-        .or_raise()
-        .unwrap_or(0);
-    let room = (max as i64 - processing).max(0);
+    let count_processing = || client.select(&*stmt, None, &[queue.into()]).and_then(first_value::<i64>).or_raise().unwrap_or(0);
+    // Full already: no turn taken, so as not to make others count it in flight.
+    if count_processing() >= max as i64 {
+        return Limited::Full;
+    }
+    let turns = (max.max(1) as u32).min(QUEUE_TURNS);
+    let per_turn = (max.max(1) as u32 / turns) as i64;
+    // A turn this transaction already claimed in is not taken again: others
+    // count each turn as at most `per_turn` jobs.
+    let Some(mine) = (0..turns).find(|turn| try_lock_queue_turn(queue.bytes(), *turn) == TryLock::Acquired) else {
+        return Limited::Busy;
+    };
+    let mut in_flight = 0;
+    for turn in (0..turns).filter(|turn| *turn != mine) {
+        match try_lock_queue_turn(queue.bytes(), turn) {
+            TryLock::Busy => in_flight += 1,
+            TryLock::Acquired => unlock_queue_turn(queue.bytes(), turn),
+            // Ours, earlier in this transaction: its jobs are in our snapshot.
+            TryLock::AlreadyHeld => {}
+        }
+    }
+    let processing = count_processing();
+    let room = (max as i64 - processing - in_flight * per_turn).clamp(0, per_turn);
     let before = jobs.len();
     if room > 0 {
         let upto = (before as i64 + room).min(batch as i64) as i32;
         claim_from(client, upto, worker, lease, scope, Source::Queue(queue, true), jobs);
     }
-    if jobs.len() == before && turn == crate::lock_keys::TryLock::Acquired {
-        crate::lock_keys::unlock_queue_limit(queue.bytes());
+    if jobs.len() == before {
+        unlock_queue_turn(queue.bytes(), mine);
     }
-    room > (jobs.len() - before) as i64
+    match room > (jobs.len() - before) as i64 {
+        true => Limited::Room,
+        false => Limited::Full,
+    }
+}
+
+/// What a claim of a limited queue left.
+#[derive(PartialEq)]
+enum Limited {
+    /// Room for more than it claimed.
+    Room,
+    /// No room left (until a completion).
+    Full,
+    /// Every claim turn was taken (until a claim commits).
+    Busy,
+}
+
+fn note(full: &mut bool, busy: &mut bool, limited: Limited) {
+    *full |= limited == Limited::Full;
+    *busy |= limited == Limited::Busy;
 }
 
 /// What one claim statement reads.
@@ -383,10 +431,17 @@ pub(crate) fn consume_after(
         if !look.jobs.is_empty() || now >= deadline {
             return look.jobs;
         }
-        // A completion that makes room in a full limited queue wakes no one.
-        let due = match look.limited_queue_full {
-            true => Some(due.unwrap_or(deadline).min(now + wake::POLL_INTERVAL_MS * 1000)),
-            false => due,
+        // Neither a completion that makes room in a full limited queue nor
+        // the end of a claim's turn wakes anyone (waking those who wait for
+        // room made them crowd the turns): look again soon.
+        let soon = match (look.limited_queue_busy, look.limited_queue_full) {
+            (true, _) => Some(BUSY_TURNS_RETRY_MS),
+            (false, true) => Some(wake::POLL_INTERVAL_MS),
+            (false, false) => None,
+        };
+        let due = match soon {
+            Some(ms) => Some(due.unwrap_or(deadline).min(now + ms * 1000)),
+            None => due,
         };
         match &sleeper {
             // Registered before looking once more, so that no commit between

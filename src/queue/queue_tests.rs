@@ -200,26 +200,29 @@ mod tests {
     /// every queue (after the other queues' jobs).
     #[pg_test]
     fn queue_a_limited_queue_hands_out_up_to_its_limit() {
-        for _ in 0..4 {
+        for _ in 0..6 {
             enqueue("'p', '{}', now(), 0, 5, 'lim'");
         }
         let other = enqueue("'p', '{}', now(), 0, 5, 'other'");
-        run("SELECT distlock.set_queue_limit('lim', 2)");
-        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_tasks(10, 'a', p_queues => ARRAY['lim'])"), Some(2));
-        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_tasks(10, 'b', p_queues => ARRAY['lim'])"), Some(0));
+        run("SELECT distlock.set_queue_limit('lim', 3)");
+        let claimed = |sql: &str| one::<i64>(&format!("SELECT count(*) FROM distlock.consume_tasks({sql})"));
+        assert_eq!(claimed("10, 'a', p_queues => ARRAY['lim']"), Some(1), "a limit of 3: three claims of one job at a time");
+        assert_eq!(claimed("10, 'b', p_queues => ARRAY['lim']"), Some(1));
         assert_eq!(
-            one::<String>("SELECT string_agg(task_id::text, ',') FROM distlock.consume_tasks(10, 'c')"),
-            Some(other.to_string()),
-            "a consumer of every queue keeps the limit too"
+            one::<String>(&format!(
+                "SELECT count(*) || ':' || bool_or(task_id = {other}) || ':' || count(*) FILTER (WHERE task_id <> {other}) \
+                   FROM distlock.consume_tasks(10, 'c')"
+            )),
+            Some("2:true:1".into()),
+            "a consumer of every queue takes the other queue's job, then one of the limited queue's"
         );
-        run("SELECT distlock.complete_task(id, 'a') FROM distlock.task_queue WHERE queue = 'lim' AND status = 'processing' LIMIT 1");
-        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_tasks(10, 'c')"), Some(1), "a completion makes room for one");
+        assert_eq!(claimed("10, 'd', p_queues => ARRAY['lim']"), Some(0), "three processing: full");
         assert_eq!(
             one::<String>("SELECT max_processing || ':' || processing || ':' || pending FROM distlock.queues WHERE name = 'lim'"),
-            Some("2:2:1".into())
+            Some("3:3:3".into())
         );
         run("SELECT distlock.set_queue_limit('lim', NULL)");
-        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_tasks(10, 'c')"), Some(1), "no limit any more");
+        assert_eq!(claimed("10, 'c'"), Some(3), "no limit any more");
         assert_sqlstate("distlock.set_queue_limit('lim', 0)", "22023");
         assert_sqlstate("distlock.set_queue_limit(NULL, 1)", "22004");
     }
