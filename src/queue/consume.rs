@@ -8,6 +8,8 @@ use crate::text::{Text, TextArray};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
+use super::claim::{claim_from, clock_now, timestamp, Job, Source};
+use super::limits::{claim_limited, limited_queues, note};
 use super::payload::Payload;
 use super::resolve_worker;
 use super::wake::{self, Sleeper};
@@ -20,18 +22,6 @@ pub(crate) const MAX_BATCH: i32 = 1000;
 /// How soon a waiting consumer looks again when a limited queue had every
 /// claim turn taken: a turn ends with its claim's commit.
 const BUSY_TURNS_RETRY_MS: i64 = 2;
-
-/// One claimed job; the SQL signatures below spell the same columns out,
-/// because pgrx reads them from the function's own tokens.
-type Job = (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text);
-
-fn clock_now() -> pg_sys::TimestampTz {
-    unsafe { pg_sys::GetCurrentTimestamp() }
-}
-
-fn timestamp(us: pg_sys::TimestampTz) -> TimestampWithTimeZone {
-    TimestampWithTimeZone::try_from(us).unwrap_or_else(|_| TimestampWithTimeZone::positive_infinity())
-}
 
 /// Returns up to `limit` expired leases to pending (or dead when out of attempts); how many.
 pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
@@ -138,179 +128,6 @@ fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, sco
         wake::jobs_claimed(queue, look.jobs.len(), expiry);
     }
     look
-}
-
-/// The running queues with a concurrency limit among `queues` (all when None).
-fn limited_queues(client: &SpiClient<'_>, queues: Option<&[Text]>) -> Vec<(Text, i32)> {
-    let stmt = plan(client, include_str!("../../sql/queries/queue_limited.sql"), &[types::TEXT_ARRAY]);
-    client
-        .select(&*stmt, None, &[queues.map(<[Text]>::to_vec).into()])
-        .and_then(|rows| {
-            rows.map(|row| Ok((row.get::<Text>(1)?.unwrap_or_default(), row.get::<i32>(2)?.unwrap_or_default())))
-                .collect()
-        })
-        .or_raise()
-}
-
-/// Claims from `queue`, limited to `max` processing jobs, into `jobs`.
-///
-/// Claims of a limited queue take turns: up to min(max, QUEUE_TURNS) at
-/// once, each holding its turn (a transaction-level lock) until its
-/// transaction ends and claiming at most `max / turns` jobs in it (a later
-/// claim in the same transaction takes another turn). A claim
-/// first takes a free turn, then counts the turns others hold (claims in
-/// flight, whose jobs it may not see yet), and only then counts the
-/// processing jobs it sees: a claim that commits between the two counts is
-/// counted twice, never missed. So processing jobs, committed or in flight,
-/// never exceed the limit.
-#[allow(clippy::too_many_arguments)]
-fn claim_limited(
-    client: &SpiClient<'_>,
-    batch: i32,
-    worker: &Text,
-    lease: Interval,
-    scope: &Scope,
-    queue: &Text,
-    max: i32,
-    jobs: &mut Vec<Job>,
-) -> Limited {
-    use crate::lock_keys::{try_lock_queue_turn, unlock_queue_turn, TryLock, QUEUE_TURNS};
-    // An older snapshot would miss the claims of turns that ended before it.
-    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
-        raise_with_hint(
-            pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("queue \"{}\" has a concurrency limit, which claims can keep only in READ COMMITTED", queue.shown()),
-            "Claim in a READ COMMITTED transaction.",
-        );
-    }
-    let stmt = plan(client, include_str!("../../sql/queries/queue_processing.sql"), &[types::TEXT]);
-    let count_processing = || client.select(&*stmt, None, &[queue.into()]).and_then(first_value::<i64>).or_raise().unwrap_or(0);
-    // Full already: no turn taken, so as not to make others count it in flight.
-    if count_processing() >= max as i64 {
-        return Limited::Full;
-    }
-    let turns = (max.max(1) as u32).min(QUEUE_TURNS);
-    let per_turn = (max.max(1) as u32 / turns) as i64;
-    // A turn this transaction already claimed in is not taken again: others
-    // count each turn as at most `per_turn` jobs.
-    let Some(mine) = (0..turns).find(|turn| try_lock_queue_turn(queue.bytes(), *turn) == TryLock::Acquired) else {
-        return Limited::Busy;
-    };
-    let mut in_flight = 0;
-    for turn in (0..turns).filter(|turn| *turn != mine) {
-        match try_lock_queue_turn(queue.bytes(), turn) {
-            TryLock::Busy => in_flight += 1,
-            TryLock::Acquired => unlock_queue_turn(queue.bytes(), turn),
-            // Ours, earlier in this transaction: its jobs are in our snapshot.
-            TryLock::AlreadyHeld => {}
-        }
-    }
-    let processing = count_processing();
-    let room = (max as i64 - processing - in_flight * per_turn).clamp(0, per_turn);
-    let before = jobs.len();
-    if room > 0 {
-        let upto = (before as i64 + room).min(batch as i64) as i32;
-        claim_from(client, upto, worker, lease, scope, Source::Queue(queue, true), jobs);
-    }
-    if jobs.len() == before {
-        unlock_queue_turn(queue.bytes(), mine);
-    }
-    match room > (jobs.len() - before) as i64 {
-        true => Limited::Room,
-        false => Limited::Full,
-    }
-}
-
-/// What a claim of a limited queue left.
-#[derive(PartialEq)]
-enum Limited {
-    /// Room for more than it claimed.
-    Room,
-    /// No room left (until a completion).
-    Full,
-    /// Every claim turn was taken (until a claim commits).
-    Busy,
-}
-
-fn note(full: &mut bool, busy: &mut bool, limited: Limited) {
-    *full |= limited == Limited::Full;
-    *busy |= limited == Limited::Busy;
-}
-
-/// What one claim statement reads.
-enum Source<'a> {
-    Legacy,
-    Every,
-    /// One queue; with true, also when it has a concurrency limit (the
-    /// caller holds its claim turn and asks for no more than the room).
-    Queue(&'a Text, bool),
-}
-
-/// Claims into `jobs` until it holds `batch`, from `source`. Rows the
-/// statement made dead (an expired lease with no attempt left) are not
-/// handed out; while any were, it looks again for the jobs they displaced.
-fn claim_from(
-    client: &SpiClient<'_>,
-    batch: i32,
-    worker: &Text,
-    lease: Interval,
-    scope: &Scope,
-    source: Source<'_>,
-    jobs: &mut Vec<Job>,
-) {
-    const EVERY: [pgrx::PgOid; 6] =
-        [types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY];
-    const ONE_QUEUE: [pgrx::PgOid; 8] = [
-        types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT, types::BOOL,
-    ];
-    let (stmt, queue) = match source {
-        Source::Legacy => (plan(client, include_str!("../../sql/queries/queue_consume_0_2_0.sql"), &EVERY), None),
-        Source::Every => (plan(client, include_str!("../../sql/queries/queue_consume.sql"), &EVERY), None),
-        Source::Queue(queue, limited) => {
-            (plan(client, include_str!("../../sql/queries/queue_consume_queue.sql"), &ONE_QUEUE), Some((queue, limited)))
-        }
-    };
-    let role = crate::access::caller();
-    loop {
-        let wanted = batch as i64 - jobs.len() as i64;
-        if wanted <= 0 {
-            break;
-        }
-        let now = timestamp(clock_now());
-        let mut made_dead = 0;
-        let mut arguments =
-            vec![wanted.into(), worker.into(), lease.into(), role.into(), now.into(), scope.as_parameter().into()];
-        if let Some((queue, limited)) = queue {
-            arguments.push(queue.into());
-            arguments.push(limited.into());
-        }
-        client
-            .select(&*stmt, None, &arguments)
-            .and_then(|rows| {
-                for row in rows {
-                    if row.get::<bool>(8)? != Some(true) {
-                        made_dead += 1;
-                        continue;
-                    }
-                    jobs.push((
-                        row.get::<i64>(1)?.unwrap_or_default(),
-                        row.get::<Text>(2)?.unwrap_or_default(),
-                        row.get::<Payload>(3)?,
-                        row.get::<i32>(4)?.unwrap_or_default(),
-                        row.get::<i32>(5)?.unwrap_or_default(),
-                        row.get::<TimestampWithTimeZone>(6)?
-                            .unwrap_or_else(TimestampWithTimeZone::negative_infinity),
-                        row.get::<i32>(7)?.unwrap_or_default(),
-                        worker.clone(),
-                    ));
-                }
-                Ok(())
-            })
-            .or_raise();
-        if made_dead == 0 {
-            break;
-        }
-    }
 }
 
 /// When the next job becomes claimable with time alone (a lease running out

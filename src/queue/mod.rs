@@ -2,8 +2,10 @@
 //! extend). No session-level lock is used anywhere, so every function works
 //! behind a transaction-pooling PgBouncer.
 
+mod claim;
 mod consume;
 mod enqueue;
+mod limits;
 mod payload;
 mod retention;
 mod settings;

@@ -1,0 +1,110 @@
+//! Claims of a queue with a concurrency limit: at most N of its jobs
+//! processing at once across all consumers, exactly, with up to min(N, 16)
+//! claims running at a time.
+
+use crate::text::Text;
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+use super::claim::{claim_from, Job, Source};
+use crate::errors::{raise_with_hint, OrRaise};
+use crate::plans::{first_value, plan, types};
+use crate::scopes::Scope;
+
+/// The running queues with a concurrency limit among `queues` (all when None).
+pub(crate) fn limited_queues(client: &SpiClient<'_>, queues: Option<&[Text]>) -> Vec<(Text, i32)> {
+    let stmt = plan(client, include_str!("../../sql/queries/queue_limited.sql"), &[types::TEXT_ARRAY]);
+    client
+        .select(&*stmt, None, &[queues.map(<[Text]>::to_vec).into()])
+        .and_then(|rows| {
+            rows.map(|row| Ok((row.get::<Text>(1)?.unwrap_or_default(), row.get::<i32>(2)?.unwrap_or_default())))
+                .collect()
+        })
+        .or_raise()
+}
+
+/// Claims from `queue`, limited to `max` processing jobs, into `jobs`.
+///
+/// Claims of a limited queue take turns: up to min(max, QUEUE_TURNS) at
+/// once, each holding its turn (a transaction-level lock) until its
+/// transaction ends and claiming at most `max / turns` jobs in it (a later
+/// claim in the same transaction takes another turn). A claim
+/// first takes a free turn, then counts the turns others hold (claims in
+/// flight, whose jobs it may not see yet), and only then counts the
+/// processing jobs it sees: a claim that commits between the two counts is
+/// counted twice, never missed. So processing jobs, committed or in flight,
+/// never exceed the limit.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn claim_limited(
+    client: &SpiClient<'_>,
+    batch: i32,
+    worker: &Text,
+    lease: Interval,
+    scope: &Scope,
+    queue: &Text,
+    max: i32,
+    jobs: &mut Vec<Job>,
+) -> Limited {
+    use crate::lock_keys::{try_lock_queue_turn, unlock_queue_turn, TryLock, QUEUE_TURNS};
+    // An older snapshot would miss the claims of turns that ended before it.
+    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        raise_with_hint(
+            pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("queue \"{}\" has a concurrency limit, which claims can keep only in READ COMMITTED", queue.shown()),
+            "Claim in a READ COMMITTED transaction.",
+        );
+    }
+    let stmt = plan(client, include_str!("../../sql/queries/queue_processing.sql"), &[types::TEXT]);
+    let count_processing = || client.select(&*stmt, None, &[queue.into()]).and_then(first_value::<i64>).or_raise().unwrap_or(0);
+    // Full already: no turn taken, so as not to make others count it in flight.
+    if count_processing() >= max as i64 {
+        return Limited::Full;
+    }
+    let turns = (max.max(1) as u32).min(QUEUE_TURNS);
+    let per_turn = (max.max(1) as u32 / turns) as i64;
+    // A turn this transaction already claimed in is not taken again: others
+    // count each turn as at most `per_turn` jobs.
+    let Some(mine) = (0..turns).find(|turn| try_lock_queue_turn(queue.bytes(), *turn) == TryLock::Acquired) else {
+        return Limited::Busy;
+    };
+    let mut in_flight = 0;
+    for turn in (0..turns).filter(|turn| *turn != mine) {
+        match try_lock_queue_turn(queue.bytes(), turn) {
+            TryLock::Busy => in_flight += 1,
+            TryLock::Acquired => unlock_queue_turn(queue.bytes(), turn),
+            // Ours, earlier in this transaction: its jobs are in our snapshot.
+            TryLock::AlreadyHeld => {}
+        }
+    }
+    let processing = count_processing();
+    let room = (max as i64 - processing - in_flight * per_turn).clamp(0, per_turn);
+    let before = jobs.len();
+    if room > 0 {
+        let upto = (before as i64 + room).min(batch as i64) as i32;
+        claim_from(client, upto, worker, lease, scope, Source::Queue(queue, true), jobs);
+    }
+    if jobs.len() == before {
+        unlock_queue_turn(queue.bytes(), mine);
+    }
+    match room > (jobs.len() - before) as i64 {
+        true => Limited::Room,
+        false => Limited::Full,
+    }
+}
+
+/// What a claim of a limited queue left.
+#[derive(PartialEq)]
+pub(crate) enum Limited {
+    /// Room for more than it claimed.
+    Room,
+    /// No room left (until a completion).
+    Full,
+    /// Every claim turn was taken (until a claim commits).
+    Busy,
+}
+
+pub(crate) fn note(full: &mut bool, busy: &mut bool, limited: Limited) {
+    *full |= limited == Limited::Full;
+    *busy |= limited == Limited::Busy;
+}
+
