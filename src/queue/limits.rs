@@ -54,12 +54,6 @@ pub(crate) fn claim_limited(
             "Claim in a READ COMMITTED transaction.",
         );
     }
-    let stmt = plan(client, include_str!("../../sql/queries/queue_processing.sql"), &[types::TEXT]);
-    let count_processing = || client.select(&*stmt, None, &[queue.into()]).and_then(first_value::<i64>).or_raise().unwrap_or(0);
-    // Full already: no turn taken, so as not to make others count it in flight.
-    if count_processing() >= max as i64 {
-        return Limited::Full;
-    }
     let turns = (max.max(1) as u32).min(QUEUE_TURNS);
     let per_turn = (max.max(1) as u32 / turns) as i64;
     // A turn this transaction already claimed in is not taken again: others
@@ -76,7 +70,9 @@ pub(crate) fn claim_limited(
             TryLock::AlreadyHeld => {}
         }
     }
-    let processing = count_processing();
+    let stmt = plan(client, include_str!("../../sql/queries/queue_processing.sql"), &[types::TEXT]);
+    let processing =
+        client.select(&*stmt, None, &[queue.into()]).and_then(first_value::<i64>).or_raise().unwrap_or(0);
     let room = (max as i64 - processing - in_flight * per_turn).clamp(0, per_turn);
     let before = jobs.len();
     if room > 0 {

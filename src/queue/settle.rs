@@ -189,19 +189,6 @@ pub(crate) fn complete_many(
     worker: &Text,
     attempts: Option<Vec<Option<i32>>>,
 ) -> Vec<i64> {
-    // One job, the common case of one commit per job: by primary key, a
-    // plainer plan than the join with the arrays.
-    if let [Some(id)] = ids[..] {
-        let attempt = attempts.and_then(|a| a.first().copied().flatten());
-        let stmt = plan(
-            client,
-            include_str!("../../sql/queries/queue_complete.sql"),
-            &[types::INT8, types::TEXT, types::BOOL, types::INT4],
-        );
-        let no_value = pgrx::datum::DatumWithOid::null::<bool>();
-        let rows = client.select(&*stmt, None, &[id.into(), worker.into(), no_value, attempt.into()]);
-        return settled_ids(client, rows, worker).into_iter().map(|(id, _)| id).collect();
-    }
     let stmt = plan(
         client,
         include_str!("../../sql/queries/queue_complete_many.sql"),

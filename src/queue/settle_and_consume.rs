@@ -61,7 +61,6 @@ fn settle_and_consume_tasks(
             );
         }
     }
-    let attempt_of = |attempts: &Option<Vec<Option<i32>>>, i: usize| attempts.as_ref().and_then(|a| a[i]);
     let route = route(p_queues);
 
     let mut refused: Vec<(i64, Option<i32>, Text)> = Vec::new();
@@ -70,22 +69,12 @@ fn settle_and_consume_tasks(
         if !completed.is_empty() {
             let done = complete_many(client, completed.clone(), worker, p_completed_attempts.clone());
             settled |= !done.is_empty();
-            for (i, id) in completed.iter().enumerate() {
-                let id = id.unwrap_or_default();
-                if !done.contains(&id) {
-                    refused.push((id, attempt_of(&p_completed_attempts, i), worker.clone()));
-                }
-            }
+            refused.extend(left_out(&completed, &p_completed_attempts, done, worker));
         }
         if !failed.is_empty() {
             let done = fail_many(client, failed.clone(), worker, p_failed_attempts.clone(), failed_errors.clone());
             settled |= !done.is_empty();
-            for (i, id) in failed.iter().enumerate() {
-                let id = id.unwrap_or_default();
-                if !done.contains(&id) {
-                    refused.push((id, attempt_of(&p_failed_attempts, i), worker.clone()));
-                }
-            }
+            refused.extend(left_out(&failed, &p_failed_attempts, done, worker));
         }
         settled
     });
@@ -96,4 +85,20 @@ fn settle_and_consume_tasks(
         .into_iter()
         .map(|(id, attempt, worker)| (id, None, None, attempt, None, None, None, worker, "refused"));
     TableIterator::new(refused.chain(claimed).collect::<Vec<_>>())
+}
+
+/// The jobs of `ids` (with their attempts) that the settle statement left
+/// out of `done`: refused.
+fn left_out(
+    ids: &[Option<i64>],
+    attempts: &Option<Vec<Option<i32>>>,
+    mut done: Vec<i64>,
+    worker: &Text,
+) -> Vec<(i64, Option<i32>, Text)> {
+    done.sort_unstable();
+    ids.iter()
+        .enumerate()
+        .filter_map(|(i, id)| id.filter(|id| done.binary_search(id).is_err()).map(|id| (id, i)))
+        .map(|(id, i)| (id, attempts.as_ref().and_then(|a| a[i]), worker.clone()))
+        .collect()
 }

@@ -115,8 +115,7 @@ fn wake_sleepers(wake: Wake) {
     let mut left = wake.count;
     for n in 0..entries.len() {
         let entry = &entries[(start + n) % entries.len()];
-        let pid = entry.pid.load(ORDER);
-        if pid <= 0 || entry.database.load(ORDER) != database || !takes(entry, wake.queue) {
+        if entry.live_pid().is_none() || entry.database.load(ORDER) != database || !takes(entry, wake.queue) {
             continue;
         }
         if wake.sleeping_past.is_some_and(|t| entry.until.load(ORDER) <= t) {
@@ -126,12 +125,11 @@ fn wake_sleepers(wake: Wake) {
         if left == 0 && !restricted {
             continue;
         }
-        let latch = entry.latch.load(ORDER);
-        if !sleepers::latch_owned_by(latch, pid) || entry.woken.swap(true, ORDER) {
+        if entry.woken.swap(true, ORDER) {
             continue;
         }
         entry.woken_for.store(wake.queue, ORDER);
-        sleepers::set_latch(latch);
+        sleepers::set_latch(entry.latch.load(ORDER));
         table.wakeups.fetch_add(1, ORDER);
         if !restricted {
             left -= 1;
@@ -182,7 +180,7 @@ impl Sleeper {
         // A free entry, or one whose backend is gone without clearing it.
         let entry = table.entries().iter().find(|entry| {
             let pid = entry.pid.load(ORDER);
-            let free = pid == 0 || (pid > 0 && !sleepers::latch_owned_by(entry.latch.load(ORDER), pid));
+            let free = pid == 0 || (pid > 0 && entry.live_pid().is_none());
             free && entry.pid.compare_exchange(pid, -1, ORDER, ORDER).is_ok()
         });
         let Some(entry) = entry else { return Sleeper { entry: None } };
@@ -254,12 +252,7 @@ fn queue_wait_stats() -> TableIterator<'static, (name!(sleeping, Option<i32>), n
     let sleeping = table
         .entries()
         .iter()
-        .filter(|entry| {
-            let pid = entry.pid.load(ORDER);
-            pid > 0
-                && entry.database.load(ORDER) == database
-                && sleepers::latch_owned_by(entry.latch.load(ORDER), pid)
-        })
+        .filter(|entry| entry.live_pid().is_some() && entry.database.load(ORDER) == database)
         .count();
     TableIterator::once((Some(sleeping as i32), Some(table.wakeups.load(ORDER) as i64)))
 }

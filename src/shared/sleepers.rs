@@ -40,6 +40,15 @@ pub struct Sleeper {
     pub until: AtomicI64,
 }
 
+impl Sleeper {
+    /// The sleeping backend, when the entry is in use by a live one (a
+    /// backend that exited without clearing it no longer owns the latch).
+    pub fn live_pid(&self) -> Option<i32> {
+        let pid = self.pid.load(ORDER);
+        (pid > 0 && latch_owned_by(self.latch.load(ORDER), pid)).then_some(pid)
+    }
+}
+
 #[repr(C)]
 pub struct Sleepers {
     pub capacity: usize,
@@ -114,7 +123,7 @@ pub fn table() -> Option<&'static Sleepers> {
 }
 
 /// Whether the latch at `latch` still belongs to process `pid`.
-pub fn latch_owned_by(latch: usize, pid: i32) -> bool {
+fn latch_owned_by(latch: usize, pid: i32) -> bool {
     latch != 0 && unsafe { (*(latch as *const pg_sys::Latch)).owner_pid } == pid
 }
 
