@@ -33,3 +33,13 @@ synchronous_commit = on" scripts/cluster.sh start "$dir/$name" "$port" "$preload
     psql_on "$port" -c "CREATE EXTENSION pg_distlock"
   done
 }
+
+# The queue benchmarks' setup: the toolchain, this checkout installed into
+# PostgreSQL $bin, and one cluster "memory" on port $2 with pg_distlock
+# preloaded, under directory $1.
+start_preloaded_bench_cluster() {
+  local dir=$1 port=$2
+  scripts/setup.sh
+  PG_CONFIG="$bin/pg_config" scripts/install.sh >/dev/null 2>&1
+  start_bench_clusters "$dir" "memory:$port:pg_distlock"
+}

@@ -15,11 +15,8 @@ dir=${BENCH_DIR:-/tmp/pg_distlock_queue_bench}
 port=55534
 bin=${PGBIN:-/usr/lib/postgresql/15/bin}
 
-scripts/setup.sh
-PG_CONFIG="$bin/pg_config" scripts/install.sh >/dev/null 2>&1
-
 source benches/lib.sh
-start_bench_clusters "$dir" "memory:$port:pg_distlock"
+start_preloaded_bench_cluster "$dir" "$port"
 psql_on "$port" -f benches/queue_baseline.sql
 
 # A queue of $2 pending jobs (and $3 completed ones) in table $1, vacuumed

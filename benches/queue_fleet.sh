@@ -16,10 +16,8 @@ fleets=${BENCH_FLEETS:-16 64}
 dir=${BENCH_DIR:-/tmp/pg_distlock_fleet_bench}
 port=55533
 
-scripts/setup.sh
-PG_CONFIG="${PGBIN:-/usr/lib/postgresql/15/bin}/pg_config" scripts/install.sh >/dev/null 2>&1
 source benches/lib.sh
-start_bench_clusters "$dir" "memory:$port:pg_distlock"
+start_preloaded_bench_cluster "$dir" "$port"
 
 pgbench_on() { "$bin/pgbench" -n -M prepared -h 127.0.0.1 -p "$port" -U postgres "$@" bench 2>&1; }
 completed() { psql_on "$port" -c "SELECT count(*) FROM distlock.task_queue WHERE status = 'completed'"; }

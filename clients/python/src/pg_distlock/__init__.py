@@ -13,6 +13,8 @@ import weakref
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+import psycopg
+
 from . import snowflake
 from ._core.base import HandsOut, check_pool_size
 from ._core.telemetry import Event as TelemetryEvent, add_hook as add_telemetry_hook
@@ -21,12 +23,14 @@ from ._core.features import Features, detect_op
 from ._core.holds import LeaseLogic, SemaphoreLogic
 from ._core.locks import LockLogic
 from ._core.loop import Loop, WorkerStats, default_worker_id
-from ._core.queue import Job, QueueLogic, QueueWorkerLogic
+from ._core.queue import Job, QueueLogic, completed_in, refuse_outside_transaction, COMPLETE_SQL
+from ._core.queue_worker import QueueWorkerLogic
 from ._core.ratelimit import RateLimiterLogic, Throttle, check_rate_limit_op, throttle_op
 from ._core.tasks import TaskClaim, TaskWorkerLogic
 from ._core import effects as fx
 from ._core.keeper import Seconds, non_negative
 from ._sync import Runtime, Source, connect_kwargs, resign_on_signals, stop_on_signals
+from .errors import translate
 from .errors import (
     Cancelled, ConnectionLost, Deadlock, DistlockError, NotInstalled, Fenced, InvalidArgument, LeaseLost, LockLost, LockTimeout,
     NotFound, NotHolder, PermissionDenied, RateLimited, ResourceExhausted, Unavailable,
@@ -34,7 +38,7 @@ from .errors import (
 
 __all__ = [
     "Client", "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
-    "RateLimiter", "Throttle", "throttle", "check_rate_limit", "generate_snowflake_id", "snowflake", "features",
+    "complete_in_transaction", "RateLimiter", "Throttle", "throttle", "check_rate_limit", "generate_snowflake_id", "snowflake", "features",
     "Features", "WorkerStats", "Source",
     "DistlockError", "LockTimeout", "Cancelled", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
     "RateLimited", "InvalidArgument", "NotFound", "Unavailable", "ConnectionLost", "ResourceExhausted", "Deadlock",
@@ -262,10 +266,28 @@ class Queue(QueueLogic[Source]):
 
 
 class QueueWorker(QueueWorkerLogic[Source], _Runs):
-    """Runs handler(job) for each job; completed on return, failed with the
-    error text on an exception."""
+    """Runs handler(job) for each job, up to `concurrency` at once (each in
+    a thread of its own); completed on return, failed with the error text
+    on an exception. It claims as many jobs as it has free handlers, plus
+    up to `prefetch` more held ahead (`batch`, if larger, is the most it
+    holds); finished jobs are settled by the call that claims the next
+    ones, or `flush_interval` after they finish while the worker waits for
+    work."""
 
     _queue = staticmethod(Queue)
+
+
+def complete_in_transaction(conn: psycopg.Connection[Any], job: Job) -> None:
+    """Completes `job` inside the transaction open on `conn`, so that the
+    job is completed if and only if the handler's own writes commit. Raises
+    LeaseLost, leaving the transaction to be rolled back, when the attempt is
+    no longer the worker's; QueueWorker then does not settle the job."""
+    refuse_outside_transaction(conn.autocommit, conn.info.transaction_status)
+    try:
+        completed = conn.execute(COMPLETE_SQL, (job.id, job.worker_id, job.attempts)).fetchone()
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+    completed_in(job, completed and completed[0])
 
 
 class RateLimiter(RateLimiterLogic[Source]):

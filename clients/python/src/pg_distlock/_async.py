@@ -46,6 +46,37 @@ async def run_statement(conn: psycopg.AsyncConnection[Any], effect: fx.Execute) 
         raise
 
 
+class Channel:
+    def __init__(self) -> None:
+        self.items: asyncio.Queue[Any] = asyncio.Queue()
+
+    def put(self, item: Any) -> None:
+        self.items.put_nowait(item)
+
+    def take(self) -> Any:
+        try:
+            return self.items.get_nowait()
+        except asyncio.QueueEmpty:
+            return None
+
+    async def receive(self, timeout: float | None) -> Any:
+        try:
+            return self.items.get_nowait()
+        except asyncio.QueueEmpty:
+            pass
+        getter = asyncio.ensure_future(self.items.get())
+        done, _ = await asyncio.wait({getter}, timeout=timeout)
+        if not done:
+            # An item the getter took just as the time ran out is returned,
+            # not dropped: cancel() leaves a finished getter's result.
+            getter.cancel()
+            try:
+                return await getter
+            except asyncio.CancelledError:
+                return None
+        return getter.result()
+
+
 class Runtime:
     def __init__(self, source: AsyncSource) -> None:
         self.source = source
@@ -60,6 +91,9 @@ class Runtime:
 
     def new_flag(self) -> asyncio.Event:
         return asyncio.Event()
+
+    def new_channel(self) -> Channel:
+        return Channel()
 
     def cancel(self, session: fx.Session) -> None:
         """Cancels the statement running on `session`, from the event loop."""
@@ -161,6 +195,9 @@ class Runtime:
         if isinstance(effect, fx.Probe):
             assert isinstance(effect.on, Held)
             return await probe(effect.on.conn)
+        if isinstance(effect, fx.Receive):
+            assert isinstance(effect.channel, Channel)
+            return await effect.channel.receive(effect.timeout)
         if isinstance(effect, fx.Spawn):
             return asyncio.ensure_future(self.run(effect.gen))
         if isinstance(effect, fx.Join):

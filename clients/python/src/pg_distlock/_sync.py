@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import queue
 import signal
 import threading
 import time
@@ -48,6 +49,20 @@ class Held:
     def __init__(self, conn: psycopg.Connection[Any], owned: bool) -> None:
         self.conn = conn
         self.owned = owned
+
+
+class Channel:
+    def __init__(self) -> None:
+        self.items: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def put(self, item: Any) -> None:
+        self.items.put(item)
+
+    def take(self) -> Any:
+        try:
+            return self.items.get_nowait()
+        except queue.Empty:
+            return None
 
 
 class Spawned:
@@ -100,6 +115,9 @@ class Runtime:
 
     def new_flag(self) -> threading.Event:
         return threading.Event()
+
+    def new_channel(self) -> Channel:
+        return Channel()
 
     def cancel(self, session: fx.Session) -> None:
         """Cancels the statement running on `session` (from any thread)."""
@@ -192,6 +210,12 @@ class Runtime:
         if isinstance(effect, fx.Probe):
             assert isinstance(effect.on, Held)
             return probe(effect.on.conn)
+        if isinstance(effect, fx.Receive):
+            assert isinstance(effect.channel, Channel)
+            try:
+                return effect.channel.items.get(timeout=effect.timeout)
+            except queue.Empty:
+                return None
         if isinstance(effect, fx.Spawn):
             return Spawned(self, effect.gen)
         if isinstance(effect, fx.Join):

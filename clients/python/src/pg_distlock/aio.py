@@ -11,6 +11,8 @@ import weakref
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+import psycopg
+
 from ._async import AsyncSource, Runtime, resign_on_signals, stop_on_signals
 from ._sync import connect_kwargs
 from ._core import effects as fx
@@ -22,9 +24,11 @@ from ._core.holds import LeaseLogic, SemaphoreLogic
 from ._core.keeper import Seconds, non_negative
 from ._core.locks import LockLogic
 from ._core.loop import Loop, WorkerStats, default_worker_id
-from ._core.queue import Job, QueueLogic, QueueWorkerLogic
+from ._core.queue import Job, QueueLogic, completed_in, refuse_outside_transaction, COMPLETE_SQL
+from ._core.queue_worker import QueueWorkerLogic
 from ._core.ratelimit import RateLimiterLogic, Throttle, check_rate_limit_op, throttle_op
 from ._core.tasks import TaskClaim, TaskWorkerLogic
+from .errors import translate
 from .errors import (
     Cancelled, ConnectionLost, Deadlock, DistlockError, Fenced, InvalidArgument, LeaseLost, LockLost, LockTimeout,
     NotFound, NotHolder, NotInstalled, PermissionDenied, RateLimited, ResourceExhausted, Unavailable,
@@ -32,7 +36,7 @@ from .errors import (
 
 __all__ = [
     "Client", "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
-    "RateLimiter", "Throttle", "throttle", "check_rate_limit", "generate_snowflake_id", "features", "Features",
+    "complete_in_transaction", "RateLimiter", "Throttle", "throttle", "check_rate_limit", "generate_snowflake_id", "features", "Features",
     "WorkerStats", "AsyncSource",
     "DistlockError", "LockTimeout", "Cancelled", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
     "RateLimited", "InvalidArgument", "NotFound", "Unavailable", "ConnectionLost", "ResourceExhausted", "Deadlock",
@@ -240,7 +244,22 @@ class Queue(QueueLogic[AsyncSource]):
 
 
 class QueueWorker(QueueWorkerLogic[AsyncSource], _Runs):
+    """Awaits handler(job) for each job, up to `concurrency` at once (each in
+    a task of its own); see pg_distlock.QueueWorker."""
+
     _queue = staticmethod(Queue)
+
+
+async def complete_in_transaction(conn: psycopg.AsyncConnection[Any], job: Job) -> None:
+    """Completes `job` inside the transaction open on `conn`: see
+    pg_distlock.complete_in_transaction."""
+    refuse_outside_transaction(conn.autocommit, conn.info.transaction_status)
+    try:
+        cur = await conn.execute(COMPLETE_SQL, (job.id, job.worker_id, job.attempts))
+        completed = await cur.fetchone()
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+    completed_in(job, completed and completed[0])
 
 
 class RateLimiter(RateLimiterLogic[AsyncSource]):

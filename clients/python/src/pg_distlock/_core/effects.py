@@ -27,6 +27,17 @@ class Flag(Protocol):
     def is_set(self) -> bool: ...
 
 
+class Channel(Protocol):
+    """queue.SimpleQueue or asyncio.Queue behind one face: what the logic
+    hands from one task to another (jobs to run, jobs finished)."""
+
+    def put(self, item: Any) -> None:
+        """Adds an item without blocking (the channel is unbounded)."""
+
+    def take(self) -> Any:
+        """The oldest item, or None when there is none, without blocking."""
+
+
 class Session(Protocol):
     """A connection the logic keeps across calls (a session lock, a claim)."""
 
@@ -103,6 +114,15 @@ class HandlerCancelled(Exception):
 
 
 @dataclass(frozen=True)
+class Receive:
+    """Waits up to `timeout` seconds (None: no limit) for an item of
+    `channel`. Returns it, or None once the time ran out."""
+
+    channel: Channel
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
 class Spawn:
     gen: Gen[Any]
 
@@ -116,7 +136,7 @@ class Join:
     timeout: float | None = None
 
 
-Effect = Execute | Probe | Detect | Open | Close | Sleep | Call | Spawn | Join
+Effect = Execute | Probe | Detect | Open | Close | Sleep | Call | Receive | Spawn | Join
 
 
 def execute(sql: str, params: Sequence[Any] | Mapping[str, Any] = (), on: Session | None = None) -> Gen[Rows]:

@@ -53,11 +53,16 @@ class Loop:
         self.session: fx.Session | None = None
         self.waiting = False
         """True while fetching work, when stop() cancels the statement."""
+        self.on_stop: list[Callable[[], None]] = []
+        """Called by stop(), from the thread or task that calls it: wakes
+        what waits for something other than the server."""
 
     def stop(self) -> None:
         """Asks the worker to stop after the task at hand; a wait for work in
         the server is cancelled, so an idle worker ends at once."""
         self.stopping.set()
+        for wake in self.on_stop:
+            wake()
         session = self.session
         if self.waiting and session is not None:
             self._rt.cancel(session)

@@ -1,5 +1,5 @@
 """The job queue: enqueue, consume (waiting in the server when it can),
-settle by attempt, and a consumer loop that heartbeats long jobs.
+settle by attempt (queue_worker.py has the consumer loop).
 
 Settling always names the attempt, so a consumer whose lease ran out cannot
 complete the attempt another consumer took over.
@@ -10,19 +10,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Generic, Iterable, Sequence, TypeVar
+from typing import Any, Iterable, Sequence, TypeVar
 
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from . import effects as fx
-from . import telemetry
 from .base import Bound
 from .holds import default_owner
-from .keeper import Keeper, Lost, Seconds, at_least, interval, non_negative, positive
-from .loop import Loop, Worker, WorkerStats, error_text
-from ..errors import Cancelled, InvalidArgument, LeaseLost, Unavailable
-
-log = telemetry.logger("queue")
+from .keeper import Seconds, at_least, interval, non_negative, positive
+from ..errors import Cancelled, InvalidArgument, LeaseLost
 
 S = TypeVar("S")
 
@@ -44,6 +41,32 @@ class Job:
     cancelled: Any = field(default=None, repr=False)
     """In QueueWorker: an Event set when stop(timeout) ran out: give up by
     raising; the job is failed and retried."""
+    completed_in_transaction: bool = field(default=False, repr=False)
+    """Set by complete_in_transaction(): the handler's own commit settles
+    the job, and QueueWorker does not settle it again."""
+
+
+COMPLETE_SQL = "SELECT distlock.complete_task(%s, %s, %s)"
+
+
+def refuse_outside_transaction(autocommit: bool, status: Any) -> None:
+    """complete_in_transaction() on an autocommit connection with no
+    transaction open would commit the completion on its own."""
+    if autocommit and status == TransactionStatus.IDLE:
+        raise InvalidArgument(
+            "complete_in_transaction needs a transaction open on the connection "
+            "(`with conn.transaction():`), whose commit settles the job with the handler's writes"
+        )
+
+
+def completed_in(job: Job, completed: Any) -> None:
+    """After complete_task ran in the caller's transaction."""
+    if not completed:
+        raise LeaseLost(
+            f"job {job.id} attempt {job.attempts} is no longer worker {job.worker_id!r}'s to complete "
+            "(its lease ran out and it was taken over): roll the transaction back"
+        )
+    job.completed_in_transaction = True
 
 
 def consume_sql(batch: int, wait: bool, queues: bool = False) -> str:
@@ -197,9 +220,7 @@ class QueueLogic(Bound[S]):
 
     def _complete_op(self, job: Job) -> fx.Gen[bool]:
         """True if this attempt was still ours and is now completed."""
-        return bool((yield from fx.first(
-            "SELECT distlock.complete_task(%s, %s, %s)", (job.id, self.worker_id, job.attempts)
-        )))
+        return bool((yield from fx.first(COMPLETE_SQL, (job.id, self.worker_id, job.attempts))))
 
     def _complete_many_op(self, jobs: Iterable[Job], on: fx.Session | None = None) -> fx.Gen[set[int]]:
         """The ids of the jobs completed: in one call when the server offers
@@ -231,164 +252,3 @@ class QueueLogic(Bound[S]):
             "SELECT distlock.extend_task_lease(%s, %s, %s, %s)",
             (job.id, interval(self.lease if lease is None else lease), self.worker_id, job.attempts),
         )))
-
-
-class QueueWorkerLogic(Generic[S], Worker):
-    """Consumes jobs in a loop and runs `handler(job)` for each: completed
-    when it returns, failed with the error text when it raises."""
-
-    def __init__(
-        self,
-        source: S,
-        handler: Callable[[Job], Any],
-        *,
-        worker_id: str | None = None,
-        batch: int = 1,
-        wait: Seconds = 5.0,
-        lease: Seconds = 300.0,
-        heartbeat: Seconds | None = None,
-        exit_when_idle: bool = False,
-        handle_signals: bool = True,
-        max_jobs: int | None = None,
-        queues: Sequence[str] | None = None,
-    ) -> None:
-        self.queue: QueueLogic[Any] = self._queue(source, worker_id=worker_id, lease=lease, queues=queues)
-        self._rt: Any = self.queue._rt
-        self._rt.label = f"pg_distlock:queue_worker:{self.queue.worker_id}"
-        self._rt.accept_callable(handler, "the handler")
-        self.handler = handler
-        self.batch = at_least(batch, "batch", 1)
-        self.wait = non_negative(wait, "wait")
-        self.heartbeat = positive(heartbeat, "heartbeat") if heartbeat is not None else self.queue.lease / 3
-        self.max_jobs = max_jobs
-        self._loop = Loop(self._rt, exit_when_idle, handle_signals)
-        self._fused = False
-        """Whether jobs are settled by the next claim (settle_and_consume_tasks)."""
-        self._completed: list[Job] = []
-        self._failed: list[tuple[Job, str | None]] = []
-
-    _queue: Callable[..., Any]
-
-    def _run_op(self) -> fx.Gen[WorkerStats]:
-        try:
-            return (yield from self._loop.run(self._fetch, self._handle, self.max_jobs, 0.0))
-        finally:
-            yield from self._flush()
-
-    def _fetch(self, session: fx.Session) -> fx.Gen[list[Job]]:
-        # The loop's own connection: a wait in the server must not hold up
-        # heartbeats and settling, which use other connections.
-        found = yield fx.Detect(session)
-        self._fused = found.settle_and_consume
-        if not self._fused:
-            return (yield from self.queue._consume_op(self.batch, self.wait, on=session, until=self._loop.stopping))
-        if self._loop.stopping.is_set():
-            return []
-        # The jobs just handled are settled by the call that claims the next
-        # ones: one commit per batch. Kept until a call succeeds.
-        settling = bool(self._completed or self._failed)
-        settled = yield from self.queue._settle_and_consume_op(
-            self._completed, self._failed, self.batch, self.wait, on=session
-        )
-        self._count_settled(settled.refused)
-        if settled.jobs or not settling or self._loop.stopping.is_set():
-            return settled.jobs
-        # A call that settled does not wait (its settles would wait
-        # uncommitted); this one, with nothing to settle, does.
-        settled = yield from self.queue._settle_and_consume_op([], [], self.batch, self.wait, on=session)
-        return settled.jobs
-
-    def _count_settled(self, refused: set[int]) -> None:
-        stats = self._loop.stats
-        stats.completed += sum(1 for job in self._completed if job.id not in refused)
-        stats.failed += sum(1 for job, _ in self._failed if job.id not in refused)
-        stats.lost += len(refused)
-        if refused:
-            log.warning("pg_distlock: %d job(s) were no longer this worker's to settle (lease lost)", len(refused))
-        self._completed, self._failed = [], []
-
-    def _flush(self) -> fx.Gen[None]:
-        """Settles what the loop left unsettled as it ended."""
-        if not (self._completed or self._failed):
-            return
-        queue = self.queue
-        completed = (yield from self._settle(queue._complete_many_op(self._completed))) or set()
-        failed = set()
-        for job, error in self._failed:
-            if (yield from self._settle(queue._fail_op(job, error))):
-                failed.add(job.id)
-        refused = {j.id for j in self._completed if j.id not in completed} | {j.id for j, _ in self._failed if j.id not in failed}
-        self._count_settled(refused)
-
-    def _handle(self, session: fx.Session, jobs: list[Job], sent: float) -> fx.Gen[None]:
-        queue, stats = self.queue, self._loop.stats
-        lost = Lost(self._rt.new_flag, None)
-        pending = list(jobs)
-
-        def extend_all() -> fx.Gen[bool]:
-            for job in list(pending):
-                if not (yield from queue._extend_op(job)):
-                    return False
-            return True
-
-        keeper = Keeper(self._rt.new_flag, lost, queue.lease, self.heartbeat, extend_all, f"a batch of {len(jobs)} job(s)")
-        yield from keeper.start(sent)
-        done: list[Job] = []
-        failed = 0
-        try:
-            for n, job in enumerate(jobs):
-                if lost.flag.is_set():
-                    break
-                if self._loop.cancelled.is_set():
-                    failed += yield from self._hand_back(jobs[n:], pending)
-                    break
-                job.lost, job.cancelled = lost.flag, self._loop.cancelled
-                started = time.monotonic()
-                try:
-                    with telemetry.span("job", job.name, **{"pg_distlock.job_id": job.id}):
-                        yield from self._loop.call(self.handler, job)
-                except LeaseLost:
-                    self._report(job, "lost", started)
-                    break
-                except Exception as exc:
-                    log.exception("pg_distlock: job %s (%s) failed", job.id, job.name)
-                    self._report(job, "failed", started)
-                    pending.remove(job)
-                    failed += 1
-                    if self._fused:
-                        self._failed.append((job, error_text(exc)))
-                    elif (yield from self._settle(queue._fail_op(job, error_text(exc)))):
-                        stats.failed += 1
-                    continue
-                self._report(job, "completed", started)
-                done.append(job)
-        finally:
-            yield from keeper.stop()
-        if self._fused:
-            # Settled by the next claim; counted then.
-            self._completed.extend(done)
-            stats.lost += len(jobs) - len(done) - failed
-            return
-        completed = (yield from self._settle(queue._complete_many_op(done))) or set()
-        stats.completed += len(completed)
-        stats.lost += len(jobs) - len(completed) - failed
-
-    def _hand_back(self, jobs: list[Job], pending: list[Job]) -> fx.Gen[int]:
-        """Fails the jobs of a batch that a cancelled stop left unstarted, so
-        they are retried without waiting for their leases to run out."""
-        for job in jobs:
-            pending.remove(job)
-            if (yield from self._settle(self.queue._fail_op(job, "not started: the worker was stopped"))):
-                self._loop.stats.failed += 1
-        return len(jobs)
-
-    @staticmethod
-    def _report(job: Job, outcome: str, started: float) -> None:
-        telemetry.emit(telemetry.Event("job", "queue", job.name, outcome, time.monotonic() - started))
-
-    def _settle(self, op: fx.Gen[Any]) -> fx.Gen[Any]:
-        try:
-            return (yield from op)
-        except Unavailable as exc:
-            log.warning("pg_distlock: could not settle jobs (%s); their leases will run out", exc)
-            return None

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The Python client end to end: QueueWorker (no-op handler, one process)
+# against a hand-written psycopg loop of consume_task + complete_task with
+# the same number of threads, on a throwaway cluster with fsync and
+# synchronous_commit on. The client is installed from the checkout (with
+# psycopg[binary], as its README installs it) into a
+# throwaway virtualenv. Writes $BENCH_DIR/queue_python.csv; measurements,
+# not pass/fail tests.
+#   BENCH_SECONDS=8 benches/queue_python.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${BENCH_SECONDS:-8}
+dir=${BENCH_DIR:-/tmp/pg_distlock_python_bench}
+port=55534
+bin=${PGBIN:-/usr/lib/postgresql/15/bin}
+
+source benches/lib.sh
+start_preloaded_bench_cluster "$dir" "$port"
+python3 -m venv "$dir/venv"
+"$dir/venv/bin/pip" install --quiet --disable-pip-version-check "./clients/python[binary]"
+
+csv="$dir/queue_python.csv"
+echo "concurrency,prefetch,hand_written,queue_worker" >"$csv"
+"$dir/venv/bin/python" benches/queue_python.py "host=127.0.0.1 port=$port user=postgres dbname=bench" "$seconds" >>"$csv"
+
+echo
+echo "pg_distlock Python client benchmark, $(date -u +%Y-%m-%d)"
+echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(free -g | awk '/Mem:/ { print $2 }') GiB"
+echo "postgres: $("$bin/postgres" --version), fsync on, synchronous_commit on; $("$dir/venv/bin/python" --version), psycopg $("$dir/venv/bin/python" -c 'import psycopg; print(psycopg.__version__)')"
+echo
+printf '%-52s %14s %14s %9s\n' "benchmark (jobs/s, no-op handler, one process)" "hand-written" "QueueWorker" "ratio"
+tail -n +2 "$csv" | while IFS=, read -r concurrency prefetch baseline ours; do
+  printf '%-52s %14s %14s %9s\n' "concurrency $concurrency, prefetch $prefetch" "$baseline" "$ours" \
+    "$(awk -v a="$ours" -v b="$baseline" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }')"
+done
