@@ -4,8 +4,12 @@
 # claim up to 64 and work 1 ms per job; fsync and synchronous_commit on.
 # For each W: consumers waiting in the server (p_wait) against the same
 # loop polling without waiting, and the one-commit-per-batch loop
-# (settle_and_consume_tasks) waiting; jobs/s, the producer's latency per
-# batch, and dead row versions per job left in distlock.task_queue.
+# (settle_and_consume_tasks) waiting, and the waiting loop completing jobs
+# in place (0.2.0's shape: the finished row stays in distlock.task_queue)
+# rather than moving them to distlock.completed_jobs, and the one-transaction
+# recipe holding row locks instead of leases; jobs/s, the producer's
+# latency per batch, and dead row versions per job left in
+# distlock.task_queue.
 # Measurements, not pass/fail tests.
 #   BENCH_SECONDS=10 BENCH_FLEETS="16 64" benches/queue_fleet.sh
 set -euo pipefail
@@ -20,14 +24,19 @@ source benches/lib.sh
 start_preloaded_bench_cluster "$dir" "$port"
 
 pgbench_on() { "$bin/pgbench" -n -M prepared -h 127.0.0.1 -p "$port" -U postgres "$@" bench 2>&1; }
-completed() { psql_on "$port" -c "SELECT count(*) FROM distlock.task_queue WHERE status = 'completed'"; }
+# Completed jobs: archived, or left in place by fleet_in_place.sql.
+completed() {
+  psql_on "$port" -c "SELECT (SELECT count(*) FROM distlock.completed_jobs)
+                           + (SELECT count(*) FROM distlock.task_queue WHERE status = 'completed')"
+}
 dead_tuples() { psql_on "$port" -c "SELECT pg_stat_get_dead_tuples('distlock.task_queue'::regclass)"; }
 
 rows=()
 # run W SCRIPT WAIT: jobs/s, producer ms per batch, dead row versions per job.
 run() {
   local consumers=$1 script=$2 wait=$3 before after produced dead
-  psql_on "$port" -c "TRUNCATE distlock.task_queue" -c "VACUUM ANALYZE distlock.task_queue" >/dev/null
+  psql_on "$port" -c "TRUNCATE distlock.task_queue, distlock.completed_jobs" -c "VACUUM ANALYZE distlock.task_queue" \
+    -c "SELECT pg_stat_reset_single_table_counters('distlock.task_queue'::regclass)" >/dev/null
   pgbench_on -c 1 -T $((seconds + 2)) -r -f benches/pgbench/fleet_produce.sql >"$dir/producer.log" &
   local producer=$!
   sleep 2
@@ -48,8 +57,14 @@ for w in $fleets; do
   row "$w consumers, batch 64, no wait (polling)" "$rate" "$lat" "$dead"
   read -r rate lat dead < <(run "$w" fleet_consume '1 second')
   row "$w consumers, batch 64, p_wait" "$rate" "$lat" "$dead"
+  archived=$rate
   read -r rate lat dead < <(run "$w" fleet_fused '1 second')
   row "$w consumers, settle_and_consume_tasks 64, p_wait" "$rate" "$lat" "$dead"
+  read -r rate lat dead < <(run "$w" fleet_in_place '1 second')
+  row "$w consumers, batch 64, p_wait, completed in place" "$rate" "$lat" "$dead"
+  row "$w consumers, archived against in place" "$(awk -v a="$archived" -v b="$rate" 'BEGIN { printf "%.2fx", b ? a / b : 0 }')" "" ""
+  read -r rate lat dead < <(run "$w" fleet_row_lock 0)
+  row "$w consumers, row locks held for the batch (no lease)" "$rate" "$lat" "$dead"
 done
 
 echo

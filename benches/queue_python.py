@@ -16,7 +16,7 @@ import pg_distlock
 
 def fill(dsn: str, jobs: int) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("TRUNCATE distlock.task_queue")
+        conn.execute("TRUNCATE distlock.task_queue, distlock.completed_jobs")
         conn.execute(
             "INSERT INTO distlock.task_queue (task_name, payload)"
             " SELECT 'bench', pg_catalog.jsonb_build_object('n', g) FROM pg_catalog.generate_series(1, %s) g",
@@ -27,7 +27,7 @@ def fill(dsn: str, jobs: int) -> None:
 
 def completed(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM distlock.task_queue WHERE status = 'completed'").fetchone()
+        row = conn.execute("SELECT count(*) FROM distlock.completed_jobs").fetchone()
         return int(row[0]) if row else 0
 
 

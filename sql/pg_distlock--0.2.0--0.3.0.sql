@@ -98,7 +98,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'UPDATE (task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
                  'max_retries, retry_delay, consecutive_failures)', 'distlock.scheduled_tasks'),
     ('admin',    'USAGE',   'SEQUENCE distlock.scheduled_tasks_id_seq'),
-    ('admin',    'SELECT',  'distlock.task_execution_log, distlock.task_queue')
+    ('admin',    'SELECT',  'distlock.task_execution_log, distlock.task_queue, distlock.completed_jobs, distlock.jobs')
 ) AS g (capability, privilege, object)
 WHERE g.capability OPERATOR(pg_catalog.=) ANY (
     CASE p_capability
@@ -315,18 +315,6 @@ SELECT s.key,
            AND distlock.in_monitor_scope(ln.name)) n ON true
  WHERE distlock.in_monitor_scope(n.name);
 
-CREATE OR REPLACE VIEW distlock.queue_stats AS
-SELECT q.task_name,
-       q.status,
-       count(*) AS jobs,
-       pg_catalog.now() - min(q.created_at) FILTER (WHERE q.status = 'pending') AS oldest_pending_age,
-       min(q.run_after) FILTER (WHERE q.status IN ('pending', 'failed')) AS next_run_after,
-       count(*) FILTER (WHERE q.status = 'processing'
-                          AND q.lease_expires_at <= pg_catalog.now()) AS expired_leases
-  FROM distlock.task_queue q
- GROUP BY q.task_name, q.status
-HAVING distlock.in_monitor_scope(q.task_name);
-
 -- Task locks move to a lock tag no SQL function makes (objsubid 25708): a
 -- session could hold pg_advisory_lock(distlock.task_lock_class(), id) and
 -- block a task for good. The legacy tag stays visible (claims of a 0.2.0
@@ -519,6 +507,84 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'consume_tasks_from_queues_wrapper';
 REVOKE ALL ON FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[]) FROM PUBLIC;
 
+-- Completed jobs move out of the queue into an insert-only archive: the
+-- table the claims read keeps only work still to do (and dead jobs, which
+-- wait for a person), and a completion writes a small delete there instead
+-- of a whole new row version that retention would delete again later.
+-- Measured: 1.4-1.9x the jobs/s of completing in place for a fleet of 16
+-- consumers (docs/performance.md, "Finished jobs").
+CREATE TABLE distlock.completed_jobs (
+    id            bigint PRIMARY KEY,
+    queue         text NOT NULL,
+    task_name     text NOT NULL,
+    payload       jsonb NOT NULL,
+    worker_id     text,
+    created_at    timestamptz NOT NULL,
+    started_at    timestamptz,
+    completed_at  timestamptz NOT NULL,
+    attempts      int NOT NULL,
+    max_attempts  int NOT NULL,
+    run_after     timestamptz NOT NULL,
+    priority      int NOT NULL,
+    -- The error of the last failed attempt, if one failed before.
+    last_error    text,
+    holder_role   oid,
+    producer_role oid,
+    unique_key    text
+);
+
+COMMENT ON TABLE distlock.completed_jobs IS
+    'Completed jobs, moved out of distlock.task_queue by their completion; prune_jobs deletes old ones.';
+
+-- Retention deletes the oldest: completion order is insertion order, which
+-- a BRIN index summarises in a few pages.
+CREATE INDEX completed_jobs_completed_at_idx ON distlock.completed_jobs USING brin (completed_at);
+
+-- Every job, queued or finished, in one relation with its status.
+CREATE VIEW distlock.jobs AS
+SELECT id, queue, task_name, payload, status, worker_id, created_at, started_at,
+       completed_at, attempts, max_attempts, run_after, priority, lease_expires_at, last_error,
+       holder_role, producer_role, unique_key
+  FROM distlock.task_queue
+UNION ALL
+SELECT id, queue, task_name, payload, 'completed'::varchar(20), worker_id, created_at, started_at,
+       completed_at, attempts, max_attempts, run_after, priority, NULL, last_error,
+       holder_role, producer_role, unique_key
+  FROM distlock.completed_jobs;
+
+COMMENT ON VIEW distlock.jobs IS
+    'Every job with its status: distlock.task_queue and distlock.completed_jobs together.';
+
+-- Jobs completed under 0.2.0 move there now.
+WITH moved AS (
+    DELETE FROM distlock.task_queue
+     WHERE status OPERATOR(pg_catalog.=) 'completed'
+    RETURNING id, queue, task_name, payload, worker_id, created_at, started_at, completed_at, attempts, max_attempts,
+              run_after, priority, last_error, holder_role, producer_role, unique_key
+)
+INSERT INTO distlock.completed_jobs (id, queue, task_name, payload, worker_id, created_at, started_at, completed_at,
+                                     attempts, max_attempts, run_after, priority, last_error, holder_role,
+                                     producer_role, unique_key)
+SELECT id, queue, task_name, payload, worker_id, created_at, started_at,
+       COALESCE(completed_at, started_at, created_at), attempts, max_attempts, run_after, priority, last_error,
+       holder_role, producer_role, unique_key
+  FROM moved;
+REVOKE ALL ON distlock.completed_jobs, distlock.jobs FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('distlock.completed_jobs', '');
+
+-- The queue views count completed jobs where they now are.
+CREATE OR REPLACE VIEW distlock.queue_stats AS
+SELECT q.task_name,
+       q.status,
+       count(*) AS jobs,
+       pg_catalog.now() - min(q.created_at) FILTER (WHERE q.status = 'pending') AS oldest_pending_age,
+       min(q.run_after) FILTER (WHERE q.status IN ('pending', 'failed')) AS next_run_after,
+       count(*) FILTER (WHERE q.status = 'processing'
+                          AND q.lease_expires_at <= pg_catalog.now()) AS expired_leases
+  FROM distlock.jobs q
+ GROUP BY q.task_name, q.status
+HAVING distlock.in_monitor_scope(q.task_name);
+
 -- Per-queue settings; a queue without a row is running and unlimited.
 CREATE TABLE distlock.queue_settings (
     queue      text PRIMARY KEY,
@@ -544,9 +610,9 @@ SELECT n.queue AS name,
        pg_catalog.now() - min(q.created_at) FILTER (WHERE q.status = 'pending') AS oldest_pending_age
   FROM (SELECT queue FROM distlock.queue_settings
         UNION
-        SELECT DISTINCT queue FROM distlock.task_queue) n
+        SELECT DISTINCT queue FROM distlock.jobs) n
   LEFT JOIN distlock.queue_settings s ON s.queue = n.queue
-  LEFT JOIN distlock.task_queue q ON q.queue = n.queue
+  LEFT JOIN distlock.jobs q ON q.queue = n.queue
  GROUP BY n.queue, s.paused, s.max_processing
 HAVING distlock.in_monitor_scope(n.queue);
 

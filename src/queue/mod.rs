@@ -40,6 +40,17 @@ fn resolve_worker(client: &SpiClient<'_>, p_worker_id: Option<Text>) -> Text {
     }
 }
 
+/// Picks the statement for this database's tables: `archived` when completed
+/// jobs move to distlock.completed_jobs (0.3.0), `in_place` for 0.2.0's
+/// tables, which this library serves until ALTER EXTENSION UPDATE.
+fn for_completions(archived: &'static str, in_place: &'static str) -> &'static str {
+    if crate::version::table_oid(c"completed_jobs") != pgrx::pg_sys::InvalidOid {
+        archived
+    } else {
+        in_place
+    }
+}
+
 fn raise_unknown_job(job_id: i64) -> ! {
     raise(PgSqlErrorCode::ERRCODE_NO_DATA_FOUND, format!("job {job_id} does not exist"))
 }

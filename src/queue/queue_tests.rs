@@ -18,7 +18,7 @@ mod tests {
             one::<bool>(&format!(
                 "SELECT payload = '{{}}'::jsonb AND status = 'pending' AND priority = 0 AND max_attempts = 5 \
                  AND attempts = 0 AND run_after <= now() AND worker_id IS NULL \
-                 FROM distlock.task_queue WHERE id = {id}"
+                 FROM distlock.jobs WHERE id = {id}"
             )),
             Some(true)
         );
@@ -33,7 +33,7 @@ mod tests {
         let id = enqueue("'made-by-a-producer'");
         run("RESET ROLE");
         assert_eq!(
-            one::<String>(&format!("SELECT producer_role::regrole::text FROM distlock.task_queue WHERE id = {id}")),
+            one::<String>(&format!("SELECT producer_role::regrole::text FROM distlock.jobs WHERE id = {id}")),
             Some("queue_producer".to_string())
         );
     }
@@ -45,7 +45,7 @@ mod tests {
         let default = enqueue("'p'");
         let email = enqueue("'p', '{}', now(), 0, 5, 'email'");
         let thumb = enqueue("'thumb', '{}', now(), 9, 5, 'thumbs'");
-        assert_eq!(one::<String>(&format!("SELECT queue FROM distlock.task_queue WHERE id = {default}")), Some("default".into()));
+        assert_eq!(one::<String>(&format!("SELECT queue FROM distlock.jobs WHERE id = {default}")), Some("default".into()));
         assert_eq!(
             one::<i64>("SELECT task_id FROM distlock.consume_task('mailer', p_queues => ARRAY['email'])"),
             Some(email),
@@ -89,7 +89,7 @@ mod tests {
         run(&format!("UPDATE distlock.task_queue SET run_after = now() WHERE id = {first}"));
         assert_eq!(claimed(), Some(2));
         run(&format!("SELECT distlock.fail_task({first}, 'boom again', 'w')"));
-        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.task_queue WHERE id = {first}")), Some("dead".into()));
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.jobs WHERE id = {first}")), Some("dead".into()));
         let second = unique("sync");
         assert_ne!(second, first, "a dead job frees its key");
         assert_eq!(claimed(), Some(1));
@@ -126,7 +126,7 @@ mod tests {
         assert_eq!(
             one::<String>(&format!(
                 "SELECT string_agg(status || ':' || coalesce(last_error, '-') || ':' || coalesce(worker_id, '-'), ',' ORDER BY id) \
-                   FROM distlock.task_queue WHERE id IN ({}, {}, {})",
+                   FROM distlock.jobs WHERE id IN ({}, {}, {})",
                 jobs[0], jobs[1], jobs[2]
             )),
             Some("completed:-:w,failed:boom:w,processing:-:other".into())
@@ -136,7 +136,7 @@ mod tests {
             Some(format!("{}:refused", jobs[3])),
             "a stale attempt is refused, the other completed, and the empty queue gives nothing"
         );
-        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.task_queue WHERE id = {}", jobs[4])), Some("completed".into()));
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.jobs WHERE id = {}", jobs[4])), Some("completed".into()));
         assert_eq!(
             one::<i64>(&format!(
                 "SELECT count(*) FROM distlock.settle_and_consume_tasks(1, 'w', ARRAY[{}], ARRAY[1]) WHERE outcome = 'claimed'",
@@ -165,7 +165,7 @@ mod tests {
         };
         let settled = seconds(&format!("distlock.settle_and_consume_tasks(1, 'w', ARRAY[{job}], p_wait => '30 seconds')"));
         assert!(settled < 15.0, "a call that completed a job waited {settled} s for another");
-        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.task_queue WHERE id = {job}")), Some("completed".into()));
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.jobs WHERE id = {job}")), Some("completed".into()));
         let idle = seconds("distlock.settle_and_consume_tasks(1, 'w', p_wait => '0.3 seconds')");
         assert!(idle >= 0.3, "a call that settled nothing returned after {idle} s of its 0.3 s wait");
     }
@@ -247,12 +247,12 @@ mod tests {
         assert_eq!(
             one::<bool>(&format!(
                 "SELECT status = 'processing' AND lease_expires_at > now() + interval '4 minutes' \
-                 AND started_at IS NOT NULL FROM distlock.task_queue WHERE id = {low}"
+                 AND started_at IS NOT NULL FROM distlock.jobs WHERE id = {low}"
             )),
             Some(true)
         );
         assert_eq!(
-            one::<String>("SELECT payload->>'n' FROM distlock.task_queue WHERE id = (SELECT min(id) FROM distlock.task_queue)"),
+            one::<String>("SELECT payload->>'n' FROM distlock.jobs WHERE id = (SELECT min(id) FROM distlock.jobs)"),
             Some("1".into())
         );
     }
@@ -262,7 +262,7 @@ mod tests {
         let payload = r#"{"d": 0.1234567890123456789, "n": 12345678901234567890123}"#;
         let id = enqueue(&format!("'exact', '{payload}'"));
         assert_eq!(
-            one::<String>(&format!("SELECT payload::text FROM distlock.task_queue WHERE id = {id}")),
+            one::<String>(&format!("SELECT payload::text FROM distlock.jobs WHERE id = {id}")),
             Some(payload.into())
         );
         assert_eq!(one::<String>("SELECT payload::text FROM distlock.consume_task('w')"), Some(payload.into()));
@@ -289,7 +289,7 @@ mod tests {
         assert_eq!(
             one::<bool>(&format!(
                 "SELECT status = 'completed' AND completed_at IS NOT NULL AND lease_expires_at IS NULL \
-                 FROM distlock.task_queue WHERE id = {id}"
+                 FROM distlock.jobs WHERE id = {id}"
             )),
             Some(true)
         );
@@ -304,7 +304,7 @@ mod tests {
             one::<bool>(&format!(
                 "SELECT status = 'failed' AND last_error = 'smtp down' \
                  AND run_after BETWEEN clock_timestamp() + interval '4 seconds' AND clock_timestamp() + interval '10 seconds' \
-                 FROM distlock.task_queue WHERE id = {id}"
+                 FROM distlock.jobs WHERE id = {id}"
             )),
             Some(true)
         );
@@ -314,7 +314,7 @@ mod tests {
         assert_eq!(one::<i32>("SELECT attempts FROM distlock.consume_task('w1')"), Some(2));
         assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({id}, 'still down', 'w1')")), Some(true));
         assert_eq!(
-            one::<String>(&format!("SELECT status::text FROM distlock.task_queue WHERE id = {id}")),
+            one::<String>(&format!("SELECT status::text FROM distlock.jobs WHERE id = {id}")),
             Some("dead".into())
         );
     }
@@ -345,7 +345,7 @@ mod tests {
         assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({id}, 'late', 'w', {first})")), Some(false));
         assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w', {first})")), Some(false));
         assert_eq!(
-            one::<String>(&format!("SELECT status || '/' || attempts FROM distlock.task_queue WHERE id = {id}")),
+            one::<String>(&format!("SELECT status || '/' || attempts FROM distlock.jobs WHERE id = {id}")),
             Some("processing/2".into())
         );
         assert_eq!(one::<bool>(&format!("SELECT distlock.extend_task_lease({id}, '1 hour', 'w', {second})")), Some(true));
@@ -370,7 +370,7 @@ mod tests {
         assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_task('w2')"), Some(0));
         assert_eq!(
             one::<bool>(&format!(
-                "SELECT status = 'dead' AND last_error LIKE 'lease expired%' FROM distlock.task_queue WHERE id = {id}"
+                "SELECT status = 'dead' AND last_error LIKE 'lease expired%' FROM distlock.jobs WHERE id = {id}"
             )),
             Some(true)
         );
@@ -383,7 +383,7 @@ mod tests {
         run("SELECT pg_sleep(0.01)");
         run("SELECT * FROM distlock.check_and_recover_timeout_tasks()");
         assert_eq!(
-            one::<String>(&format!("SELECT status::text FROM distlock.task_queue WHERE id = {id}")),
+            one::<String>(&format!("SELECT status::text FROM distlock.jobs WHERE id = {id}")),
             Some("pending".into())
         );
         assert_eq!(
@@ -399,7 +399,7 @@ mod tests {
         assert_eq!(one::<bool>(&format!("SELECT distlock.extend_task_lease({id}, '2 hours', 'w')")), Some(true));
         assert_eq!(
             one::<bool>(&format!(
-                "SELECT lease_expires_at > now() + interval '119 minutes' FROM distlock.task_queue WHERE id = {id}"
+                "SELECT lease_expires_at > now() + interval '119 minutes' FROM distlock.jobs WHERE id = {id}"
             )),
             Some(true)
         );
@@ -464,23 +464,52 @@ mod tests {
     #[pg_test]
     fn queue_prune_jobs_deletes_only_jobs_finished_before_the_retention() {
         let old_done = enqueue("'prune'");
-        let old_dead = enqueue("'prune', '{}', now(), 0, 1");
         let recent_done = enqueue("'prune'");
+        run("SELECT distlock.complete_task(task_id, 'w') FROM distlock.consume_tasks(2, 'w')");
+        let old_dead = enqueue("'prune', '{}', now(), 0, 1");
         let old_pending = enqueue("'prune'");
         let old_failed = enqueue("'prune'");
         run(&format!(
-            "UPDATE distlock.task_queue SET status = 'completed', completed_at = now() - interval '8 days' WHERE id = {old_done}; \
+            "UPDATE distlock.completed_jobs SET completed_at = now() - interval '8 days' WHERE id = {old_done}; \
              UPDATE distlock.task_queue SET status = 'dead', completed_at = now() - interval '8 days', attempts = 1 WHERE id = {old_dead}; \
-             UPDATE distlock.task_queue SET status = 'completed', completed_at = now() - interval '6 days' WHERE id = {recent_done}; \
+             UPDATE distlock.completed_jobs SET completed_at = now() - interval '6 days' WHERE id = {recent_done}; \
              UPDATE distlock.task_queue SET created_at = now() - interval '30 days' WHERE id = {old_pending}; \
              UPDATE distlock.task_queue SET status = 'failed', attempts = 1, created_at = now() - interval '30 days' WHERE id = {old_failed}"
         ));
         assert_eq!(one::<i64>("SELECT distlock.prune_jobs()"), Some(2), "default retention is 7 days");
         assert_eq!(
-            one::<String>("SELECT string_agg(id::text, ',' ORDER BY id) FROM distlock.task_queue WHERE task_name = 'prune'"),
+            one::<String>("SELECT string_agg(id::text, ',' ORDER BY id) FROM distlock.jobs WHERE task_name = 'prune'"),
             Some(format!("{recent_done},{old_pending},{old_failed}"))
         );
         assert_eq!(one::<i64>("SELECT distlock.prune_jobs('0 seconds')"), Some(1), "the recent completed job");
+    }
+
+    /// Completion moves a job out of the table claims read, whole, and
+    /// frees its unique key; completing it again is a refusal, not an error.
+    #[pg_test]
+    fn queue_completion_moves_the_job_to_completed_jobs() {
+        let job = one::<i64>(
+            "SELECT distlock.enqueue_task('mail', '{\"to\": \"a\"}', now(), 3, 4, p_queue => 'q', p_unique_key => 'k')",
+        )
+        .expect("job");
+        run("SELECT distlock.fail_task(task_id, 'smtp down', 'w') FROM distlock.consume_task('w')");
+        run(&format!("UPDATE distlock.task_queue SET run_after = now() WHERE id = {job}"));
+        run("SELECT * FROM distlock.consume_task('w2')");
+        assert!(one::<bool>(&format!("SELECT distlock.complete_task({job}, 'w2', 2)")).expect("completed"));
+        assert_eq!(one::<i64>(&format!("SELECT count(*) FROM distlock.task_queue WHERE id = {job}")), Some(0));
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT concat_ws('/', queue, task_name, payload->>'to', worker_id, attempts, max_attempts, priority, \
+                                 last_error, unique_key, completed_at >= started_at) \
+                   FROM distlock.completed_jobs WHERE id = {job}"
+            )),
+            Some("q/mail/a/w2/2/4/3/smtp down/k/t".into())
+        );
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.jobs WHERE id = {job}")), Some("completed".into()));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({job}, 'w2')")), Some(false));
+        assert_eq!(one::<i64>("SELECT completed FROM distlock.queues WHERE name = 'q'"), Some(1));
+        let again = one::<i64>("SELECT distlock.enqueue_task('mail', p_queue => 'q', p_unique_key => 'k')");
+        assert_ne!(again, Some(job), "a completed job frees its key");
     }
 
     #[pg_test(error = "p_older_than must not be negative, got -00:00:01")]
@@ -498,13 +527,13 @@ mod tests {
         // the claim still hands out the pending job behind it.
         assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('w2')"), Some(pending));
         assert_eq!(
-            one::<String>(&format!("SELECT status::text FROM distlock.task_queue WHERE id = {exhausted}")),
+            one::<String>(&format!("SELECT status::text FROM distlock.jobs WHERE id = {exhausted}")),
             Some("dead".into())
         );
         // The table has no CHECK constraints; the statements keep this one.
         assert_eq!(
             one::<i64>(
-                "SELECT count(*) FROM distlock.task_queue \
+                "SELECT count(*) FROM distlock.jobs \
                   WHERE (status = 'processing') <> (lease_expires_at IS NOT NULL) \
                      OR status NOT IN ('pending', 'processing', 'completed', 'failed', 'dead')"
             ),
@@ -527,7 +556,7 @@ mod tests {
         assert_eq!(completed, Some(mine.to_string()));
         assert_eq!(
             one::<String>(&format!(
-                "SELECT string_agg(status, ',' ORDER BY id) FROM distlock.task_queue WHERE id IN ({mine}, {stale}, {theirs})"
+                "SELECT string_agg(status, ',' ORDER BY id) FROM distlock.jobs WHERE id IN ({mine}, {stale}, {theirs})"
             )),
             Some("completed,processing,processing".into())
         );

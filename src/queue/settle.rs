@@ -10,7 +10,7 @@
 use crate::text::Text;
 use pgrx::prelude::*;
 
-use super::{raise_unknown_job, resolve_worker};
+use super::{for_completions, raise_unknown_job, resolve_worker};
 use crate::errors::{positive_interval, required, OrRaise};
 use crate::plans::{plan, types};
 
@@ -45,7 +45,11 @@ fn settle(
         if let Some((holder, _)) = &settled {
             crate::access::require_holder(client, *holder, || format!("job {job_id}"));
         } else {
-            let exists = plan(client, include_str!("../../sql/queries/queue_job_exists.sql"), &[types::INT8]);
+            let exists = for_completions(
+                include_str!("../../sql/queries/queue_job_exists.sql"),
+                include_str!("../../sql/queries/queue_job_exists_0_2_0.sql"),
+            );
+            let exists = plan(client, exists, &[types::INT8]);
             let found = client
                 .select(&*exists, None, &[job_id.into()])
                 .map(|rows| !rows.is_empty())
@@ -62,7 +66,10 @@ fn complete(p_task_id: Option<i64>, p_worker_id: Option<Text>, attempt: Option<i
     let job_id = required(p_task_id, "p_task_id");
     // The statement takes no extra value; pass a typed NULL to keep one shape.
     settle(
-        include_str!("../../sql/queries/queue_complete.sql"),
+        for_completions(
+            include_str!("../../sql/queries/queue_complete.sql"),
+            include_str!("../../sql/queries/queue_complete_0_2_0.sql"),
+        ),
         job_id,
         p_worker_id,
         attempt,
@@ -191,7 +198,10 @@ pub(crate) fn complete_many(
 ) -> Vec<i64> {
     let stmt = plan(
         client,
-        include_str!("../../sql/queries/queue_complete_many.sql"),
+        for_completions(
+            include_str!("../../sql/queries/queue_complete_many.sql"),
+            include_str!("../../sql/queries/queue_complete_many_0_2_0.sql"),
+        ),
         &[types::INT8_ARRAY, types::TEXT, types::INT4_ARRAY],
     );
     let rows = client.select(&*stmt, None, &[ids.into(), worker.into(), attempts.into()]);

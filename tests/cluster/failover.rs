@@ -57,7 +57,7 @@ fn a_fleet_carries_on_after_the_leader_is_killed_and_nothing_is_lost_or_done_twi
         let _ = c.query("SELECT distlock.check_and_recover_timeout_tasks()", &[]);
         every_kind_wrote(&history, new)
             && count(&mut c, "SELECT 1 FROM distlock.scheduled_tasks WHERE next_run_at <= now()") == 0
-            && count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE status <> 'completed'") == 0
+            && count(&mut c, "SELECT 1 FROM distlock.jobs WHERE status <> 'completed'") == 0
     });
     // Writes under tokens from before the failover that newer grants have
     // since replaced, sent to the new leader: each must be refused.

@@ -278,7 +278,7 @@ fn every_job_once_while_consumers_are_killed(
         kills += killed;
     }
     eventually("every job to complete", Duration::from_secs(60), || {
-        count(&mut killer, "SELECT 1 FROM distlock.task_queue WHERE status <> 'completed'") == 0
+        count(&mut killer, "SELECT 1 FROM distlock.jobs WHERE status <> 'completed'") == 0
     });
     stop.store(true, Ordering::Relaxed);
     let reconnects: i32 = consumers.into_iter().map(|c| c.join().expect("consumer")).sum();
@@ -286,7 +286,7 @@ fn every_job_once_while_consumers_are_killed(
     assert_eq!(count(&mut killer, "SELECT DISTINCT job_id FROM results"), 1500);
     assert_eq!(count(&mut killer, "SELECT 1 FROM results"), 1500, "no job's result was kept twice");
     assert!(
-        count(&mut killer, "SELECT 1 FROM distlock.task_queue WHERE attempts > 1") > 0,
+        count(&mut killer, "SELECT 1 FROM distlock.jobs WHERE attempts > 1") > 0,
         "killed consumers' jobs were claimed again after their lease"
     );
 }

@@ -212,7 +212,7 @@ fn the_job_queue_works_through_pgbouncer() {
     let mut c = connect(&db);
     assert_eq!(count(&mut c, "SELECT DISTINCT job FROM done"), 300);
     assert_eq!(count(&mut c, "SELECT 1 FROM done"), 300);
-    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE status = 'completed'"), 300);
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.jobs WHERE status = 'completed'"), 300);
 }
 
 /// Transaction-level lock calls are safe behind the pooler: the lock ends

@@ -376,7 +376,7 @@ fn look_alike_objects_on_the_callers_search_path_are_never_used() {
     }
     // The real tables got the work.
     assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status IN ('completed', 'failed')"), 3);
-    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE status = 'completed'"), 1);
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.completed_jobs"), 1);
 }
 
 /// An admin defines tasks but never writes a token: INSERT is granted on

@@ -40,14 +40,14 @@ fn sixteen_consumers_never_have_more_than_the_limit_processing() {
                         )
                         .expect("claim");
                     if claimed.is_empty() {
-                        let left = count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE status <> 'completed'");
+                        let left = count(&mut c, "SELECT 1 FROM distlock.jobs WHERE status <> 'completed'");
                         if left == 0 {
                             break;
                         }
                         continue;
                     }
                     let processing: i64 = c
-                        .query_one("SELECT count(*) FROM distlock.task_queue WHERE status = 'processing'", &[])
+                        .query_one("SELECT count(*) FROM distlock.jobs WHERE status = 'processing'", &[])
                         .expect("count")
                         .get(0);
                     peak = peak.max(processing);

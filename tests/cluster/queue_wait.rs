@@ -106,7 +106,7 @@ fn a_waiting_consumer_of_one_queue_takes_only_that_queues_jobs() {
     let email = enqueue_in(&mut producer, "email");
     assert_eq!(finish(waiter).expect("wait").job, Some(email));
     assert_eq!(
-        scalar(&mut producer, &format!("SELECT status FROM distlock.task_queue WHERE id = {thumbnail}")).as_deref(),
+        scalar(&mut producer, &format!("SELECT status FROM distlock.jobs WHERE id = {thumbnail}")).as_deref(),
         Some("pending"),
         "the other queue's job is left for its own consumers"
     );
@@ -222,7 +222,7 @@ fn a_lease_running_out_wakes_a_waiting_consumer() {
     assert_eq!(got.job, Some(id));
     let after = claimed.elapsed();
     assert!(after >= Duration::from_millis(1900) && after < Duration::from_secs(10), "taken over {after:?} after the claim");
-    assert_eq!(scalar(&mut producer, &format!("SELECT attempts FROM distlock.task_queue WHERE id = {id}")), Some("2".into()));
+    assert_eq!(scalar(&mut producer, &format!("SELECT attempts FROM distlock.jobs WHERE id = {id}")), Some("2".into()));
 }
 
 #[test]
@@ -311,7 +311,7 @@ fn a_waiting_consumer_does_not_spin_on_a_locked_expired_job() {
         .batch_execute(&format!("BEGIN; SELECT 1 FROM distlock.task_queue WHERE id = {job} FOR UPDATE"))
         .expect("lock the job's row");
     eventually("the lease to run out", Duration::from_secs(10), || {
-        count(&mut c, &format!("SELECT 1 FROM distlock.task_queue WHERE id = {job} AND lease_expires_at < now()")) == 1
+        count(&mut c, &format!("SELECT 1 FROM distlock.jobs WHERE id = {job} AND lease_expires_at < now()")) == 1
     });
     let mut waiter = connect(&db);
     let pid = backend_pid(&mut waiter);

@@ -48,10 +48,10 @@ fn sixteen_producers_enqueueing_one_key_at_once_queue_one_job() {
         });
         gate.batch_execute("SELECT pg_advisory_unlock(2424)").expect("open the gate");
         let ids: Vec<i64> = producers.into_iter().map(|p| p.join().expect("producer")).collect();
-        let jobs = count(&mut gate, "SELECT 1 FROM distlock.task_queue WHERE unique_key = 'daily' AND status = 'pending'");
+        let jobs = count(&mut gate, "SELECT 1 FROM distlock.jobs WHERE unique_key = 'daily' AND status = 'pending'");
         assert_eq!(jobs, 1, "round {round}: one pending job for the key");
         let queued: i64 = gate
-            .query_one("SELECT id FROM distlock.task_queue WHERE unique_key = 'daily' AND status = 'pending'", &[])
+            .query_one("SELECT id FROM distlock.jobs WHERE unique_key = 'daily' AND status = 'pending'", &[])
             .expect("the job")
             .get(0);
         assert!(ids.iter().all(|id| *id == queued), "round {round}: every producer got the queued job's id: {ids:?}");
@@ -65,7 +65,7 @@ fn sixteen_producers_enqueueing_one_key_at_once_queue_one_job() {
             .get(0);
         assert!(done, "round {round}: the job completed");
     }
-    let total = count(&mut gate, "SELECT 1 FROM distlock.task_queue WHERE unique_key = 'daily'");
+    let total = count(&mut gate, "SELECT 1 FROM distlock.jobs WHERE unique_key = 'daily'");
     assert_eq!(total, 3, "one job per round");
 }
 
@@ -102,7 +102,7 @@ fn a_producer_waits_for_an_uncommitted_job_with_its_key() {
         let second_id = second.join().expect("second producer");
         let payloads: Vec<String> = watcher
             .query(
-                "SELECT payload->>'by' FROM distlock.task_queue WHERE unique_key = 'daily' AND status = 'pending'",
+                "SELECT payload->>'by' FROM distlock.jobs WHERE unique_key = 'daily' AND status = 'pending'",
                 &[],
             )
             .expect("jobs")

@@ -53,11 +53,14 @@ fn difference(left: &[String], right: &[String]) -> String {
 /// Every row of every distlock table, as text, over the columns the table
 /// had at `columns` (so columns added later do not count as a change).
 fn table_contents(client: &mut Client, columns: &BTreeMap<String, Vec<String>>) -> BTreeMap<String, Vec<String>> {
+    // 0.3.0 moves completed jobs out of task_queue; the jobs view has them all.
+    let jobs_view = one_bool(client, "SELECT to_regclass('distlock.jobs') IS NOT NULL");
     columns
         .iter()
         .map(|(table, cols)| {
             let list = cols.iter().map(|c| format!("t.{c}")).collect::<Vec<_>>().join(", ");
-            let sql = format!("SELECT row({list})::text AS r FROM distlock.{table} t ORDER BY 1");
+            let source = if table == "task_queue" && jobs_view { "jobs" } else { table.as_str() };
+            let sql = format!("SELECT row({list})::text AS r FROM distlock.{source} t ORDER BY 1");
             (table.clone(), lines(client, &sql))
         })
         .collect()
@@ -316,7 +319,12 @@ fn upgrade_in_place(
         "SELECT distlock.complete_task(id, 'consumer-1') FROM distlock.task_queue WHERE task_name = 'processing-job'"
     ));
     // Jobs queued before the update are in queue 'default'.
-    assert_eq!(lines(&mut c, "SELECT DISTINCT queue FROM distlock.task_queue"), ["default"]);
+    assert_eq!(lines(&mut c, "SELECT DISTINCT queue FROM distlock.jobs"), ["default"]);
+    // The job completed before the update and the one completed after it are archived.
+    assert_eq!(
+        lines(&mut c, "SELECT task_name FROM distlock.completed_jobs ORDER BY id"),
+        ["completed-job", "processing-job"]
+    );
     assert_eq!(
         lines(&mut c, "SELECT task_name FROM distlock.consume_task('consumer-2', p_queues => ARRAY['default'])"),
         ["pending-job"]

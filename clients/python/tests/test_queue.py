@@ -23,7 +23,7 @@ def server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
 
 
 def status(db: Db, job_id: int) -> tuple:
-    return db.rows("SELECT status, attempts, last_error FROM distlock.task_queue WHERE id = %s", job_id)[0]
+    return db.rows("SELECT status, attempts, last_error FROM distlock.jobs WHERE id = %s", job_id)[0]
 
 
 def test_enqueue_consume_complete_fail_extend(db: Db, server: str) -> None:
@@ -35,7 +35,7 @@ def test_enqueue_consume_complete_fail_extend(db: Db, server: str) -> None:
     assert (job.id, job.name, job.payload, job.attempts, job.worker_id) == (first, "email", payload, 1, "c1")
     before = job.lease_expires_at
     assert queue.extend(job, 60)
-    assert db.value("SELECT lease_expires_at FROM distlock.task_queue WHERE id = %s", first) > before
+    assert db.value("SELECT lease_expires_at FROM distlock.jobs WHERE id = %s", first) > before
     assert queue.complete(job)
     assert not queue.complete(job), "a settled attempt was settled again"
     [other] = queue.consume()
@@ -64,7 +64,7 @@ def test_complete_many(db: Db, server: str) -> None:
     assert len(jobs) == 5
     stale = Job(jobs[0].id, jobs[0].name, None, jobs[0].attempts + 7, 5, jobs[0].lease_expires_at, 0, "c1")
     assert queue.complete_many([stale, *jobs[1:]]) == {j.id for j in jobs[1:]}
-    assert db.value("SELECT count(*) FROM distlock.task_queue WHERE status = 'completed'") == 4
+    assert db.value("SELECT count(*) FROM distlock.jobs WHERE status = 'completed'") == 4
 
 
 def consumer_query(db: Db, app: str) -> str | None:
@@ -114,7 +114,7 @@ def test_worker_loop_completes_and_fails_in_batches(db: Db, server: str, via_poo
     stats = pg_distlock.QueueWorker(source, handler, batch=5, wait=0.2, exit_when_idle=True).run()
     assert sorted(handled) == list(range(12))
     assert (stats.claimed, stats.completed, stats.failed, stats.lost) == (12, 9, 3, 0)
-    dead = db.rows("SELECT id, last_error FROM distlock.task_queue WHERE status = 'dead' ORDER BY id")
+    dead = db.rows("SELECT id, last_error FROM distlock.jobs WHERE status = 'dead' ORDER BY id")
     assert [r[0] for r in dead] == [ids[0], ids[4], ids[8]]
     assert dead[0][1] == "KeyError: 0"
 
@@ -140,7 +140,7 @@ def test_consumers_and_workers_take_jobs_of_their_queues_only(db: Db, server: st
     email = producer.enqueue("welcome", {"to": "a"}, queue="email")
     thumb = producer.enqueue("resize", {"image": 7}, priority=9, queue="thumbnails")
     plain = producer.enqueue("other")
-    assert db.value("SELECT queue FROM distlock.task_queue WHERE id = %s", plain) == "default"
+    assert db.value("SELECT queue FROM distlock.jobs WHERE id = %s", plain) == "default"
     mailer = pg_distlock.Queue(db.dsn, worker_id="mailer", queues=["email"])
     [job] = mailer.consume(wait=0.2)
     assert job.id == email, "the higher-priority thumbnail job was handed to the e-mail consumer"
@@ -170,7 +170,7 @@ def test_long_jobs_are_heartbeaten(db: Db) -> None:
     job_id = queue.enqueue("slow")
 
     def expiry() -> object:
-        return db.value("SELECT lease_expires_at FROM distlock.task_queue WHERE id = %s", job_id)
+        return db.value("SELECT lease_expires_at FROM distlock.jobs WHERE id = %s", job_id)
 
     def handler(job: Job) -> None:
         seen = {expiry()}

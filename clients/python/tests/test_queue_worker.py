@@ -19,7 +19,7 @@ from test_worker_stop import Node
 
 
 def statuses(db: Db) -> dict[str, int]:
-    return dict(db.rows("SELECT status, count(*) FROM distlock.task_queue GROUP BY status"))  # type: ignore[arg-type]
+    return dict(db.rows("SELECT status, count(*) FROM distlock.jobs GROUP BY status"))  # type: ignore[arg-type]
 
 
 def run_in_thread(worker: pg_distlock.QueueWorker) -> tuple[threading.Thread, list[pg_distlock.WorkerStats]]:
@@ -79,9 +79,9 @@ def test_a_job_finished_while_the_worker_waits_for_work_is_settled_meanwhile(db:
     worker = pg_distlock.QueueWorker(db.dsn, handler, concurrency=3, wait=20, handle_signals=False)
     thread, ran = run_in_thread(worker)
     try:
-        eventually(lambda: db.value("SELECT status FROM distlock.task_queue WHERE id = %s", quick) == "completed",
+        eventually(lambda: db.value("SELECT status FROM distlock.jobs WHERE id = %s", quick) == "completed",
                    timeout=5, what="the quick job settled while the slow one runs")
-        assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", slow) == "processing"
+        assert db.value("SELECT status FROM distlock.jobs WHERE id = %s", slow) == "processing"
     finally:
         release.set()
         worker.stop()
@@ -140,7 +140,7 @@ def test_a_handler_completes_its_job_in_its_own_transaction(effects: Db) -> None
     stats2 = pg_distlock.QueueWorker(db.dsn, handler, wait=0.2, exit_when_idle=True, handle_signals=False).run()
     assert (stats.completed, stats.failed, stats2.completed) == (1, 1, 1)
     assert effect_counts(db) == {ok: 1, flaky: 1}
-    assert db.rows("SELECT id, status, attempts FROM distlock.task_queue ORDER BY id") == [
+    assert db.rows("SELECT id, status, attempts FROM distlock.jobs ORDER BY id") == [
         (ok, "completed", 1), (flaky, "completed", 2)]
 
 
@@ -158,7 +158,7 @@ def test_complete_in_transaction_refuses_a_lost_attempt_and_a_connection_without
             conn.execute("INSERT INTO public.effects (job_id) VALUES (%s)", (job.id,))
             pg_distlock.complete_in_transaction(conn, job)
     assert effect_counts(db) == {}
-    assert db.rows("SELECT status, attempts, worker_id FROM distlock.task_queue") == [("processing", 2, "other")]
+    assert db.rows("SELECT status, attempts, worker_id FROM distlock.jobs") == [("processing", 2, "other")]
 
 
 def test_a_worker_killed_while_handlers_commit_their_jobs_runs_each_effect_once(effects: Db, name: str) -> None:
@@ -177,7 +177,7 @@ def test_a_worker_killed_while_handlers_commit_their_jobs_runs_each_effect_once(
         node.kill()
     finally:
         node.kill()
-    held = db.value("SELECT count(*) FROM distlock.task_queue WHERE status = 'processing'")
+    held = db.value("SELECT count(*) FROM distlock.jobs WHERE status = 'processing'")
     assert held > 0, "the worker was killed with no job in hand: the test proves nothing"
     before = effect_counts(db)
     conn_by_thread = threading.local()

@@ -52,7 +52,7 @@ def test_a_statement_timeout_shorter_than_the_wait_is_an_idle_round(db: Db, name
 
 
 def job_states(db: Db) -> list[tuple]:
-    return db.rows("SELECT task_name, status, coalesce(last_error, '') FROM distlock.task_queue ORDER BY id")
+    return db.rows("SELECT task_name, status, coalesce(last_error, '') FROM distlock.jobs ORDER BY id")
 
 
 def started_worker(db: Db, body: Callable[[Job], None], **options: Any) -> tuple[pg_distlock.QueueWorker, threading.Thread]:
@@ -219,14 +219,14 @@ def test_a_worker_killed_mid_batch_loses_no_job_and_settles_none_twice(db: Db, n
     jobs = {producer.enqueue("work", {"i": i}) for i in range(40)}
     node = Node(db, "queue", name, 0.02, 8, 2)
     try:
-        eventually(lambda: db.value("SELECT count(*) FROM distlock.task_queue WHERE status = 'completed'") >= 8,
+        eventually(lambda: db.value("SELECT count(*) FROM distlock.jobs WHERE status = 'completed'") >= 8,
                    timeout=20, what="the first batches settled")
         node.line()  # a handler is at work now
         node.kill()
     finally:
         node.kill()
-    settled_before = {r[0] for r in db.rows("SELECT id FROM distlock.task_queue WHERE status = 'completed'")}
-    held = db.value("SELECT count(*) FROM distlock.task_queue WHERE status = 'processing'")
+    settled_before = {r[0] for r in db.rows("SELECT id FROM distlock.jobs WHERE status = 'completed'")}
+    held = db.value("SELECT count(*) FROM distlock.jobs WHERE status = 'processing'")
     assert settled_before and held > 0, "the worker was killed between batches: the test proves nothing"
     handled: list[int] = []
     stats = pg_distlock.QueueWorker(db.dsn, lambda job: handled.append(job.id), batch=8, lease=2, wait=5,
@@ -234,4 +234,4 @@ def test_a_worker_killed_mid_batch_loses_no_job_and_settles_none_twice(db: Db, n
     assert not set(handled) & settled_before, "a job settled before the kill ran again"
     assert set(handled) | settled_before == jobs, "a job was lost"
     assert len(handled) == len(set(handled)) == stats.completed
-    assert db.value("SELECT count(*) FROM distlock.task_queue WHERE status <> 'completed'") == 0
+    assert db.value("SELECT count(*) FROM distlock.jobs WHERE status <> 'completed'") == 0
