@@ -97,7 +97,7 @@ SELECT g.privilege, g.object FROM (VALUES
     -- The monitoring views (what pg_monitor is granted).
     ('monitor',  'SELECT',  'distlock.advisory_locks, distlock.lock_waits, distlock.running_tasks, '
                             'distlock.task_stats, distlock.queue_stats, distlock.queues, distlock.leases, distlock.leaders, '
-                            'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks'),
+                            'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks, distlock.sweep_status'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_wait_stats()'),
     -- Recovery, retention and resets; defining tasks.
@@ -110,6 +110,8 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_lock_stats()'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_execution_log(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_jobs(interval)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.retry_dead_jobs(text, bigint[])'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.delete_dead_jobs(text, bigint[])'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_leases(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),
     ('admin',    'SELECT, DELETE', 'distlock.scheduled_tasks'),

@@ -77,7 +77,7 @@ SELECT g.privilege, g.object FROM (VALUES
     -- The monitoring views (what pg_monitor is granted).
     ('monitor',  'SELECT',  'distlock.advisory_locks, distlock.lock_waits, distlock.running_tasks, '
                             'distlock.task_stats, distlock.queue_stats, distlock.queues, distlock.leases, distlock.leaders, '
-                            'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks'),
+                            'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks, distlock.sweep_status'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_wait_stats()'),
     -- Recovery, retention and resets; defining tasks.
@@ -90,6 +90,8 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_lock_stats()'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_execution_log(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_jobs(interval)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.retry_dead_jobs(text, bigint[])'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.delete_dead_jobs(text, bigint[])'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_leases(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),
     ('admin',    'SELECT, DELETE', 'distlock.scheduled_tasks'),
@@ -673,6 +675,43 @@ CREATE FUNCTION distlock.settle_and_consume_tasks(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'settle_and_consume_tasks_wrapper';
 REVOKE ALL ON FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[]) FROM PUBLIC;
+
+-- Dead jobs wait for a person: an admin retries or deletes them.
+CREATE FUNCTION distlock.retry_dead_jobs("p_queue" TEXT DEFAULT NULL, "p_job_ids" bigint[] DEFAULT NULL) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'retry_dead_jobs_wrapper';
+REVOKE ALL ON FUNCTION distlock.retry_dead_jobs(text, bigint[]) FROM PUBLIC;
+CREATE FUNCTION distlock.delete_dead_jobs("p_queue" TEXT DEFAULT NULL, "p_job_ids" bigint[] DEFAULT NULL) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'delete_dead_jobs_wrapper';
+REVOKE ALL ON FUNCTION distlock.delete_dead_jobs(text, bigint[]) FROM PUBLIC;
+
+-- The recovery sweep's last run, so that a monitor can alert when nothing
+-- runs it any more (pg_cron stopped, the job dropped, a failover to a node
+-- without the schedule): check_and_recover_timeout_tasks records each run.
+
+CREATE TABLE distlock.sweep_state (
+    id             int PRIMARY KEY,
+    last_run_at    timestamptz NOT NULL,
+    -- Claims the last run ended (abandoned or timed out).
+    last_recovered int NOT NULL,
+    runs           bigint NOT NULL
+);
+
+COMMENT ON TABLE distlock.sweep_state IS
+    'The recovery sweep''s last run in this database (one row once it has run).';
+
+CREATE VIEW distlock.sweep_status AS
+SELECT s.last_run_at,
+       pg_catalog.now() - s.last_run_at AS since_last_run,
+       s.last_recovered,
+       s.runs
+  FROM distlock.sweep_state s;
+
+COMMENT ON VIEW distlock.sweep_status IS
+    'When the recovery sweep last ran, how long ago, and what it recovered; no row before its first run.';
+REVOKE ALL ON distlock.sweep_state, distlock.sweep_status FROM PUBLIC;
+GRANT SELECT ON distlock.sweep_status TO pg_monitor;
 
 -- Grants are reset to what the capability model gives, naming each one it
 -- takes away in a WARNING (PostgreSQL raises client_min_messages to warning

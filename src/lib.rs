@@ -48,6 +48,7 @@ pgrx::extension_sql_file!("../sql/queue.sql", name = "queue", requires = ["schem
 pgrx::extension_sql_file!("../sql/ratelimit.sql", name = "ratelimit", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/snowflake.sql", name = "snowflake", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/leases.sql", name = "leases", requires = ["schema", scopes::in_monitor_scope]);
+pgrx::extension_sql_file!("../sql/sweep.sql", name = "sweep", requires = ["schema"]);
 pgrx::extension_sql_file!(
     "../sql/access.sql",
     name = "access",

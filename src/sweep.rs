@@ -177,6 +177,18 @@ fn end_uncommitted_claims(client: &SpiClient<'_>, timeout_minutes: i32) -> Vec<(
 /// Also returns expired job-queue leases to the queue and deletes expired
 /// table-mode rate-limit state.
 /// Safe to run concurrently and often, e.g. every minute from pg_cron.
+/// Notes that the sweep ran, for `distlock.sweep_status` and the monitors
+/// that alert when it stops running (not on 0.2.0's tables, which have no
+/// place for it until ALTER EXTENSION UPDATE).
+fn record_run(client: &SpiClient<'_>, recovered: usize) {
+    if crate::version::table_oid(c"sweep_state") == pg_sys::InvalidOid {
+        return;
+    }
+    let stmt = plan(client, include_str!("../sql/queries/sweep_record.sql"), &[types::INT4]);
+    let recovered = i32::try_from(recovered).unwrap_or(i32::MAX);
+    client.select(&*stmt, None, &[recovered.into()]).map(|_| ()).or_raise();
+}
+
 #[pg_extern]
 fn check_and_recover_timeout_tasks(
     p_timeout_minutes: default!(Option<i32>, 30),
@@ -199,10 +211,8 @@ fn check_and_recover_timeout_tasks(
         crate::ratelimit::prune_expired(client);
         let mut recovered = end_uncommitted_claims(client, timeout_minutes);
         let locked = lock_running_claims(client);
-        if locked.is_empty() {
-            return recovered;
-        }
-        for claim in assess(client, locked, timeout_minutes) {
+        let claims = if locked.is_empty() { Vec::new() } else { assess(client, locked, timeout_minutes) };
+        for claim in claims {
             let lock_released = if !claim.holder_alive && claim.leased {
                 finish_claim(client, claim.log_id, "abandoned", Some(&Text::from("its lease ran out")));
                 true
@@ -228,6 +238,7 @@ fn check_and_recover_timeout_tasks(
             };
             recovered.push((claim.task_id, claim.worker_id, lock_released));
         }
+        record_run(client, recovered.len());
         recovered
     });
     TableIterator::new(recovered)

@@ -4,6 +4,7 @@
 
 mod claim;
 mod consume;
+mod dead_jobs;
 mod enqueue;
 mod limits;
 mod payload;

@@ -512,6 +512,70 @@ mod tests {
         assert_ne!(again, Some(job), "a completed job frees its key");
     }
 
+    /// A dead job: enqueued with one attempt, claimed and failed.
+    fn dead_job(args: &str) -> i64 {
+        let job = enqueue(args);
+        let claimed = one::<i64>("SELECT task_id FROM distlock.consume_task('w')");
+        assert_eq!(claimed, Some(job));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({job}, 'boom', 'w')")), Some(true));
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.task_queue WHERE id = {job}")), Some("dead".into()));
+        job
+    }
+
+    /// Retrying a dead job makes it runnable now with one more attempt; its
+    /// last error stays until the attempt settles.
+    #[pg_test]
+    fn queue_retry_dead_jobs_gives_one_more_attempt() {
+        let job = dead_job("'mail', '{}', now(), 0, 1, 'q'");
+        let other = dead_job("'mail', '{}', now(), 0, 1, 'other'");
+        assert_eq!(one::<i64>("SELECT distlock.retry_dead_jobs('q')"), Some(1));
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT concat_ws('/', status, attempts, max_attempts, last_error, worker_id IS NULL, run_after <= clock_timestamp()) \
+                   FROM distlock.task_queue WHERE id = {job}"
+            )),
+            Some("pending/1/2/boom/t/t".into())
+        );
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.task_queue WHERE id = {other}")), Some("dead".into()));
+        assert_eq!(one::<String>("SELECT task_id || '/' || attempts FROM distlock.consume_task('w')"), Some(format!("{job}/2")));
+        assert_eq!(one::<i64>(&format!("SELECT distlock.retry_dead_jobs(p_job_ids => ARRAY[{job}, {other}])")), Some(1));
+        assert_eq!(one::<i64>("SELECT distlock.retry_dead_jobs()"), Some(0), "nothing dead is left");
+        assert_sqlstate("distlock.retry_dead_jobs(p_job_ids => ARRAY[NULL]::bigint[])", "22004");
+    }
+
+    /// A retried job keeps the rule of one unfinished job per key: it stays
+    /// dead while another job holds its key, and of two dead jobs of one key
+    /// only the newest comes back.
+    #[pg_test]
+    fn queue_retry_dead_jobs_keeps_one_unfinished_job_per_key() {
+        let older = dead_job("'sync', '{}', now(), 0, 1, 'q', 'k'");
+        let newer = dead_job("'sync', '{}', now(), 0, 1, 'q', 'k'");
+        let live = enqueue("'sync', '{}', now() + interval '1 hour', 0, 1, 'q', 'k'");
+        assert_eq!(one::<i64>("SELECT distlock.retry_dead_jobs('q')"), Some(0), "a pending job holds the key");
+        run(&format!("DELETE FROM distlock.task_queue WHERE id = {live}"));
+        assert_eq!(one::<i64>("SELECT distlock.retry_dead_jobs('q')"), Some(1));
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT string_agg(id || ':' || status, ',' ORDER BY id) FROM distlock.task_queue WHERE id IN ({older}, {newer})"
+            )),
+            Some(format!("{older}:dead,{newer}:pending"))
+        );
+    }
+
+    #[pg_test]
+    fn queue_delete_dead_jobs_deletes_only_dead_jobs_of_the_selection() {
+        let first = dead_job("'mail', '{}', now(), 0, 1, 'q'");
+        let _second = dead_job("'mail', '{}', now(), 0, 1, 'q'");
+        let elsewhere = dead_job("'mail', '{}', now(), 0, 1, 'other'");
+        let pending = enqueue("'mail', '{}', now() + interval '1 hour', 0, 1, 'q'");
+        assert_eq!(one::<i64>(&format!("SELECT distlock.delete_dead_jobs('q', ARRAY[{first}, {pending}])")), Some(1));
+        assert_eq!(one::<i64>("SELECT distlock.delete_dead_jobs('q')"), Some(1));
+        assert_eq!(
+            one::<String>("SELECT string_agg(id::text, ',' ORDER BY id) FROM distlock.task_queue"),
+            Some(format!("{elsewhere},{pending}"))
+        );
+    }
+
     #[pg_test(error = "p_older_than must not be negative, got -00:00:01")]
     fn queue_prune_jobs_refuses_a_negative_retention() {
         one::<i64>("SELECT distlock.prune_jobs('-1 second')");

@@ -350,7 +350,17 @@ mod tests {
             Some(true)
         );
         assert!(claim(id, "w2"));
+        assert_eq!(
+            one::<String>("SELECT runs || '/' || last_recovered FROM distlock.sweep_status"),
+            Some("1/1".into()),
+            "each run is recorded, with what it recovered"
+        );
         assert_eq!(count("SELECT * FROM distlock.check_and_recover_timeout_tasks()"), 0);
+        assert_eq!(
+            one::<String>("SELECT runs || '/' || last_recovered FROM distlock.sweep_status"),
+            Some("2/0".into()),
+            "a run that recovers nothing is recorded too"
+        );
     }
 
     #[pg_test]

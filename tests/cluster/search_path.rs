@@ -510,6 +510,8 @@ const CALLS: &[(&str, &str)] = &[
     ("distlock.consume_task(text,interval,interval,text[])",
      "SELECT * FROM distlock.consume_task('h', '1 hour', '0.3 seconds', ARRAY['q'])"),
     ("distlock.prune_jobs(interval)", "SELECT distlock.prune_jobs('0 seconds')"),
+    ("distlock.retry_dead_jobs(text,bigint[])", "SELECT distlock.retry_dead_jobs('q', ARRAY[1]::bigint[])"),
+    ("distlock.delete_dead_jobs(text,bigint[])", "SELECT distlock.delete_dead_jobs('q', ARRAY[1]::bigint[])"),
 ];
 
 /// Functions only the extension's owner may call; called by the owner with
