@@ -1,0 +1,104 @@
+"""`pg-distlock` (also `python -m pg_distlock`): what pg_distlock holds and
+who waits, from a terminal or a monitor, and the admin actions people need
+at 3 a.m. Connects with a conninfo (`--dsn`) or the usual PG* variables.
+
+Exit codes: 0 ok; 1 `status --check` found a problem, or an action was
+declined; 2 usage error; 3 the database refused or could not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable, Sequence, TextIO
+
+import psycopg
+
+from . import actions, health, reads, render
+
+EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_DATABASE = 0, 1, 2, 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pg-distlock",
+        description="Inspect and operate pg_distlock: claims, locks and waits, queues, leases, leaders.",
+    )
+    parser.add_argument("--dsn", default="", help="libpq conninfo or URI (default: the PG* environment variables)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    status = commands.add_parser("status", help="one screen: versions, storage, claims, waits, queues, leases, sweep")
+    status.add_argument("--check", action="store_true", help="exit 1 when something needs a person (see the options)")
+    status.add_argument("--sweep-minutes", type=float, default=5.0, metavar="N",
+                        help="--check: the sweep must have run in the last N minutes (default 5)")
+    status.add_argument("--max-dead", type=int, default=0, metavar="N",
+                        help="--check: at most N dead jobs (default 0)")
+    commands.add_parser("tasks", help="scheduled tasks: next run, last status, the running claim and its token")
+    commands.add_parser("locks", help="advisory locks held and awaited, and the wait-for graph")
+    queue = commands.add_parser("queue", help="queues by status, oldest pending job, dead jobs")
+    queue.add_argument("--dead", type=int, default=20, metavar="N", help="list up to N dead jobs (admin; default 20)")
+    commands.add_parser("leases", help="leases and semaphore holders")
+    commands.add_parser("leaders", help="election groups: leader, term, expiry")
+
+    for name, what in (("retry-dead", "give dead jobs one more attempt"), ("delete-dead", "delete dead jobs")):
+        action = commands.add_parser(name, help=f"admin: {what} (of --queue, or the ids given; all when neither)")
+        action.add_argument("--queue", help="only this queue's dead jobs")
+        action.add_argument("ids", nargs="*", type=int, metavar="ID", help="only these jobs")
+        action.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    for name, what in (("pause", "pause a queue"), ("resume", "resume a queue")):
+        action = commands.add_parser(name, help=f"admin: {what}")
+        action.add_argument("queue")
+        action.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    release = commands.add_parser("release-lease", help="admin: force-release a lease (its holder's token stops working)")
+    release.add_argument("name")
+    release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    sweep = commands.add_parser("sweep", help="admin: run the recovery sweep now")
+    sweep.add_argument("--timeout-minutes", type=int, default=30, metavar="N",
+                       help="timeout of tasks without their own (default 30)")
+    sweep.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    return parser
+
+
+def _connect(dsn: str) -> psycopg.Connection[Any]:
+    # Autocommit: nothing here holds a transaction, or a lock, past its statement.
+    return psycopg.connect(dsn, autocommit=True, application_name="pg-distlock")
+
+
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    args = _parser().parse_args(argv)
+    out = stdout or sys.stdout
+    confirm: Callable[[str], bool] = lambda question: actions.ask(question, stdin or sys.stdin, out)
+    try:
+        with _connect(args.dsn) as conn:
+            reads.require_installed(conn)
+            return _run(args, conn, out, confirm)
+    except (psycopg.Error, reads.NotInstalled) as error:
+        print(f"pg-distlock: {str(error).strip()}", file=sys.stderr)
+        return EXIT_DATABASE
+
+
+def _run(args: argparse.Namespace, conn: psycopg.Connection[Any], out: TextIO,
+         confirm: Callable[[str], bool]) -> int:
+    command = args.command
+    if command == "status":
+        status = reads.status(conn)
+        problems = health.problems(status, args.sweep_minutes, args.max_dead) if args.check else []
+        render.status(status, problems, args.json, out)
+        return EXIT_PROBLEM if problems else EXIT_OK
+    if command == "locks":
+        locks, waits = reads.locks(conn), reads.waits(conn)
+        render.locks(locks, waits, args.json, out)
+        return EXIT_OK
+    if command == "queue":
+        render.tables({"queues": reads.queues(conn), "dead jobs": reads.dead_jobs(conn, args.dead)}, args.json, out)
+        return EXIT_OK
+    if command in ("tasks", "leases", "leaders"):
+        render.tables({command: getattr(reads, command)(conn)}, args.json, out)
+        return EXIT_OK
+    done = actions.run(conn, args, confirm)
+    if done is None:
+        print("cancelled", file=out)
+        return EXIT_PROBLEM
+    render.action(command, done, args.json, out)
+    return EXIT_OK

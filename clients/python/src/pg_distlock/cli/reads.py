@@ -1,0 +1,156 @@
+"""What the commands read: pg_distlock's views, as a monitor role may. Each
+function is one short statement in autocommit; a view the connected role
+may not read gives None (shown as such), not an error."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import psycopg
+from psycopg.rows import dict_row
+
+Rows = list[dict[str, Any]]
+
+
+class NotInstalled(Exception):
+    pass
+
+
+def _rows(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...] = ()) -> Optional[Rows]:
+    """The rows of `sql`; None when the role may not read what it names, or
+    the installed version does not have it yet."""
+    try:
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedTable):
+        return None
+
+
+def require_installed(conn: psycopg.Connection[Any]) -> None:
+    row = conn.execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_distlock'").fetchone()
+    if row is None:
+        database = conn.info.dbname
+        raise NotInstalled(f'pg_distlock is not installed in database "{database}" (CREATE EXTENSION pg_distlock)')
+
+
+STATUS_SQL = """
+SELECT (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_distlock') AS extension_version,
+       (SELECT default_version FROM pg_catalog.pg_available_extensions WHERE name = 'pg_distlock') AS library_version,
+       pg_catalog.current_setting('server_version') AS server_version,
+       pg_catalog.current_setting('server_version_num')::int AS server_version_num,
+       pg_catalog.current_setting('distlock.dynamic_shared_memory', true) AS dynamic_shared_memory,
+       pg_catalog.pg_is_in_recovery() AS standby,
+       pg_catalog.current_database() AS database
+"""
+
+# shared_preload_libraries is readable by superusers and pg_read_all_settings
+# (pg_monitor) only.
+PRELOADED_SQL = """
+SELECT 'pg_distlock' = ANY (pg_catalog.string_to_array(
+           pg_catalog.replace(pg_catalog.current_setting('shared_preload_libraries'), ' ', ''), ',')) AS preloaded
+"""
+
+
+def _one(conn: psycopg.Connection[Any], sql: str) -> Optional[dict[str, Any]]:
+    rows = _rows(conn, sql)
+    if rows is None:
+        return None
+    return rows[0] if rows else {}
+
+
+def storage(server: dict[str, Any]) -> str:
+    """Where rate limits, snowflake state, lock telemetry and wake-ups live."""
+    if server.get("preloaded") is None:
+        return "unknown (reading shared_preload_libraries needs pg_read_all_settings)"
+    if server["preloaded"]:
+        return "shared memory (preloaded)"
+    if server["server_version_num"] >= 170000 and server["dynamic_shared_memory"] != "off":
+        return "shared memory (DSM registry)"
+    return "tables"
+
+
+def status(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    server = _one(conn, STATUS_SQL) or {}
+    server["preloaded"] = (_one(conn, PRELOADED_SQL) or {}).get("preloaded")
+    server["storage"] = storage(server)
+    return {
+        "server": server,
+        "claims": _one(conn, """
+            SELECT count(*) AS running,
+                   count(*) FILTER (WHERE past_timeout) AS past_timeout,
+                   count(*) FILTER (WHERE NOT holder_alive) AS holder_gone
+              FROM distlock.running_tasks"""),
+        "waits": _one(conn, "SELECT count(DISTINCT blocked_pid) AS waiting_sessions FROM distlock.lock_waits"),
+        "queues": _one(conn, """
+            SELECT count(*) AS queues, coalesce(sum(pending), 0)::bigint AS pending,
+                   coalesce(sum(processing), 0)::bigint AS processing, coalesce(sum(failed), 0)::bigint AS failed,
+                   coalesce(sum(dead), 0)::bigint AS dead, count(*) FILTER (WHERE paused) AS paused
+              FROM distlock.queues"""),
+        "leases": _one(conn, "SELECT count(*) FILTER (WHERE is_held) AS held, count(*) AS known FROM distlock.leases"),
+        "leaders": _one(conn, "SELECT count(*) FILTER (WHERE is_current) AS current, count(*) AS groups FROM distlock.leaders"),
+        "sweep": _one(conn, "SELECT last_run_at, since_last_run, last_recovered, runs FROM distlock.sweep_status"),
+    }
+
+
+def tasks(conn: psycopg.Connection[Any]) -> Optional[Rows]:
+    return _rows(conn, """
+        SELECT s.task_id, s.task_name, s.task_type, s.is_enabled AS enabled, s.next_run_at, s.last_status,
+               s.last_run_at, r.worker_id AS running_worker, r.running_for, r.fencing_token,
+               r.holder_alive, r.past_timeout
+          FROM distlock.task_stats s
+          LEFT JOIN distlock.running_tasks r ON r.task_id = s.task_id
+         ORDER BY s.task_name, r.started_at""")
+
+
+def locks(conn: psycopg.Connection[Any]) -> Optional[Rows]:
+    return _rows(conn, """
+        SELECT pid, application_name AS application, mode, granted,
+               coalesce(task_name, key_name, key::text, key1 || ',' || key2) AS lock,
+               key_kind, held_for, waiting_for
+          FROM distlock.advisory_locks
+         ORDER BY lock, granted DESC, waiting_for DESC NULLS LAST, pid""")
+
+
+def waits(conn: psycopg.Connection[Any]) -> Optional[Rows]:
+    """Edges of the wait-for graph: blocked_pid waits for blocking_pid."""
+    return _rows(conn, """
+        SELECT w.blocked_pid, w.blocked_application, w.blocking_pid, w.blocking_application, w.locktype,
+               coalesce(w.task_name, a.key_name, w.key::text, w.key1 || ',' || w.key2) AS lock, w.waiting_for
+          FROM distlock.lock_waits w
+          LEFT JOIN LATERAL (SELECT l.key_name FROM distlock.advisory_locks l
+                              WHERE l.pid = w.blocked_pid AND NOT l.granted LIMIT 1) a ON true
+         ORDER BY w.blocking_pid, w.waiting_for DESC""")
+
+
+def queues(conn: psycopg.Connection[Any]) -> Optional[Rows]:
+    return _rows(conn, """
+        SELECT name, paused, max_processing, pending, processing, failed, dead, completed, oldest_pending_age
+          FROM distlock.queues ORDER BY name""")
+
+
+def dead_jobs(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
+    return _rows(conn, """
+        SELECT id, queue, task_name, attempts, completed_at AS died_at, last_error
+          FROM distlock.task_queue WHERE status = 'dead'
+         ORDER BY completed_at DESC NULLS LAST, id DESC LIMIT %s""", (limit,))
+
+
+def count_dead(conn: psycopg.Connection[Any], queue: Optional[str], ids: list[int]) -> Optional[int]:
+    rows = _rows(conn, """
+        SELECT count(*) AS n FROM distlock.task_queue
+         WHERE status = 'dead' AND (%s::text IS NULL OR queue = %s)
+           AND (%s::bigint[] IS NULL OR id = ANY (%s::bigint[]))""", (queue, queue, ids or None, ids or None))
+    return None if rows is None else int(rows[0]["n"])
+
+
+def leases(conn: psycopg.Connection[Any]) -> Optional[Rows]:
+    return _rows(conn, """
+        SELECT kind, name, owner, token, acquired_at, expires_at, is_held, remaining
+          FROM distlock.leases ORDER BY name, kind, owner""")
+
+
+def leaders(conn: psycopg.Connection[Any]) -> Optional[Rows]:
+    return _rows(conn, """
+        SELECT group_name, leader, term, elected_at, expires_at, is_current, remaining
+          FROM distlock.leaders ORDER BY group_name""")

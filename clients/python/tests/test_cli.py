@@ -1,0 +1,195 @@
+"""The `pg-distlock` command against a database with real holders, waiters,
+queues and dead jobs."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import threading
+import uuid
+from typing import Any, Iterator
+
+import pytest
+
+from conftest import Db, connect, eventually
+from pg_distlock.cli import main
+
+
+def cli(db: Db, *argv: str, answer: str = "", dsn: str | None = None) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(["--dsn", dsn or db.dsn, *argv], stdin=io.StringIO(answer), stdout=out)
+    return code, out.getvalue()
+
+
+def cli_json(db: Db, *argv: str, dsn: str | None = None) -> Any:
+    code, out = cli(db, "--json", *argv, dsn=dsn)
+    assert code == 0, out
+    return json.loads(out)
+
+
+def dead_job(db: Db, queue: str = "mail") -> int:
+    job = db.value("SELECT distlock.enqueue_task('send', '{}', now(), 0, 1, %s)", queue)
+    claimed = db.value("SELECT task_id FROM distlock.consume_task('w', p_queues => ARRAY[%s])", queue)
+    assert claimed == job
+    assert db.value("SELECT distlock.fail_task(%s, 'smtp down', 'w')", job) is True
+    return int(job)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def monitor_role(db: Db) -> Iterator[str]:
+    role = f"mon_{uuid.uuid4().hex[:8]}"
+    db.admin.execute(f"CREATE ROLE {role} LOGIN")
+    db.admin.execute("SELECT distlock.grant_capability(%s, 'monitor')", (role,))
+    yield role
+    db.admin.execute(f"DROP OWNED BY {role}")
+    db.admin.execute(f"DROP ROLE {role}")
+
+
+def test_status_check_fails_until_the_sweep_runs_and_while_a_job_is_dead(db: Db) -> None:
+    code, out = cli(db, "status", "--check")
+    assert code == 1 and "never run" in out
+    code, out = cli(db, "sweep", "--yes")
+    assert code == 0, out
+    code, out = cli(db, "status", "--check")
+    assert code == 0, out
+    job = dead_job(db)
+    code, out = cli(db, "status", "--check")
+    assert code == 1 and "1 dead job" in out
+    assert cli(db, "status", "--check", "--max-dead", "1")[0] == 0
+    status = cli_json(db, "status")
+    assert status["queues"]["dead"] == 1 and status["sweep"]["runs"] == 1
+    assert status["server"]["extension_version"] == db.value("SELECT extversion FROM pg_extension WHERE extname = 'pg_distlock'")
+    assert cli_json(db, "queue")["dead_jobs"][0]["id"] == job
+
+
+def test_status_check_fails_when_the_sweep_is_late(db: Db) -> None:
+    assert cli(db, "sweep", "--yes")[0] == 0
+    db.admin.execute("UPDATE distlock.sweep_state SET last_run_at = now() - interval '10 minutes'")
+    code, out = cli(db, "status", "--check")
+    assert code == 1 and "last ran 0:10" in out
+    assert cli(db, "status", "--check", "--sweep-minutes", "15")[0] == 0
+
+
+def test_status_check_fails_for_a_claim_past_its_timeout(db: Db) -> None:
+    db.admin.execute(
+        "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at, timeout)"
+        " VALUES ('slow', 'etl', '@daily', now(), '1 second')"
+    )
+    assert cli(db, "sweep", "--yes")[0] == 0
+    with connect(db.dsn) as worker:
+        worker.execute("SELECT * FROM distlock.worker_fetch_and_execute_task('w1')")
+        eventually(lambda: cli(db, "status", "--check")[0] == 1, what="the claim to pass its timeout")
+        code, out = cli(db, "status", "--check")
+        assert "1 claim(s) running past their timeout" in out
+        task = cli_json(db, "tasks")["tasks"][0]
+        assert (task["task_name"], task["running_worker"], task["past_timeout"]) == ("slow", "w1", True)
+        assert task["fencing_token"] is not None
+
+
+def test_retry_dead_asks_first_and_makes_the_job_runnable(db: Db) -> None:
+    job = dead_job(db, "mail")
+    other = dead_job(db, "thumbs")
+    code, out = cli(db, "retry-dead", "--queue", "mail", answer="n\n")
+    assert code == 1 and "Retry 1 dead job(s) of queue 'mail'?" in out and "cancelled" in out
+    assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", job) == "dead"
+    code, out = cli(db, "retry-dead", "--queue", "mail", answer="y\n")
+    assert code == 0 and "retry-dead: 1" in out
+    assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", job) == "pending"
+    assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", other) == "dead"
+    code, out = cli(db, "delete-dead", str(other), "--yes")
+    assert code == 0
+    assert db.value("SELECT count(*) FROM distlock.task_queue WHERE id = %s", other) == 0
+
+
+def test_pause_resume_and_force_release(db: Db) -> None:
+    db.admin.execute("SELECT distlock.enqueue_task('send', p_queue => 'mail')")
+    assert cli(db, "pause", "mail", "--yes")[0] == 0
+    assert cli_json(db, "queue")["queues"][0]["paused"] is True
+    assert cli(db, "resume", "mail", "--yes")[0] == 0
+    assert cli_json(db, "queue")["queues"][0]["paused"] is False
+    token = db.value("SELECT distlock.acquire_lease('primary', 'node-a', '1 hour')")
+    lease = cli_json(db, "leases")["leases"][0]
+    assert (lease["name"], lease["owner"], lease["token"], lease["is_held"]) == ("primary", "node-a", token, True)
+    code, out = cli(db, "release-lease", "primary", answer="y\n")
+    assert code == 0 and "Force-release lease 'primary'?" in out
+    assert cli_json(db, "leases")["leases"] == [], "a force-released lease is gone"
+    assert db.value("SELECT distlock.check_lease_token('primary', %s)", token) is False
+    db.admin.execute("SELECT * FROM distlock.try_become_leader('scheduler', 'node-b', '1 hour')")
+    leader = cli_json(db, "leaders")["leaders"][0]
+    assert (leader["group_name"], leader["leader"], leader["is_current"]) == ("scheduler", "node-b", True)
+
+
+def test_locks_shows_the_wait_chain_and_its_holder(db: Db) -> None:
+    holder = connect(db.dsn + " application_name=holder")
+    holder.execute("SELECT distlock.lock('orders:42')")
+    errors: list[BaseException] = []
+
+    def wait(app: str) -> None:
+        try:
+            with connect(db.dsn + f" application_name={app}") as waiter:
+                waiter.execute("SELECT distlock.lock('orders:42', '30 seconds')")
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            errors.append(error)
+
+    waiters = [threading.Thread(target=wait, args=(f"waiter{i}",)) for i in range(2)]
+    for thread in waiters:
+        thread.start()
+    try:
+        eventually(lambda: len(cli_json(db, "locks")["waits"]) >= 2, what="two waiters")
+        report = cli_json(db, "locks")
+        held = [l for l in report["locks"] if l["granted"]]
+        assert [(l["application"], l["lock"]) for l in held] == [("holder", "orders:42")]
+        assert {w["blocked_application"] for w in report["waits"]} >= {"waiter0", "waiter1"}
+        assert report["deadlocks"] == []
+        code, out = cli(db, "locks")
+        assert code == 0
+        lines = out.splitlines()
+        root = next(i for i, line in enumerate(lines) if line.endswith("(holder) holds"))
+        assert any("(waiter0) waits" in line and "orders:42" in line for line in lines[root + 1:])
+    finally:
+        holder.close()
+        for thread in waiters:
+            thread.join(timeout=30)
+    assert not errors
+
+
+def test_a_monitor_reads_but_may_not_act(db: Db, monitor_role: str, capsys: pytest.CaptureFixture[str]) -> None:
+    dead_job(db)
+    dsn = f"{db.dsn} user={monitor_role}"
+    status = cli_json(db, "status", dsn=dsn)
+    assert status["queues"]["dead"] == 1 and status["server"]["storage"].startswith("unknown")
+    assert cli_json(db, "queue", dsn=dsn)["dead_jobs"] is None, "dead jobs' payloads are for admins"
+    code, _ = cli(db, "retry-dead", "--yes", dsn=dsn)
+    assert code == 3 and "permission denied" in capsys.readouterr().err
+    assert db.value("SELECT count(*) FROM distlock.task_queue WHERE status = 'dead'") == 1
+
+
+def test_python_m_runs_the_command_and_reports_a_missing_extension(db: Db) -> None:
+    run = subprocess.run([sys.executable, "-m", "pg_distlock", "--dsn", db.dsn, "status"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "storage" in run.stdout, run.stderr
+    db.admin.execute("DROP EXTENSION pg_distlock")
+    run = subprocess.run([sys.executable, "-m", "pg_distlock", "--dsn", db.dsn, "status"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 3 and "not installed" in run.stderr
+
+
+def test_the_wait_graph_draws_chains_under_their_holder_and_marks_a_cycle() -> None:
+    from pg_distlock.cli import waitgraph
+
+    def edge(blocked: int, blocking: int) -> dict[str, Any]:
+        return {"blocked_pid": blocked, "blocked_application": f"app{blocked}", "blocking_pid": blocking,
+                "blocking_application": f"app{blocking}", "locktype": "advisory", "lock": "k", "waiting_for": None}
+
+    chain = [edge(2, 1), edge(3, 2)]
+    assert list(waitgraph.draw(chain)) == [
+        "pid 1 (app1) holds",
+        "└─ pid 2 (app2) waits on advisory k",
+        "   └─ pid 3 (app3) waits on advisory k",
+    ]
+    assert waitgraph.cycles(chain) == []
+    loop = [edge(7, 5), edge(5, 6), edge(6, 7), edge(8, 7)]
+    assert waitgraph.cycles(loop) == [[5, 6, 7]]
+    assert list(waitgraph.draw(loop))[-1] == "DEADLOCK pid 5 -> pid 6 -> pid 7 -> pid 5"
