@@ -24,7 +24,18 @@ def frozen_backend(db: Db, application_name: str) -> Iterator[None]:
     as they would on a dead network."""
     pid = int(eventually(lambda: db.value(
         "SELECT pid FROM pg_stat_activity WHERE application_name = %s", application_name), what="the backend"))
-    os.kill(pid, signal.SIGSTOP)
+
+    def stopped_between_statements() -> bool:
+        # Stopped inside a statement, the backend would keep the rows it
+        # locked, and every other node's call would queue behind them until
+        # lock_timeout: a different failure from the dead network meant here.
+        os.kill(pid, signal.SIGSTOP)
+        if db.value("SELECT state FROM pg_stat_activity WHERE pid = %s", pid) == "idle":
+            return True
+        os.kill(pid, signal.SIGCONT)
+        return False
+
+    eventually(stopped_between_statements, what="the backend between two statements")
     try:
         yield
     finally:
