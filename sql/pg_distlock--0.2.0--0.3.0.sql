@@ -692,14 +692,19 @@ REVOKE ALL ON FUNCTION distlock.delete_dead_jobs(text, bigint[]) FROM PUBLIC;
 
 CREATE TABLE distlock.sweep_state (
     id             int PRIMARY KEY,
-    last_run_at    timestamptz NOT NULL,
+    -- NULL until the first run.
+    last_run_at    timestamptz,
     -- Claims the last run ended (abandoned or timed out).
-    last_recovered int NOT NULL,
-    runs           bigint NOT NULL
+    last_recovered int,
+    runs           bigint NOT NULL DEFAULT 0
 );
 
+-- The one row, there from the start, so that a run records itself with an
+-- UPDATE that can skip a concurrent sweep's lock instead of waiting for it.
+INSERT INTO distlock.sweep_state (id) VALUES (1);
+
 COMMENT ON TABLE distlock.sweep_state IS
-    'The recovery sweep''s last run in this database (one row once it has run).';
+    'The recovery sweep''s last run in this database (one row; last_run_at NULL before the first).';
 
 CREATE VIEW distlock.sweep_status AS
 SELECT s.last_run_at,
@@ -709,7 +714,7 @@ SELECT s.last_run_at,
   FROM distlock.sweep_state s;
 
 COMMENT ON VIEW distlock.sweep_status IS
-    'When the recovery sweep last ran, how long ago, and what it recovered; no row before its first run.';
+    'When the recovery sweep last ran, how long ago, and what it recovered; NULLs before its first run.';
 REVOKE ALL ON distlock.sweep_state, distlock.sweep_status FROM PUBLIC;
 GRANT SELECT ON distlock.sweep_status TO pg_monitor;
 

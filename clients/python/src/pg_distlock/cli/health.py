@@ -16,7 +16,7 @@ def problems(status: dict[str, Any], sweep_minutes: float, max_dead: int) -> lis
     sweep = status.get("sweep")
     if sweep is None:
         found.append("cannot read distlock.sweep_status")
-    elif not sweep:
+    elif not sweep or sweep["last_run_at"] is None:
         found.append("the recovery sweep has never run in this database (schedule it with pg_cron)")
     elif sweep["since_last_run"] > timedelta(minutes=sweep_minutes):
         found.append(f"the recovery sweep last ran {sweep['since_last_run']} ago (more than {sweep_minutes:g} minutes)")

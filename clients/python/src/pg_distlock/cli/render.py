@@ -90,7 +90,7 @@ def status(status: dict[str, Any], problems: list[str], as_json: bool, out: Text
     sweep = status["sweep"]
     if sweep is None:
         line("sweep", None, "")
-    elif not sweep:
+    elif not sweep or sweep["last_run_at"] is None:
         out.write(f"{'sweep':<9} never ran\n")
     else:
         out.write(f"{'sweep':<9} last ran {_text(sweep['since_last_run'])} ago, recovered {sweep['last_recovered']}, "
