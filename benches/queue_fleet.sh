@@ -11,6 +11,9 @@
 # latency per batch, and dead row versions per job left in
 # distlock.task_queue.
 # Measurements, not pass/fail tests.
+# With PGMQ_SQL naming pgmq's SQL install script (pgmq-extension/sql/pgmq.sql
+# of a pgmq checkout you provide; nothing here fetches or builds it), the
+# same fleet also runs against pgmq in the same cluster, with the ratio.
 #   BENCH_SECONDS=10 BENCH_FLEETS="16 64" benches/queue_fleet.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +25,10 @@ port=55533
 
 source benches/lib.sh
 start_preloaded_bench_cluster "$dir" "$port"
+if [ -n "${PGMQ_SQL:-}" ]; then
+  psql_on "$port" -f "$PGMQ_SQL" >/dev/null
+  psql_on "$port" -c "SELECT pgmq.create('bench')" >/dev/null
+fi
 
 pgbench_on() { "$bin/pgbench" -n -M prepared -h 127.0.0.1 -p "$port" -U postgres "$@" bench 2>&1; }
 # Completed jobs: archived, or left in place by fleet_in_place.sql.
@@ -29,24 +36,29 @@ completed() {
   psql_on "$port" -c "SELECT (SELECT count(*) FROM distlock.completed_jobs)
                            + (SELECT count(*) FROM distlock.task_queue WHERE status = 'completed')"
 }
-dead_tuples() { psql_on "$port" -c "SELECT pg_stat_get_dead_tuples('distlock.task_queue'::regclass)"; }
+archived_by_pgmq() { psql_on "$port" -c "SELECT count(*) FROM pgmq.a_bench"; }
 
 rows=()
-# run W SCRIPT WAIT: jobs/s, producer ms per batch, dead row versions per job.
+# run W SCRIPT WAIT [pgmq]: jobs/s, producer ms per batch, dead row versions per job.
 run() {
-  local consumers=$1 script=$2 wait=$3 before after produced dead
-  psql_on "$port" -c "TRUNCATE distlock.task_queue, distlock.completed_jobs" -c "VACUUM ANALYZE distlock.task_queue" \
-    -c "SELECT pg_stat_reset_single_table_counters('distlock.task_queue'::regclass)" >/dev/null
-  pgbench_on -c 1 -T $((seconds + 2)) -r -f benches/pgbench/fleet_produce.sql >"$dir/producer.log" &
+  local consumers=$1 script=$2 wait=$3 peer=${4:-} before after produced dead
+  local producer_script=fleet_produce table=distlock.task_queue count=completed
+  if [ "$peer" = pgmq ]; then
+    producer_script=peer_pgmq_produce table=pgmq.q_bench count=archived_by_pgmq
+    psql_on "$port" -c "TRUNCATE pgmq.q_bench, pgmq.a_bench" >/dev/null
+  fi
+  psql_on "$port" -c "TRUNCATE distlock.task_queue, distlock.completed_jobs" -c "VACUUM ANALYZE $table" \
+    -c "SELECT pg_stat_reset_single_table_counters('$table'::regclass)" >/dev/null
+  pgbench_on -c 1 -T $((seconds + 2)) -r -f "benches/pgbench/$producer_script.sql" >"$dir/producer.log" &
   local producer=$!
   sleep 2
-  before=$(completed)
+  before=$($count)
   pgbench_on -c "$consumers" -j 2 -T "$seconds" -f "benches/pgbench/$script.sql" \
     -D wait="$wait" -D ids='{}' -D att='{}' >"$dir/consumers.log"
-  after=$(completed)
+  after=$($count)
   wait "$producer"
-  dead=$(dead_tuples)
-  produced=$(awk '/enqueue_task/ { print $1; exit }' "$dir/producer.log")
+  dead=$(psql_on "$port" -c "SELECT pg_stat_get_dead_tuples('$table'::regclass)")
+  produced=$(awk '/enqueue_task|send_batch/ { print $1; exit }' "$dir/producer.log")
   echo "$(((after - before) / seconds)) ${produced:--} $(awk -v d="$dead" -v n="$after" 'BEGIN { printf "%.2f", n ? d / n : 0 }')"
 }
 row() { rows+=("$(printf '%-58s %10s %14s %12s' "$@")"); echo "  $*"; }
@@ -65,6 +77,11 @@ for w in $fleets; do
   row "$w consumers, archived against in place" "$(awk -v a="$archived" -v b="$rate" 'BEGIN { printf "%.2fx", b ? a / b : 0 }')" "" ""
   read -r rate lat dead < <(run "$w" fleet_row_lock 0)
   row "$w consumers, row locks held for the batch (no lease)" "$rate" "$lat" "$dead"
+  if [ -n "${PGMQ_SQL:-}" ]; then
+    read -r rate lat dead < <(run "$w" peer_pgmq_consume 0 pgmq)
+    row "$w consumers, pgmq read 64 + archive (polling)" "$rate" "$lat" "$dead"
+    row "$w consumers, pg_distlock p_wait against pgmq" "$(awk -v a="$archived" -v b="$rate" 'BEGIN { printf "%.2fx", b ? a / b : 0 }')" "" ""
+  fi
 done
 
 echo
