@@ -488,14 +488,11 @@ mod tests {
     /// frees its unique key; completing it again is a refusal, not an error.
     #[pg_test]
     fn queue_completion_moves_the_job_to_completed_jobs() {
-        let job = one::<i64>(
-            "SELECT distlock.enqueue_task('mail', '{\"to\": \"a\"}', now(), 3, 4, p_queue => 'q', p_unique_key => 'k')",
-        )
-        .expect("job");
+        let job = enqueue("'mail', '{\"to\": \"a\"}', now(), 3, 4, p_queue => 'q', p_unique_key => 'k'");
         run("SELECT distlock.fail_task(task_id, 'smtp down', 'w') FROM distlock.consume_task('w')");
         run(&format!("UPDATE distlock.task_queue SET run_after = now() WHERE id = {job}"));
         run("SELECT * FROM distlock.consume_task('w2')");
-        assert!(one::<bool>(&format!("SELECT distlock.complete_task({job}, 'w2', 2)")).expect("completed"));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({job}, 'w2', 2)")), Some(true));
         assert_eq!(one::<i64>(&format!("SELECT count(*) FROM distlock.task_queue WHERE id = {job}")), Some(0));
         assert_eq!(
             one::<String>(&format!(

@@ -33,14 +33,14 @@ def run(conn: psycopg.Connection[Any], args: argparse.Namespace, confirm: Callab
     """Runs the action `args.command` once confirmed; its result, or None
     when declined."""
     command = args.command
+    params: tuple[Any, ...]
     if command in ("retry-dead", "delete-dead"):
         dead = reads.count_dead(conn, args.queue, args.ids)
         known = "" if dead is None else f"{dead} "
         verb = "Retry" if command == "retry-dead" else "Delete"
         question = f"{verb} {known}dead job(s) {_which(args.queue, args.ids)}?"
         function = "retry_dead_jobs" if command == "retry-dead" else "delete_dead_jobs"
-        sql = f"SELECT distlock.{function}(%s, %s::bigint[])"
-        params: tuple[Any, ...] = (args.queue, args.ids or None)
+        sql, params = f"SELECT distlock.{function}(%s, %s::bigint[])", (args.queue, args.ids or None)
     elif command in ("pause", "resume"):
         question = f"{command.capitalize()} queue {args.queue!r}?"
         sql, params = f"SELECT distlock.{command}_queue(%s)", (args.queue,)
@@ -49,15 +49,16 @@ def run(conn: psycopg.Connection[Any], args: argparse.Namespace, confirm: Callab
         sql, params = "SELECT distlock.force_release_lease(%s)", (args.name,)
     elif command == "sweep":
         question = f"Run the recovery sweep (timeout {args.timeout_minutes} minutes for tasks without their own)?"
-        recovered = "SELECT task_id, worker_id, lock_released FROM distlock.check_and_recover_timeout_tasks(%s)"
-        if not (args.yes or confirm(question)):
-            return None
-        with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(recovered, (args.timeout_minutes,))
-            return {"recovered": cur.fetchall()}
+        sql = "SELECT task_id, worker_id, lock_released FROM distlock.check_and_recover_timeout_tasks(%s)"
+        params = (args.timeout_minutes,)
     else:
         raise AssertionError(f"unknown command {command}")
     if not (args.yes or confirm(question)):
         return None
-    row = conn.execute(sql, params).fetchone()
-    return row[0] if row else None
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+    if command == "sweep":
+        return {"recovered": rows}
+    # Every other action returns one value: a count or whether it changed something.
+    return next(iter(rows[0].values())) if rows else None
