@@ -11,6 +11,7 @@
 #                                      4 server connections per database
 #   scripts/cluster.sh stop DIR        (a cluster or a PgBouncer directory)
 set -euo pipefail
+. "$(dirname "$0")/pidfile.sh"
 
 PGBIN=${PGBIN:-/usr/lib/postgresql/${PG_MAJOR:-15}/bin}
 as_postgres() { if [ "$(id -un)" = postgres ]; then "$@"; else runuser -u postgres -- "$@"; fi; }
@@ -37,8 +38,19 @@ ${CLUSTER_EXTRA_CONF:-}
 CONF
 }
 
+# Waits for the old PgBouncer to exit: a new one refuses its pid file.
+stop_bouncer() {
+  local dir=$1 pid
+  pid=$(our_pid "$dir/pgbouncer.pid" "$dir/pgbouncer.ini") || return 0
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  rm -f "$dir/pgbouncer.pid"
+}
+
 start() {
   local dir=$1
+  # A stale postmaster.pid naming a live postgres-owned process stops a start.
+  our_pid "$dir/postmaster.pid" "-D $dir" >/dev/null || true
   as_postgres "$PGBIN/pg_ctl" -D "$dir" -l "$dir/server.log" -w -t 60 start >/dev/null
 }
 
@@ -67,6 +79,7 @@ case "${1:-}" in
   bouncer)
     dir=$2 port=$3 target=$4
     mkdir -p "$dir" && chown postgres "$dir"
+    stop_bouncer "$dir"
     echo '"postgres" ""' >"$dir/userlist.txt"
     cat >"$dir/pgbouncer.ini" <<INI
 [databases]
@@ -90,8 +103,10 @@ INI
     ;;
   stop)
     dir=$2
-    [ -f "$dir/postmaster.pid" ] && as_postgres "$PGBIN/pg_ctl" -D "$dir" -m fast -w stop >/dev/null || true
-    [ -f "$dir/pgbouncer.pid" ] && kill "$(cat "$dir/pgbouncer.pid")" 2>/dev/null || true
+    if our_pid "$dir/postmaster.pid" "-D $dir" >/dev/null; then
+      as_postgres "$PGBIN/pg_ctl" -D "$dir" -m fast -w stop >/dev/null || true
+    fi
+    stop_bouncer "$dir"
     ;;
   *)
     echo "usage: $0 start DIR PORT [PRELOAD] | standby DIR PORT PRIMARY_PORT | bouncer DIR PORT TARGET_PORT | stop DIR" >&2

@@ -12,6 +12,7 @@
 # The ports are not the packages' defaults (2379, 8008, 5432), so a system
 # etcd or Patroni service started by the packages cannot collide with it.
 set -euo pipefail
+. "$(dirname "$0")/pidfile.sh"
 
 PGBIN=/usr/lib/postgresql/${PG_MAJOR:-15}/bin
 
@@ -135,7 +136,8 @@ case "${1:-}" in
     for names in "node1 node2" etcd; do
       pids=()
       for name in $names; do
-        [ -f "$dir/$name.pid" ] && pids+=("$(cat "$dir/$name.pid")") && rm -f "$dir/$name.pid"
+        if pid=$(our_pid "$dir/$name.pid" "$dir/"); then pids+=("$pid"); fi
+        rm -f "$dir/$name.pid"
       done
       [ "${#pids[@]}" -gt 0 ] || continue
       kill -TERM "${pids[@]}" 2>/dev/null || true
@@ -145,7 +147,7 @@ case "${1:-}" in
     done
     # A postmaster left behind by a Patroni that had to be killed.
     for name in node1 node2; do
-      if [ -f "$dir/$name/postmaster.pid" ]; then
+      if our_pid "$dir/$name/postmaster.pid" "$dir/$name" >/dev/null; then
         runuser -u postgres -- "$PGBIN/pg_ctl" -D "$dir/$name" -m immediate -w stop >/dev/null 2>&1 || true
       fi
     done

@@ -17,6 +17,9 @@ versions=${PG_VERSIONS:-"15 17 18"}
 newest=${versions##* }
 PG_VERSIONS=$versions scripts/setup.sh
 
+echo "==== test scripts survive stale pid files (tests/scripts/stale_pidfiles.sh)"
+tests/scripts/stale_pidfiles.sh
+
 for v in $versions; do
   scope=core
   [ "$v" = "$newest" ] && scope=all
