@@ -10,9 +10,10 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 GRANT USAGE ON SCHEMA distlock TO pg_monitor;
 GRANT SELECT ON distlock.advisory_locks, distlock.lock_waits,
                 distlock.running_tasks, distlock.task_stats,
-                distlock.queue_stats, distlock.queues, distlock.leases, distlock.leaders,
+                distlock.queue_stats, distlock.queues, distlock.queue_throughput,
+                distlock.queue_latency, distlock.leases, distlock.leaders,
                 distlock.lock_stats, distlock.lock_key_collisions,
-                distlock.blocked_tasks, distlock.sweep_status TO pg_monitor;
+                distlock.blocked_tasks, distlock.sweep_status, distlock.task_schedule TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.task_lock_class() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.lock_stats_entries() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.in_monitor_scope(text, text) TO pg_monitor;

@@ -76,8 +76,10 @@ SELECT g.privilege, g.object FROM (VALUES
     ('consumer', 'EXECUTE', 'FUNCTION distlock.extend_task_lease(bigint, interval, text, integer)'),
     -- The monitoring views (what pg_monitor is granted).
     ('monitor',  'SELECT',  'distlock.advisory_locks, distlock.lock_waits, distlock.running_tasks, '
-                            'distlock.task_stats, distlock.queue_stats, distlock.queues, distlock.leases, distlock.leaders, '
-                            'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks, distlock.sweep_status'),
+                            'distlock.task_stats, distlock.queue_stats, distlock.queues, distlock.queue_throughput, '
+                            'distlock.queue_latency, distlock.leases, distlock.leaders, '
+                            'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks, distlock.sweep_status, '
+                            'distlock.task_schedule'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_wait_stats()'),
     -- Recovery, retention and resets; defining tasks.
@@ -601,27 +603,85 @@ COMMENT ON TABLE distlock.queue_settings IS
     'Per-queue settings (pause_queue, resume_queue, set_queue_limit); queues without a row run unlimited.';
 
 CREATE VIEW distlock.queues AS
+WITH unfinished AS (
+    SELECT q.queue,
+           count(*) FILTER (WHERE q.status = 'pending') AS pending,
+           count(*) FILTER (WHERE q.status = 'processing') AS processing,
+           count(*) FILTER (WHERE q.status = 'failed') AS failed,
+           count(*) FILTER (WHERE q.status = 'dead') AS dead,
+           min(q.created_at) FILTER (WHERE q.status = 'pending') AS oldest_pending
+      FROM distlock.task_queue q
+     GROUP BY q.queue),
+-- The archive keeps every completed job until prune_jobs: counting all of
+-- them would cost a scan of millions of rows, the last hour a BRIN range.
+recent AS (
+    SELECT c.queue, count(*) AS completed
+      FROM distlock.completed_jobs c
+     WHERE c.completed_at > pg_catalog.now() - interval '1 hour'
+     GROUP BY c.queue)
 SELECT n.queue AS name,
        COALESCE(s.paused, false) AS paused,
        s.max_processing,
-       count(q.id) FILTER (WHERE q.status = 'pending') AS pending,
-       count(q.id) FILTER (WHERE q.status = 'processing') AS processing,
-       count(q.id) FILTER (WHERE q.status = 'failed') AS failed,
-       count(q.id) FILTER (WHERE q.status = 'dead') AS dead,
-       count(q.id) FILTER (WHERE q.status = 'completed') AS completed,
-       pg_catalog.now() - min(q.created_at) FILTER (WHERE q.status = 'pending') AS oldest_pending_age
+       COALESCE(u.pending, 0) AS pending,
+       COALESCE(u.processing, 0) AS processing,
+       COALESCE(u.failed, 0) AS failed,
+       COALESCE(u.dead, 0) AS dead,
+       COALESCE(r.completed, 0) AS completed_last_hour,
+       pg_catalog.now() - u.oldest_pending AS oldest_pending_age
   FROM (SELECT queue FROM distlock.queue_settings
         UNION
-        SELECT DISTINCT queue FROM distlock.jobs) n
+        SELECT queue FROM unfinished
+        UNION
+        SELECT queue FROM recent) n
   LEFT JOIN distlock.queue_settings s ON s.queue = n.queue
-  LEFT JOIN distlock.jobs q ON q.queue = n.queue
- GROUP BY n.queue, s.paused, s.max_processing
-HAVING distlock.in_monitor_scope(n.queue);
+  LEFT JOIN unfinished u ON u.queue = n.queue
+  LEFT JOIN recent r ON r.queue = n.queue
+ WHERE distlock.in_monitor_scope(n.queue);
 
 COMMENT ON VIEW distlock.queues IS
-    'Queues with their settings and their jobs counted by status.';
-REVOKE ALL ON distlock.queue_settings, distlock.queues FROM PUBLIC;
-GRANT SELECT ON distlock.queues TO pg_monitor;
+    'Queues with their settings, their unfinished jobs counted by status and the jobs completed in the last hour.';
+
+-- Per queue and minute of the last hour: jobs completed and jobs that died
+-- (failed their last attempt). A failure that is retried is not timestamped.
+CREATE VIEW distlock.queue_throughput AS
+SELECT e.queue, e.minute, sum(e.completed)::bigint AS completed, sum(e.died)::bigint AS died
+  FROM (SELECT c.queue, pg_catalog.date_trunc('minute', c.completed_at) AS minute, count(*) AS completed, 0 AS died
+          FROM distlock.completed_jobs c
+         WHERE c.completed_at >= pg_catalog.date_trunc('minute', pg_catalog.now()) - interval '59 minutes'
+         GROUP BY 1, 2
+        UNION ALL
+        SELECT d.queue, pg_catalog.date_trunc('minute', d.completed_at), 0, count(*)
+          FROM distlock.task_queue d
+         WHERE d.status = 'dead'
+           AND d.completed_at >= pg_catalog.date_trunc('minute', pg_catalog.now()) - interval '59 minutes'
+         GROUP BY 1, 2) e
+ WHERE distlock.in_monitor_scope(e.queue)
+ GROUP BY e.queue, e.minute;
+
+COMMENT ON VIEW distlock.queue_throughput IS
+    'Jobs completed and jobs that died per queue and minute, over the last hour.';
+
+-- How long runnable jobs waited for a consumer: from when a job could run
+-- (created_at, or run_after for a delayed or retried job) to the claim that
+-- completed it, over the jobs completed in the last hour.
+CREATE VIEW distlock.queue_latency AS
+SELECT c.queue,
+       count(*) AS jobs,
+       pg_catalog.percentile_cont(0.5) WITHIN GROUP (ORDER BY w.wait) AS wait_p50,
+       pg_catalog.percentile_cont(0.95) WITHIN GROUP (ORDER BY w.wait) AS wait_p95,
+       pg_catalog.percentile_cont(0.99) WITHIN GROUP (ORDER BY w.wait) AS wait_p99,
+       max(w.wait) AS wait_max
+  FROM distlock.completed_jobs c
+ CROSS JOIN LATERAL (SELECT GREATEST(c.started_at - GREATEST(c.created_at, c.run_after), interval '0') AS wait) w
+ WHERE c.completed_at > pg_catalog.now() - interval '1 hour'
+   AND c.started_at IS NOT NULL
+ GROUP BY c.queue
+HAVING distlock.in_monitor_scope(c.queue);
+
+COMMENT ON VIEW distlock.queue_latency IS
+    'Per queue, how long jobs completed in the last hour waited from runnable to started: percentiles and maximum.';
+REVOKE ALL ON distlock.queue_settings, distlock.queues, distlock.queue_throughput, distlock.queue_latency FROM PUBLIC;
+GRANT SELECT ON distlock.queues, distlock.queue_throughput, distlock.queue_latency TO pg_monitor;
 SELECT pg_catalog.pg_extension_config_dump('distlock.queue_settings', '');
 
 CREATE FUNCTION distlock.pause_queue("p_queue" TEXT) RETURNS bool
@@ -717,6 +777,28 @@ COMMENT ON VIEW distlock.sweep_status IS
     'When the recovery sweep last ran, how long ago, and what it recovered; NULLs before its first run.';
 REVOKE ALL ON distlock.sweep_state, distlock.sweep_status FROM PUBLIC;
 GRANT SELECT ON distlock.sweep_status TO pg_monitor;
+
+-- Every scheduled task as it stands, without its runs: cheap at any number
+-- of tasks, where task_stats counts each task's whole log.
+CREATE VIEW distlock.task_schedule AS
+SELECT t.id AS task_id,
+       t.task_name,
+       t.task_type,
+       t.schedule_cron,
+       t.is_enabled,
+       t.next_run_at,
+       t.last_run_at,
+       t.last_status,
+       t.consecutive_failures,
+       t.timeout,
+       t.current_token IS NOT NULL AS is_running
+  FROM distlock.scheduled_tasks t
+ WHERE distlock.in_monitor_scope(t.task_name, t.task_type);
+
+COMMENT ON VIEW distlock.task_schedule IS
+    'Scheduled tasks with their schedule, next and last run and last status, without counting their runs.';
+REVOKE ALL ON distlock.task_schedule FROM PUBLIC;
+GRANT SELECT ON distlock.task_schedule TO pg_monitor;
 
 -- Grants are reset to what the capability model gives, naming each one it
 -- takes away in a WARNING (PostgreSQL raises client_min_messages to warning

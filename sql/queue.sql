@@ -131,25 +131,83 @@ COMMENT ON TABLE distlock.queue_settings IS
     'Per-queue settings (pause_queue, resume_queue, set_queue_limit); queues without a row run unlimited.';
 
 CREATE VIEW distlock.queues AS
+WITH unfinished AS (
+    SELECT q.queue,
+           count(*) FILTER (WHERE q.status = 'pending') AS pending,
+           count(*) FILTER (WHERE q.status = 'processing') AS processing,
+           count(*) FILTER (WHERE q.status = 'failed') AS failed,
+           count(*) FILTER (WHERE q.status = 'dead') AS dead,
+           min(q.created_at) FILTER (WHERE q.status = 'pending') AS oldest_pending
+      FROM distlock.task_queue q
+     GROUP BY q.queue),
+-- The archive keeps every completed job until prune_jobs: counting all of
+-- them would cost a scan of millions of rows, the last hour a BRIN range.
+recent AS (
+    SELECT c.queue, count(*) AS completed
+      FROM distlock.completed_jobs c
+     WHERE c.completed_at > pg_catalog.now() - interval '1 hour'
+     GROUP BY c.queue)
 SELECT n.queue AS name,
        COALESCE(s.paused, false) AS paused,
        s.max_processing,
-       count(q.id) FILTER (WHERE q.status = 'pending') AS pending,
-       count(q.id) FILTER (WHERE q.status = 'processing') AS processing,
-       count(q.id) FILTER (WHERE q.status = 'failed') AS failed,
-       count(q.id) FILTER (WHERE q.status = 'dead') AS dead,
-       count(q.id) FILTER (WHERE q.status = 'completed') AS completed,
-       pg_catalog.now() - min(q.created_at) FILTER (WHERE q.status = 'pending') AS oldest_pending_age
+       COALESCE(u.pending, 0) AS pending,
+       COALESCE(u.processing, 0) AS processing,
+       COALESCE(u.failed, 0) AS failed,
+       COALESCE(u.dead, 0) AS dead,
+       COALESCE(r.completed, 0) AS completed_last_hour,
+       pg_catalog.now() - u.oldest_pending AS oldest_pending_age
   FROM (SELECT queue FROM distlock.queue_settings
         UNION
-        SELECT DISTINCT queue FROM distlock.jobs) n
+        SELECT queue FROM unfinished
+        UNION
+        SELECT queue FROM recent) n
   LEFT JOIN distlock.queue_settings s ON s.queue = n.queue
-  LEFT JOIN distlock.jobs q ON q.queue = n.queue
- GROUP BY n.queue, s.paused, s.max_processing
-HAVING distlock.in_monitor_scope(n.queue);
+  LEFT JOIN unfinished u ON u.queue = n.queue
+  LEFT JOIN recent r ON r.queue = n.queue
+ WHERE distlock.in_monitor_scope(n.queue);
 
 COMMENT ON VIEW distlock.queues IS
-    'Queues with their settings and their jobs counted by status.';
+    'Queues with their settings, their unfinished jobs counted by status and the jobs completed in the last hour.';
+
+-- Per queue and minute of the last hour: jobs completed and jobs that died
+-- (failed their last attempt). A failure that is retried is not timestamped.
+CREATE VIEW distlock.queue_throughput AS
+SELECT e.queue, e.minute, sum(e.completed)::bigint AS completed, sum(e.died)::bigint AS died
+  FROM (SELECT c.queue, pg_catalog.date_trunc('minute', c.completed_at) AS minute, count(*) AS completed, 0 AS died
+          FROM distlock.completed_jobs c
+         WHERE c.completed_at >= pg_catalog.date_trunc('minute', pg_catalog.now()) - interval '59 minutes'
+         GROUP BY 1, 2
+        UNION ALL
+        SELECT d.queue, pg_catalog.date_trunc('minute', d.completed_at), 0, count(*)
+          FROM distlock.task_queue d
+         WHERE d.status = 'dead'
+           AND d.completed_at >= pg_catalog.date_trunc('minute', pg_catalog.now()) - interval '59 minutes'
+         GROUP BY 1, 2) e
+ WHERE distlock.in_monitor_scope(e.queue)
+ GROUP BY e.queue, e.minute;
+
+COMMENT ON VIEW distlock.queue_throughput IS
+    'Jobs completed and jobs that died per queue and minute, over the last hour.';
+
+-- How long runnable jobs waited for a consumer: from when a job could run
+-- (created_at, or run_after for a delayed or retried job) to the claim that
+-- completed it, over the jobs completed in the last hour.
+CREATE VIEW distlock.queue_latency AS
+SELECT c.queue,
+       count(*) AS jobs,
+       pg_catalog.percentile_cont(0.5) WITHIN GROUP (ORDER BY w.wait) AS wait_p50,
+       pg_catalog.percentile_cont(0.95) WITHIN GROUP (ORDER BY w.wait) AS wait_p95,
+       pg_catalog.percentile_cont(0.99) WITHIN GROUP (ORDER BY w.wait) AS wait_p99,
+       max(w.wait) AS wait_max
+  FROM distlock.completed_jobs c
+ CROSS JOIN LATERAL (SELECT GREATEST(c.started_at - GREATEST(c.created_at, c.run_after), interval '0') AS wait) w
+ WHERE c.completed_at > pg_catalog.now() - interval '1 hour'
+   AND c.started_at IS NOT NULL
+ GROUP BY c.queue
+HAVING distlock.in_monitor_scope(c.queue);
+
+COMMENT ON VIEW distlock.queue_latency IS
+    'Per queue, how long jobs completed in the last hour waited from runnable to started: percentiles and maximum.';
 
 CREATE VIEW distlock.queue_stats AS
 SELECT q.task_name,

@@ -154,6 +154,26 @@ SELECT t.id AS task_id,
 COMMENT ON VIEW distlock.task_stats IS
     'Per task: runs by outcome, durations of completed runs, and its schedule.';
 
+-- Every scheduled task as it stands, without its runs: cheap at any number
+-- of tasks, where task_stats counts each task's whole log.
+CREATE VIEW distlock.task_schedule AS
+SELECT t.id AS task_id,
+       t.task_name,
+       t.task_type,
+       t.schedule_cron,
+       t.is_enabled,
+       t.next_run_at,
+       t.last_run_at,
+       t.last_status,
+       t.consecutive_failures,
+       t.timeout,
+       t.current_token IS NOT NULL AS is_running
+  FROM distlock.scheduled_tasks t
+ WHERE distlock.in_monitor_scope(t.task_name, t.task_type);
+
+COMMENT ON VIEW distlock.task_schedule IS
+    'Scheduled tasks with their schedule, next and last run and last status, without counting their runs.';
+
 -- Task locks held with no committed running claim behind them: a claim made
 -- in a transaction that has not committed (its log row is invisible). The
 -- task is not claimed while the lock is held; the sweep ends the holder once

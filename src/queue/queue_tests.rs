@@ -504,7 +504,7 @@ mod tests {
         );
         assert_eq!(one::<String>(&format!("SELECT status FROM distlock.jobs WHERE id = {job}")), Some("completed".into()));
         assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({job}, 'w2')")), Some(false));
-        assert_eq!(one::<i64>("SELECT completed FROM distlock.queues WHERE name = 'q'"), Some(1));
+        assert_eq!(one::<i64>("SELECT completed_last_hour FROM distlock.queues WHERE name = 'q'"), Some(1));
         let again = one::<i64>("SELECT distlock.enqueue_task('mail', p_queue => 'q', p_unique_key => 'k')");
         assert_ne!(again, Some(job), "a completed job frees its key");
     }
@@ -517,6 +517,37 @@ mod tests {
         assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({job}, 'boom', 'w')")), Some(true));
         assert_eq!(one::<String>(&format!("SELECT status FROM distlock.task_queue WHERE id = {job}")), Some("dead".into()));
         job
+    }
+
+    /// The monitor's queue views count the last hour: completions and deaths
+    /// per minute, and how long completed jobs waited from runnable to started;
+    /// a job completed before the hour is in none of them.
+    #[pg_test]
+    fn queue_views_count_the_last_hour() {
+        let done = enqueue("'mail', '{}', now(), 0, 1, 'q'");
+        let old = enqueue("'mail', '{}', now(), 0, 1, 'q'");
+        run("SELECT distlock.complete_task(task_id, 'w') FROM distlock.consume_tasks(2, 'w')");
+        run(&format!("UPDATE distlock.completed_jobs SET completed_at = now() - interval '2 hours' WHERE id = {old}"));
+        run(&format!(
+            "UPDATE distlock.completed_jobs SET started_at = created_at + interval '3 seconds' WHERE id = {done}"
+        ));
+        dead_job("'mail', '{}', now(), 0, 1, 'q'");
+        assert_eq!(
+            one::<String>("SELECT concat_ws('/', completed_last_hour, dead, pending) FROM distlock.queues WHERE name = 'q'"),
+            Some("1/1/0".into())
+        );
+        assert_eq!(
+            one::<String>("SELECT concat_ws('/', sum(completed), sum(died)) FROM distlock.queue_throughput WHERE queue = 'q'"),
+            Some("1/1".into())
+        );
+        assert_eq!(
+            one::<String>("SELECT concat_ws('/', jobs, wait_p50, wait_p99, wait_max) FROM distlock.queue_latency WHERE queue = 'q'"),
+            Some("1/00:00:03/00:00:03/00:00:03".into())
+        );
+        run("UPDATE distlock.completed_jobs SET completed_at = now() - interval '2 hours'");
+        run("DELETE FROM distlock.task_queue");
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.queues WHERE name = 'q'"), Some(0));
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.queue_latency"), Some(0));
     }
 
     /// Retrying a dead job makes it runnable now with one more attempt; its
