@@ -3,7 +3,9 @@ test that needs isolation gets a database of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 import uuid
 from typing import Callable, Iterator
@@ -84,6 +86,34 @@ class Db:
         ]
 
 
+@contextlib.contextmanager
+def lock_wait_chain(db: Db, lock: str, waiters: int = 2) -> Iterator[int]:
+    """A session named holder holding distlock.lock(lock) and `waiters`
+    sessions (waiter0, ...) waiting up to 30 s for it; the holder's pid.
+    Their waits must end without error once the holder lets go."""
+    holder = connect(db.dsn + " application_name=holder")
+    holder.execute("SELECT distlock.lock(%s)", (lock,))
+    errors: list[BaseException] = []
+
+    def wait(app: str) -> None:
+        try:
+            with connect(db.dsn + f" application_name={app}") as waiter:
+                waiter.execute("SELECT distlock.lock(%s, '30 seconds')", (lock,))
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=wait, args=(f"waiter{i}",)) for i in range(waiters)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield holder.info.backend_pid
+    finally:
+        holder.close()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert not errors
+
+
 def new_database(port: int = PRIMARY) -> Db:
     name = f"pydl_{uuid.uuid4().hex[:12]}"
     with connect(dsn(port)) as admin:
@@ -112,3 +142,13 @@ def db() -> Iterator[Db]:
 @pytest.fixture
 def name() -> str:
     return f"n-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def monitor_role(db: Db) -> Iterator[str]:
+    role = f"mon_{uuid.uuid4().hex[:8]}"
+    db.admin.execute(f"CREATE ROLE {role} LOGIN")
+    db.admin.execute("SELECT distlock.grant_capability(%s, 'monitor')", (role,))
+    yield role
+    db.admin.execute(f"DROP OWNED BY {role}")
+    db.admin.execute(f"DROP ROLE {role}")

@@ -7,13 +7,11 @@ import io
 import json
 import subprocess
 import sys
-import threading
-import uuid
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from conftest import Db, connect, eventually
+from conftest import Db, connect, eventually, lock_wait_chain
 from pg_distlock.cli import main
 
 
@@ -35,16 +33,6 @@ def dead_job(db: Db, queue: str = "mail") -> int:
     assert claimed == job
     assert db.value("SELECT distlock.fail_task(%s, 'smtp down', 'w')", job) is True
     return int(job)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def monitor_role(db: Db) -> Iterator[str]:
-    role = f"mon_{uuid.uuid4().hex[:8]}"
-    db.admin.execute(f"CREATE ROLE {role} LOGIN")
-    db.admin.execute("SELECT distlock.grant_capability(%s, 'monitor')", (role,))
-    yield role
-    db.admin.execute(f"DROP OWNED BY {role}")
-    db.admin.execute(f"DROP ROLE {role}")
 
 
 def test_status_check_fails_until_the_sweep_runs_and_while_a_job_is_dead(db: Db) -> None:
@@ -122,21 +110,7 @@ def test_pause_resume_and_force_release(db: Db) -> None:
 
 
 def test_locks_shows_the_wait_chain_and_its_holder(db: Db) -> None:
-    holder = connect(db.dsn + " application_name=holder")
-    holder.execute("SELECT distlock.lock('orders:42')")
-    errors: list[BaseException] = []
-
-    def wait(app: str) -> None:
-        try:
-            with connect(db.dsn + f" application_name={app}") as waiter:
-                waiter.execute("SELECT distlock.lock('orders:42', '30 seconds')")
-        except BaseException as error:  # noqa: BLE001 - reported by the test
-            errors.append(error)
-
-    waiters = [threading.Thread(target=wait, args=(f"waiter{i}",)) for i in range(2)]
-    for thread in waiters:
-        thread.start()
-    try:
+    with lock_wait_chain(db, "orders:42"):
         eventually(lambda: len(cli_json(db, "locks")["waits"]) >= 2, what="two waiters")
         report = cli_json(db, "locks")
         held = [l for l in report["locks"] if l["granted"]]
@@ -148,11 +122,6 @@ def test_locks_shows_the_wait_chain_and_its_holder(db: Db) -> None:
         lines = out.splitlines()
         root = next(i for i, line in enumerate(lines) if line.endswith("(holder) holds"))
         assert any("(waiter0) waits" in line and "orders:42" in line for line in lines[root + 1:])
-    finally:
-        holder.close()
-        for thread in waiters:
-            thread.join(timeout=30)
-    assert not errors
 
 
 def test_a_monitor_reads_but_may_not_act(db: Db, monitor_role: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -177,7 +146,7 @@ def test_python_m_runs_the_command_and_reports_a_missing_extension(db: Db) -> No
 
 
 def test_the_wait_graph_draws_chains_under_their_holder_and_marks_a_cycle() -> None:
-    from pg_distlock.cli import waitgraph
+    from pg_distlock.inspect import waitgraph
 
     def edge(blocked: int, blocking: int) -> dict[str, Any]:
         return {"blocked_pid": blocked, "blocked_application": f"app{blocked}", "blocking_pid": blocking,

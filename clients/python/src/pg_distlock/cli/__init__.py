@@ -14,7 +14,8 @@ from typing import Any, Callable, Sequence, TextIO
 
 import psycopg
 
-from . import actions, health, reads, render
+from ..inspect import actions, health, reads
+from . import render
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_DATABASE = 0, 1, 2, 3
 
@@ -53,11 +54,42 @@ def _parser() -> argparse.ArgumentParser:
     release = commands.add_parser("release-lease", help="admin: force-release a lease (its holder's token stops working)")
     release.add_argument("name")
     release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    console = commands.add_parser("console", help="serve the web console (needs the console extra)")
+    console.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    console.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    console.add_argument("--pool-size", type=int, default=4, metavar="N",
+                         help="at most N connections to the database (default 4)")
+    console.add_argument("--allowed-host", action="append", dest="allowed_hosts", metavar="NAME",
+                         help="a Host header to answer besides loopback names and --host (repeat)")
     sweep = commands.add_parser("sweep", help="admin: run the recovery sweep now")
     sweep.add_argument("--timeout-minutes", type=int, default=30, metavar="N",
                        help="timeout of tasks without their own (default 30)")
     sweep.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     return parser
+
+
+def _console(args: argparse.Namespace) -> int:
+    try:
+        from ..console import serve
+    except ImportError as error:
+        print(f"pg-distlock console needs the console extra: pip install 'pg-distlock[console]' ({error})",
+              file=sys.stderr)
+        return EXIT_USAGE
+    hosts = None
+    if args.allowed_hosts:
+        hosts = ["127.0.0.1", "localhost", args.host, *args.allowed_hosts]
+    print(f"pg-distlock console on http://{args.host}:{args.port}/", file=sys.stderr)
+    serve(args.dsn, args.host, args.port, args.pool_size, hosts)
+    return EXIT_OK
+
+
+def _ask(question: str, stdin: TextIO, out: TextIO) -> bool:
+    out.write(f"{question} [y/N] ")
+    out.flush()
+    answer = stdin.readline()
+    if not answer:
+        out.write("\n")
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _connect(dsn: str) -> psycopg.Connection[Any]:
@@ -68,7 +100,9 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
 def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     args = _parser().parse_args(argv)
     out = stdout or sys.stdout
-    confirm: Callable[[str], bool] = lambda question: actions.ask(question, stdin or sys.stdin, out)
+    if args.command == "console":
+        return _console(args)
+    confirm: Callable[[str], bool] = lambda question: _ask(question, stdin or sys.stdin, out)
     try:
         with _connect(args.dsn) as conn:
             reads.require_installed(conn)
@@ -96,9 +130,11 @@ def _run(args: argparse.Namespace, conn: psycopg.Connection[Any], out: TextIO,
     if command in ("tasks", "leases", "leaders"):
         render.tables({command: getattr(reads, command)(conn)}, args.json, out)
         return EXIT_OK
-    done = actions.run(conn, args, confirm)
-    if done is None:
+    action = actions.plan(conn, command, queue=getattr(args, "queue", None), ids=getattr(args, "ids", None),
+                          name=getattr(args, "name", None), timeout_minutes=getattr(args, "timeout_minutes", 30))
+    if not (args.yes or confirm(action.question)):
         print("cancelled", file=out)
         return EXIT_PROBLEM
+    done = actions.perform(conn, action)
     render.action(command, done, args.json, out)
     return EXIT_OK

@@ -7,8 +7,8 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Optional, TextIO
 
-from . import waitgraph
-from .reads import Rows
+from ..inspect import waitgraph
+from ..inspect.reads import Rows
 
 
 def _json_value(value: Any) -> Any:

@@ -1,23 +1,24 @@
-"""Admin actions, each asked for first (unless --yes) with what it will do."""
+"""The admin actions: what each will do, said before it is done, and doing it."""
 
 from __future__ import annotations
 
-import argparse
-from typing import Any, Callable, Optional, TextIO
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import psycopg
 from psycopg.rows import dict_row
 
 from . import reads
 
+ACTIONS = ("retry-dead", "delete-dead", "pause", "resume", "release-lease", "sweep")
 
-def ask(question: str, stdin: TextIO, out: TextIO) -> bool:
-    out.write(f"{question} [y/N] ")
-    out.flush()
-    answer = stdin.readline()
-    if not answer:
-        out.write("\n")
-    return answer.strip().lower() in ("y", "yes")
+
+@dataclass(frozen=True)
+class Action:
+    command: str
+    question: str
+    sql: str
+    params: tuple[Any, ...]
 
 
 def _which(queue: Optional[str], ids: list[int]) -> str:
@@ -29,36 +30,50 @@ def _which(queue: Optional[str], ids: list[int]) -> str:
     return " ".join(parts) or "of every queue"
 
 
-def run(conn: psycopg.Connection[Any], args: argparse.Namespace, confirm: Callable[[str], bool]) -> Optional[Any]:
-    """Runs the action `args.command` once confirmed; its result, or None
-    when declined."""
-    command = args.command
-    params: tuple[Any, ...]
+def plan(conn: psycopg.Connection[Any], command: str, *, queue: Optional[str] = None, ids: Optional[list[int]] = None,
+         name: Optional[str] = None, timeout_minutes: int = 30) -> Action:
+    """The action `command` with its arguments; ValueError when one it needs is missing."""
+    ids = ids or []
     if command in ("retry-dead", "delete-dead"):
-        dead = reads.count_dead(conn, args.queue, args.ids)
+        dead = reads.count_dead(conn, queue, ids)
         known = "" if dead is None else f"{dead} "
         verb = "Retry" if command == "retry-dead" else "Delete"
-        question = f"{verb} {known}dead job(s) {_which(args.queue, args.ids)}?"
         function = "retry_dead_jobs" if command == "retry-dead" else "delete_dead_jobs"
-        sql, params = f"SELECT distlock.{function}(%s, %s::bigint[])", (args.queue, args.ids or None)
-    elif command in ("pause", "resume"):
-        question = f"{command.capitalize()} queue {args.queue!r}?"
-        sql, params = f"SELECT distlock.{command}_queue(%s)", (args.queue,)
-    elif command == "release-lease":
-        question = f"Force-release lease {args.name!r}? Its holder's token stops working."
-        sql, params = "SELECT distlock.force_release_lease(%s)", (args.name,)
-    elif command == "sweep":
-        question = f"Run the recovery sweep (timeout {args.timeout_minutes} minutes for tasks without their own)?"
-        sql = "SELECT task_id, worker_id, lock_released FROM distlock.check_and_recover_timeout_tasks(%s)"
-        params = (args.timeout_minutes,)
-    else:
-        raise AssertionError(f"unknown command {command}")
-    if not (args.yes or confirm(question)):
-        return None
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(sql, params)
-        rows = cur.fetchall()
+        return Action(command, f"{verb} {known}dead job(s) {_which(queue, ids)}?",
+                      f"SELECT distlock.{function}(%s, %s::bigint[])", (queue, ids or None))
+    if command in ("pause", "resume"):
+        if not queue:
+            raise ValueError(f"{command} needs a queue")
+        return Action(command, f"{command.capitalize()} queue {queue!r}?",
+                      f"SELECT distlock.{command}_queue(%s)", (queue,))
+    if command == "release-lease":
+        if not name:
+            raise ValueError("release-lease needs a lease name")
+        return Action(command, f"Force-release lease {name!r}? Its holder's token stops working.",
+                      "SELECT distlock.force_release_lease(%s)", (name,))
     if command == "sweep":
+        return Action(command,
+                      f"Run the recovery sweep (timeout {timeout_minutes} minutes for tasks without their own)?",
+                      "SELECT task_id, worker_id, lock_released FROM distlock.check_and_recover_timeout_tasks(%s)",
+                      (timeout_minutes,))
+    raise ValueError(f"unknown action {command!r}")
+
+
+def perform(conn: psycopg.Connection[Any], action: Action) -> Any:
+    """Runs the action: the sweep's recovered claims, else the one value the
+    function returns (a count, or whether it changed something)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(action.sql, action.params)
+        rows = cur.fetchall()
+    if action.command == "sweep":
         return {"recovered": rows}
-    # Every other action returns one value: a count or whether it changed something.
     return next(iter(rows[0].values())) if rows else None
+
+
+def may_act(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the connected role holds the admin capability (or owns the
+    extension): the privilege every action needs."""
+    row = conn.execute(
+        "SELECT pg_catalog.has_function_privilege("
+        "pg_catalog.to_regprocedure('distlock.retry_dead_jobs(text, bigint[])'), 'EXECUTE')").fetchone()
+    return bool(row and row[0])

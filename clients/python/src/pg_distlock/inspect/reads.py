@@ -125,7 +125,7 @@ def waits(conn: psycopg.Connection[Any]) -> Optional[Rows]:
 
 def queues(conn: psycopg.Connection[Any]) -> Optional[Rows]:
     return _rows(conn, """
-        SELECT name, paused, max_processing, pending, processing, failed, dead, completed, oldest_pending_age
+        SELECT name, paused, max_processing, pending, processing, failed, dead, completed_last_hour, oldest_pending_age
           FROM distlock.queues ORDER BY name""")
 
 
@@ -154,3 +154,57 @@ def leaders(conn: psycopg.Connection[Any]) -> Optional[Rows]:
     return _rows(conn, """
         SELECT group_name, leader, term, elected_at, expires_at, is_current, remaining
           FROM distlock.leaders ORDER BY group_name""")
+
+
+def task_counts(conn: psycopg.Connection[Any]) -> Optional[dict[str, Any]]:
+    return _one(conn, """
+        SELECT count(*) AS tasks, count(*) FILTER (WHERE is_enabled) AS enabled,
+               count(*) FILTER (WHERE is_running) AS running,
+               count(*) FILTER (WHERE last_status = 'failed') AS last_failed
+          FROM distlock.task_schedule""")
+
+
+def next_tasks(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
+    """The enabled tasks due next, with the running claim of each that runs."""
+    return _rows(conn, """
+        SELECT s.task_id, s.task_name, s.task_type, s.schedule_cron, s.next_run_at, s.last_status, s.last_run_at,
+               s.consecutive_failures
+          FROM distlock.task_schedule s
+         WHERE s.is_enabled
+         ORDER BY s.next_run_at NULLS LAST, s.task_id LIMIT %s""", (limit,))
+
+
+def running_claims(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
+    return _rows(conn, """
+        SELECT task_id, task_name, worker_id, fencing_token, attempt, started_at, running_for, holder_alive,
+               past_timeout, timeout
+          FROM distlock.running_tasks ORDER BY started_at LIMIT %s""", (limit,))
+
+
+def throughput(conn: psycopg.Connection[Any]) -> Optional[Rows]:
+    """Per minute of the last hour, over every queue the role may see."""
+    return _rows(conn, """
+        SELECT (extract(epoch FROM date_trunc('minute', now()) - minute) / 60)::int AS minutes_ago,
+               sum(completed)::bigint AS completed, sum(died)::bigint AS died
+          FROM distlock.queue_throughput GROUP BY minute ORDER BY minute""")
+
+
+def latency(conn: psycopg.Connection[Any]) -> Optional[Rows]:
+    return _rows(conn, """
+        SELECT queue, jobs, wait_p50, wait_p95, wait_p99, wait_max FROM distlock.queue_latency ORDER BY queue""")
+
+
+def lock_stats(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
+    return _rows(conn, """
+        SELECT key, name, acquisitions, failed_tries, waits, timeouts, total_wait, max_wait, mean_wait,
+               current_holders, longest_current_hold, last_used
+          FROM distlock.lock_stats
+         ORDER BY waits + timeouts DESC, acquisitions DESC, key LIMIT %s""", (limit,))
+
+
+def job(conn: psycopg.Connection[Any], job_id: int) -> Optional[Rows]:
+    """One job, queued or finished (admin: the payload is the caller's data)."""
+    return _rows(conn, """
+        SELECT id, queue, task_name, status, payload, attempts, max_attempts, priority, worker_id, created_at,
+               run_after, started_at, completed_at, lease_expires_at, last_error, unique_key
+          FROM distlock.jobs WHERE id = %s""", (job_id,))

@@ -1,0 +1,184 @@
+"""The console's web application (Starlette, ASGI): pages that refresh
+themselves, the admin actions behind a confirmation, and /metrics.
+
+Everything is read through a small pool of autocommit connections, one short
+statement at a time; Jinja2 escapes everything it renders, and a
+Content-Security-Policy that allows only the console's own script and style
+backs that up. Actions need the admin capability (checked for each request,
+so a revoked role loses them at once) and the form token of this process,
+which a page from another site cannot read."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import secrets
+from typing import Any, AsyncIterator, Callable, Optional
+from urllib.parse import parse_qs, urlencode
+
+import psycopg
+from jinja2 import Environment, PackageLoader, select_autoescape
+from psycopg_pool import ConnectionPool
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..inspect import actions, reads
+from . import formatting, pages
+
+REFRESH_SECONDS = 5
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+                               "form-action 'self'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+PAGES: dict[str, tuple[str, str]] = {
+    "overview": ("/", "Overview"),
+    "locks": ("/locks", "Locks and waits"),
+    "coordination": ("/coordination", "Leases and elections"),
+}
+
+
+class Forbidden(Exception):
+    pass
+
+
+class Console:
+    def __init__(self, dsn: str, pool_size: int = 4) -> None:
+        # min_size 1: a refresh finds a connection ready; max_size bounds what
+        # a room full of open dashboards can take from max_connections.
+        self.pool = ConnectionPool(dsn, min_size=1, max_size=pool_size, open=False, name="pg-distlock console",
+                                   kwargs={"autocommit": True, "application_name": "pg-distlock console"})
+        self.token = secrets.token_urlsafe(24)
+        self.templates = Environment(loader=PackageLoader("pg_distlock.console", "templates"),
+                                     autoescape=select_autoescape(default=True, default_for_string=True),
+                                     trim_blocks=True, lstrip_blocks=True)
+        self.templates.filters.update(formatting.FILTERS)
+
+    def read(self, page: Callable[[psycopg.Connection[Any]], dict[str, Any]]) -> dict[str, Any]:
+        with self.pool.connection() as conn:
+            reads.require_installed(conn)
+            return page(conn)
+
+    def html(self, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        body = self.templates.get_template(template).render(
+            token=self.token, refresh=REFRESH_SECONDS, pages=PAGES, **context)
+        return HTMLResponse(body, status_code=status_code, headers=HEADERS)
+
+    async def page(self, request: Request, name: str, read: Callable[[psycopg.Connection[Any]], dict[str, Any]]
+                   ) -> Response:
+        try:
+            data = await run_in_threadpool(self.read, read)
+        except (psycopg.Error, reads.NotInstalled) as error:
+            return self.html("error.html", 503, page=name, error=str(error).strip())
+        part = request.query_params.get("part") == "main"
+        return self.html(f"{name}_main.html" if part else f"{name}.html", page=name,
+                         message=request.query_params.get("message"), **data)
+
+
+def _local_path(value: Optional[str]) -> str:
+    """Where to go back to after an action: a path of this console only."""
+    if value and value.startswith("/") and not value.startswith("//") and "\\" not in value:
+        return value.split("?", 1)[0]
+    return "/"
+
+
+def _ids(value: Optional[str]) -> list[int]:
+    if not value:
+        return []
+    words = [w for w in re.split(r"[\s,]+", value) if w]
+    if not all(w.isdigit() for w in words):
+        raise ValueError(f"job ids must be whole numbers, got {value!r}")
+    return [int(w) for w in words]
+
+
+def _result(command: str, done: Any) -> str:
+    if command == "sweep":
+        return f"sweep: recovered {len(done['recovered'])} claim(s)"
+    if isinstance(done, bool):
+        return f"{command}: {'done' if done else 'nothing to do'}"
+    return f"{command}: {done} job(s)" if command.endswith("-dead") else f"{command}: {done}"
+
+
+def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[str]] = None) -> Starlette:
+    """The console as an ASGI application. allowed_hosts: the Host headers it
+    answers (default: loopback names only, which stops DNS rebinding)."""
+    console = Console(dsn, pool_size)
+
+    async def overview(request: Request) -> Response:
+        return await console.page(request, "overview", pages.overview)
+
+    async def locks(request: Request) -> Response:
+        return await console.page(request, "locks", pages.locks)
+
+    async def coordination(request: Request) -> Response:
+        return await console.page(request, "coordination", pages.coordination)
+
+    async def job(request: Request) -> Response:
+        job_id = int(request.path_params["job_id"])
+        return await console.page(request, "job", lambda conn: pages.job(conn, job_id))
+
+    async def action(request: Request) -> Response:
+        command = str(request.path_params["command"])
+        form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace"),
+                                             keep_blank_values=True).items()}
+        if not secrets.compare_digest(form.get("token", ""), console.token):
+            return console.html("error.html", 403, page="action",
+                                error="The form is stale or not from this console: reload the page.")
+        back = _local_path(form.get("back"))
+
+        def work(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+            if not actions.may_act(conn):
+                raise Forbidden()
+            planned = actions.plan(conn, command, queue=form.get("queue") or None, ids=_ids(form.get("ids")),
+                                   name=form.get("name") or None,
+                                   timeout_minutes=int(form.get("timeout_minutes") or 30))
+            if form.get("confirmed") != "yes":
+                return {"question": planned.question}
+            return {"done": actions.perform(conn, planned)}
+
+        try:
+            outcome = await run_in_threadpool(console.read, work)
+        except (Forbidden, psycopg.errors.InsufficientPrivilege):
+            return console.html("error.html", 403, page="action",
+                                error="This role does not have the admin capability; the console is read-only.")
+        except ValueError as error:
+            return console.html("error.html", 400, page="action", error=str(error))
+        except (psycopg.Error, reads.NotInstalled) as error:
+            return console.html("error.html", 503, page="action", error=str(error).strip())
+        if "question" in outcome:
+            fields = {k: v for k, v in form.items() if k not in ("token", "confirmed")}
+            return console.html("confirm.html", page="action", command=command, question=outcome["question"],
+                                fields=fields, back=back)
+        message = _result(command, outcome["done"])
+        return RedirectResponse(f"{back}?{urlencode({'message': message})}", status_code=303, headers=HEADERS)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await run_in_threadpool(console.pool.open)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(console.pool.close)
+
+    hosts = allowed_hosts or ["127.0.0.1", "localhost", "[::1]", "::1"]
+    static = StaticFiles(packages=[("pg_distlock.console", "static")])
+    routes = [
+        Route("/", overview),
+        Route("/locks", locks),
+        Route("/coordination", coordination),
+        Route("/jobs/{job_id:int}", job),
+        Route("/actions/{command}", action, methods=["POST"]),
+        Mount("/static", static, name="static"),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)])
+    app.state.console = console
+    return app
