@@ -26,8 +26,8 @@ class Chart:
     width: int
     height: int
     rects: list[Rect] = field(default_factory=list)
-    # (x, y, text) of axis and row labels.
-    labels: list[tuple[float, float, str]] = field(default_factory=list)
+    # (x, y, text, anchor) of axis and row labels; anchor is SVG's text-anchor.
+    labels: list[tuple[float, float, str, str]] = field(default_factory=list)
 
 
 def _per_second(count: int) -> str:
@@ -54,10 +54,10 @@ def throughput(rows: Rows, width: int = 720, height: int = 160) -> Chart:
                 y -= h
                 chart.rects.append(Rect(x + 1, y, max(slot - 2, 1), h, kind,
                                         f"{ago} min ago: {count} {kind} ({_per_second(count)})"))
-    chart.labels.append((left - 6, 12, _per_second(peak)))
-    chart.labels.append((left - 6, height - bottom, "0"))
-    chart.labels.append((left, height - 4, "60 min ago"))
-    chart.labels.append((width - 30, height - 4, "now"))
+    chart.labels.append((left - 6, 12, _per_second(peak), "end"))
+    chart.labels.append((left - 6, height - bottom, "0", "end"))
+    chart.labels.append((left, height - 4, "60 min ago", "start"))
+    chart.labels.append((width, height - 4, "now", "end"))
     return chart
 
 
@@ -75,7 +75,7 @@ def depth(queues: Rows, width: int = 720, row_height: int = 22) -> Chart:
                 w = max(count * scale, 1.0)
                 chart.rects.append(Rect(x, y, w, row_height - 6, state, f"{count} {state}"))
                 x += w
-        chart.labels.append((left - 8, y + row_height - 10, str(queue["name"])))
+        chart.labels.append((left - 8, y + row_height - 10, str(queue["name"]), "end"))
     return chart
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from ..inspect import waitgraph
 from ..inspect.reads import Rows
 
-COLUMN, ROW, NODE_W, NODE_H = 220, 64, 170, 40
+COLUMN, ROW, NODE_W, NODE_H = 300, 64, 170, 40
 
 
 @dataclass
