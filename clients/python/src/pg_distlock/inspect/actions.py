@@ -10,8 +10,6 @@ from psycopg.rows import dict_row
 
 from . import reads
 
-ACTIONS = ("retry-dead", "delete-dead", "pause", "resume", "release-lease", "sweep")
-
 
 @dataclass(frozen=True)
 class Action:
