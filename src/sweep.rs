@@ -169,14 +169,6 @@ fn end_uncommitted_claims(client: &SpiClient<'_>, timeout_minutes: i32) -> Vec<(
         .collect()
 }
 
-/// Recovers running claims whose holder backend is gone (`abandoned`) or
-/// that ran longer than their task's timeout, or `p_timeout_minutes` when
-/// the task has none (`timed_out`; the holder backend is terminated), and
-/// claims left uncommitted in a transaction open longer than that (the
-/// holder is terminated; the claim rolls back).
-/// Also returns expired job-queue leases to the queue and deletes expired
-/// table-mode rate-limit state.
-/// Safe to run concurrently and often, e.g. every minute from pg_cron.
 /// Notes that the sweep ran, for `distlock.sweep_status` and the monitors
 /// that alert when it stops running (not on 0.2.0's tables, which have no
 /// place for it until ALTER EXTENSION UPDATE).
@@ -189,6 +181,14 @@ fn record_run(client: &SpiClient<'_>, recovered: usize) {
     client.select(&*stmt, None, &[recovered.into()]).map(|_| ()).or_raise();
 }
 
+/// Recovers running claims whose holder backend is gone (`abandoned`) or
+/// that ran longer than their task's timeout, or `p_timeout_minutes` when
+/// the task has none (`timed_out`; the holder backend is terminated), and
+/// claims left uncommitted in a transaction open longer than that (the
+/// holder is terminated; the claim rolls back).
+/// Also returns expired job-queue leases to the queue and deletes expired
+/// table-mode rate-limit state.
+/// Safe to run concurrently and often, e.g. every minute from pg_cron.
 #[pg_extern]
 fn check_and_recover_timeout_tasks(
     p_timeout_minutes: default!(Option<i32>, 30),

@@ -75,11 +75,8 @@ def _console(args: argparse.Namespace) -> int:
         print(f"pg-distlock console needs the console extra: pip install 'pg-distlock[console]' ({error})",
               file=sys.stderr)
         return EXIT_USAGE
-    hosts = None
-    if args.allowed_hosts:
-        hosts = ["127.0.0.1", "localhost", args.host, *args.allowed_hosts]
     print(f"pg-distlock console on http://{args.host}:{args.port}/", file=sys.stderr)
-    serve(args.dsn, args.host, args.port, args.pool_size, hosts)
+    serve(args.dsn, args.host, args.port, args.pool_size, args.allowed_hosts)
     return EXIT_OK
 
 

@@ -12,9 +12,9 @@ __all__ = ["create_app", "serve"]
 
 def serve(dsn: str, host: str = "127.0.0.1", port: int = 8080, pool_size: int = 4,
           allowed_hosts: Optional[list[str]] = None) -> None:
+    """Serves the console on host:port; it answers Host headers of loopback
+    names, `host` and `allowed_hosts`."""
     import uvicorn
 
-    hosts = allowed_hosts
-    if hosts is None and host not in ("127.0.0.1", "localhost", "::1"):
-        hosts = ["127.0.0.1", "localhost", host]
+    hosts = [host, *(allowed_hosts or [])]
     uvicorn.run(create_app(dsn, pool_size, hosts), host=host, port=port, log_level="warning", access_log=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 from urllib.parse import parse_qs, urlencode
 
 import psycopg
@@ -39,6 +39,8 @@ HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+# Each page: its path and title; pages.<name> reads it, <name>.html shows it.
 PAGES: dict[str, tuple[str, str]] = {
     "overview": ("/", "Overview"),
     "locks": ("/locks", "Locks and waits"),
@@ -108,18 +110,16 @@ def _result(command: str, done: Any) -> str:
 
 
 def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[str]] = None) -> Starlette:
-    """The console as an ASGI application. allowed_hosts: the Host headers it
-    answers (default: loopback names only, which stops DNS rebinding)."""
+    """The console as an ASGI application. It answers Host headers of
+    loopback names and `allowed_hosts` only, which stops DNS rebinding."""
     console = Console(dsn, pool_size)
 
-    async def overview(request: Request) -> Response:
-        return await console.page(request, "overview", pages.overview)
+    def page(name: str) -> Callable[[Request], Awaitable[Response]]:
+        read = getattr(pages, name)
 
-    async def locks(request: Request) -> Response:
-        return await console.page(request, "locks", pages.locks)
-
-    async def coordination(request: Request) -> Response:
-        return await console.page(request, "coordination", pages.coordination)
+        async def endpoint(request: Request) -> Response:
+            return await console.page(request, name, read)
+        return endpoint
 
     async def job(request: Request) -> Response:
         job_id = int(request.path_params["job_id"])
@@ -168,12 +168,10 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
         finally:
             await run_in_threadpool(console.pool.close)
 
-    hosts = allowed_hosts or ["127.0.0.1", "localhost", "[::1]", "::1"]
+    hosts = [*LOOPBACK_HOSTS, *(allowed_hosts or [])]
     static = StaticFiles(packages=[("pg_distlock.console", "static")])
     routes = [
-        Route("/", overview),
-        Route("/locks", locks),
-        Route("/coordination", coordination),
+        *(Route(path, page(name)) for name, (path, _) in PAGES.items()),
         Route("/jobs/{job_id:int}", job),
         Route("/actions/{command}", action, methods=["POST"]),
         Mount("/static", static, name="static"),

@@ -22,7 +22,7 @@ def overview(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     throughput = reads.throughput(conn)
     return {
         "admin": admin,
-        "status": reads.status(conn),
+        "status": reads.status(conn, queues),
         "queues": queues,
         "depth": charts.depth(queues) if queues else None,
         "throughput": throughput,

@@ -70,7 +70,20 @@ def storage(server: dict[str, Any]) -> str:
     return "tables"
 
 
-def status(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+def queue_totals(rows: Optional[Rows]) -> Optional[dict[str, Any]]:
+    """The queues' rows summed: how many queues, jobs by status, how many paused."""
+    if rows is None:
+        return None
+    totals = {"queues": len(rows)}
+    for status in ("pending", "processing", "failed", "dead"):
+        totals[status] = sum(int(row[status]) for row in rows)
+    totals["paused"] = sum(1 for row in rows if row["paused"])
+    return totals
+
+
+def status(conn: psycopg.Connection[Any], queue_rows: Optional[Rows] = None) -> dict[str, Any]:
+    """One screen's numbers; `queue_rows` are distlock.queues' rows when the
+    caller has read them already (the view is the costliest read here)."""
     server = _one(conn, STATUS_SQL) or {}
     server["preloaded"] = (_one(conn, PRELOADED_SQL) or {}).get("preloaded")
     server["storage"] = storage(server)
@@ -82,11 +95,7 @@ def status(conn: psycopg.Connection[Any]) -> dict[str, Any]:
                    count(*) FILTER (WHERE NOT holder_alive) AS holder_gone
               FROM distlock.running_tasks"""),
         "waits": _one(conn, "SELECT count(DISTINCT blocked_pid) AS waiting_sessions FROM distlock.lock_waits"),
-        "queues": _one(conn, """
-            SELECT count(*) AS queues, coalesce(sum(pending), 0)::bigint AS pending,
-                   coalesce(sum(processing), 0)::bigint AS processing, coalesce(sum(failed), 0)::bigint AS failed,
-                   coalesce(sum(dead), 0)::bigint AS dead, count(*) FILTER (WHERE paused) AS paused
-              FROM distlock.queues"""),
+        "queues": queue_totals(queues(conn) if queue_rows is None else queue_rows),
         "leases": _one(conn, "SELECT count(*) FILTER (WHERE is_held) AS held, count(*) AS known FROM distlock.leases"),
         "leaders": _one(conn, "SELECT count(*) FILTER (WHERE is_current) AS current, count(*) AS groups FROM distlock.leaders"),
         "sweep": _one(conn, "SELECT last_run_at, since_last_run, last_recovered, runs FROM distlock.sweep_status"),
