@@ -7,7 +7,8 @@ set -euo pipefail
 
 PGRX_VERSION=0.18.1
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron pgbouncer libclang-dev clang sudo patroni etcd-server)
+PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron pgbouncer libclang-dev clang sudo patroni etcd-server
+          prometheus chromium chromium-driver)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 

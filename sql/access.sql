@@ -97,7 +97,7 @@ SELECT g.privilege, g.object FROM (VALUES
     -- The monitoring views (what pg_monitor is granted).
     ('monitor',  'SELECT',  'distlock.advisory_locks, distlock.lock_waits, distlock.running_tasks, '
                             'distlock.task_stats, distlock.queue_stats, distlock.queues, distlock.queue_throughput, '
-                            'distlock.queue_latency, distlock.leases, distlock.leaders, '
+                            'distlock.queue_latency, distlock.queue_wait_histogram, distlock.leases, distlock.leaders, '
                             'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks, distlock.sweep_status, '
                             'distlock.task_schedule'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),

@@ -11,7 +11,7 @@ GRANT USAGE ON SCHEMA distlock TO pg_monitor;
 GRANT SELECT ON distlock.advisory_locks, distlock.lock_waits,
                 distlock.running_tasks, distlock.task_stats,
                 distlock.queue_stats, distlock.queues, distlock.queue_throughput,
-                distlock.queue_latency, distlock.leases, distlock.leaders,
+                distlock.queue_latency, distlock.queue_wait_histogram, distlock.leases, distlock.leaders,
                 distlock.lock_stats, distlock.lock_key_collisions,
                 distlock.blocked_tasks, distlock.sweep_status, distlock.task_schedule TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.task_lock_class() TO pg_monitor;

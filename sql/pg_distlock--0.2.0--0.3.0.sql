@@ -77,7 +77,7 @@ SELECT g.privilege, g.object FROM (VALUES
     -- The monitoring views (what pg_monitor is granted).
     ('monitor',  'SELECT',  'distlock.advisory_locks, distlock.lock_waits, distlock.running_tasks, '
                             'distlock.task_stats, distlock.queue_stats, distlock.queues, distlock.queue_throughput, '
-                            'distlock.queue_latency, distlock.leases, distlock.leaders, '
+                            'distlock.queue_latency, distlock.queue_wait_histogram, distlock.leases, distlock.leaders, '
                             'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks, distlock.sweep_status, '
                             'distlock.task_schedule'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
@@ -680,8 +680,40 @@ HAVING distlock.in_monitor_scope(c.queue);
 
 COMMENT ON VIEW distlock.queue_latency IS
     'Per queue, how long jobs completed in the last hour waited from runnable to started: percentiles and maximum.';
-REVOKE ALL ON distlock.queue_settings, distlock.queues, distlock.queue_throughput, distlock.queue_latency FROM PUBLIC;
-GRANT SELECT ON distlock.queues, distlock.queue_throughput, distlock.queue_latency TO pg_monitor;
+
+-- The same waits as distlock.queue_latency, as a cumulative histogram: per
+-- queue and upper bound `le` in seconds, the jobs that waited less (the last
+-- bound is infinite: every job). Shaped for Prometheus' histogram_quantile.
+CREATE VIEW distlock.queue_wait_histogram AS
+WITH bounds AS (
+    SELECT ARRAY[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600]::float8[] AS le
+),
+-- A job's bucket: how many bounds its wait reached.
+per_bucket AS (
+    SELECT c.queue,
+           pg_catalog.width_bucket(
+               pg_catalog.date_part('epoch', GREATEST(c.started_at - GREATEST(c.created_at, c.run_after), interval '0')),
+               b.le) AS reached,
+           count(*) AS jobs
+      FROM distlock.completed_jobs c, bounds b
+     WHERE c.completed_at > pg_catalog.now() - interval '1 hour'
+       AND c.started_at IS NOT NULL
+     GROUP BY 1, 2
+)
+SELECT p.queue,
+       u.le,
+       COALESCE(sum(p.jobs) FILTER (WHERE p.reached < u.i), 0)::bigint AS jobs
+  FROM per_bucket p, bounds b,
+       LATERAL pg_catalog.unnest(b.le || 'Infinity'::float8) WITH ORDINALITY u(le, i)
+ GROUP BY p.queue, u.le, u.i
+HAVING distlock.in_monitor_scope(p.queue);
+
+COMMENT ON VIEW distlock.queue_wait_histogram IS
+    'Per queue, jobs completed in the last hour by how long they waited from runnable to started: cumulative counts below each bound in seconds.';
+REVOKE ALL ON distlock.queue_settings, distlock.queues, distlock.queue_throughput, distlock.queue_latency,
+              distlock.queue_wait_histogram FROM PUBLIC;
+GRANT SELECT ON distlock.queues, distlock.queue_throughput, distlock.queue_latency,
+                distlock.queue_wait_histogram TO pg_monitor;
 SELECT pg_catalog.pg_extension_config_dump('distlock.queue_settings', '');
 
 CREATE FUNCTION distlock.pause_queue("p_queue" TEXT) RETURNS bool
@@ -756,7 +788,9 @@ CREATE TABLE distlock.sweep_state (
     last_run_at    timestamptz,
     -- Claims the last run ended (abandoned or timed out).
     last_recovered int,
-    runs           bigint NOT NULL DEFAULT 0
+    runs           bigint NOT NULL DEFAULT 0,
+    -- Claims all runs ended: a total that only grows, for metrics.
+    recovered      bigint NOT NULL DEFAULT 0
 );
 
 -- The one row, there from the start, so that a run records itself with an
@@ -770,13 +804,34 @@ CREATE VIEW distlock.sweep_status AS
 SELECT s.last_run_at,
        pg_catalog.now() - s.last_run_at AS since_last_run,
        s.last_recovered,
-       s.runs
+       s.runs,
+       s.recovered AS recovered_total
   FROM distlock.sweep_state s;
 
 COMMENT ON VIEW distlock.sweep_status IS
     'When the recovery sweep last ran, how long ago, and what it recovered; NULLs before its first run.';
 REVOKE ALL ON distlock.sweep_state, distlock.sweep_status FROM PUBLIC;
 GRANT SELECT ON distlock.sweep_status TO pg_monitor;
+
+-- Runs ended with each status, counted by the release that ends them:
+-- totals that only grow, for metrics (the log is pruned). Existing tasks
+-- start from their log as it stands.
+ALTER TABLE distlock.scheduled_tasks
+    ADD COLUMN runs_completed bigint NOT NULL DEFAULT 0,
+    ADD COLUMN runs_failed    bigint NOT NULL DEFAULT 0,
+    ADD COLUMN runs_timed_out bigint NOT NULL DEFAULT 0,
+    ADD COLUMN runs_abandoned bigint NOT NULL DEFAULT 0;
+UPDATE distlock.scheduled_tasks t
+   SET runs_completed = l.completed, runs_failed = l.failed,
+       runs_timed_out = l.timed_out, runs_abandoned = l.abandoned
+  FROM (SELECT task_id,
+               count(*) FILTER (WHERE status = 'completed') AS completed,
+               count(*) FILTER (WHERE status = 'failed') AS failed,
+               count(*) FILTER (WHERE status = 'timed_out') AS timed_out,
+               count(*) FILTER (WHERE status = 'abandoned') AS abandoned
+          FROM distlock.task_execution_log
+         GROUP BY task_id) l
+ WHERE l.task_id = t.id;
 
 -- Every scheduled task as it stands, without its runs: cheap at any number
 -- of tasks, where task_stats counts each task's whole log.
@@ -791,7 +846,11 @@ SELECT t.id AS task_id,
        t.last_status,
        t.consecutive_failures,
        t.timeout,
-       t.current_token IS NOT NULL AS is_running
+       t.current_token IS NOT NULL AS is_running,
+       t.runs_completed,
+       t.runs_failed,
+       t.runs_timed_out,
+       t.runs_abandoned
   FROM distlock.scheduled_tasks t
  WHERE distlock.in_monitor_scope(t.task_name, t.task_type);
 

@@ -209,6 +209,36 @@ HAVING distlock.in_monitor_scope(c.queue);
 COMMENT ON VIEW distlock.queue_latency IS
     'Per queue, how long jobs completed in the last hour waited from runnable to started: percentiles and maximum.';
 
+-- The same waits as distlock.queue_latency, as a cumulative histogram: per
+-- queue and upper bound `le` in seconds, the jobs that waited less (the last
+-- bound is infinite: every job). Shaped for Prometheus' histogram_quantile.
+CREATE VIEW distlock.queue_wait_histogram AS
+WITH bounds AS (
+    SELECT ARRAY[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600]::float8[] AS le
+),
+-- A job's bucket: how many bounds its wait reached.
+per_bucket AS (
+    SELECT c.queue,
+           pg_catalog.width_bucket(
+               pg_catalog.date_part('epoch', GREATEST(c.started_at - GREATEST(c.created_at, c.run_after), interval '0')),
+               b.le) AS reached,
+           count(*) AS jobs
+      FROM distlock.completed_jobs c, bounds b
+     WHERE c.completed_at > pg_catalog.now() - interval '1 hour'
+       AND c.started_at IS NOT NULL
+     GROUP BY 1, 2
+)
+SELECT p.queue,
+       u.le,
+       COALESCE(sum(p.jobs) FILTER (WHERE p.reached < u.i), 0)::bigint AS jobs
+  FROM per_bucket p, bounds b,
+       LATERAL pg_catalog.unnest(b.le || 'Infinity'::float8) WITH ORDINALITY u(le, i)
+ GROUP BY p.queue, u.le, u.i
+HAVING distlock.in_monitor_scope(p.queue);
+
+COMMENT ON VIEW distlock.queue_wait_histogram IS
+    'Per queue, jobs completed in the last hour by how long they waited from runnable to started: cumulative counts below each bound in seconds.';
+
 CREATE VIEW distlock.queue_stats AS
 SELECT q.task_name,
        q.status,

@@ -26,7 +26,13 @@ CREATE TABLE distlock.scheduled_tasks (
     current_token        bigint,
     -- When the current claim's lease runs out unless renewed, for a claim
     -- made in lease mode; NULL for a session claim and when none runs.
-    lease_expires_at     timestamptz
+    lease_expires_at     timestamptz,
+    -- Runs ended with each status, counted by the release that ends them:
+    -- totals that only grow, for metrics (the log is pruned).
+    runs_completed       bigint NOT NULL DEFAULT 0,
+    runs_failed          bigint NOT NULL DEFAULT 0,
+    runs_timed_out       bigint NOT NULL DEFAULT 0,
+    runs_abandoned       bigint NOT NULL DEFAULT 0
     -- Validated by the trigger below rather than CHECK constraints: PostgreSQL
     -- re-reads every CHECK on each claim's and release's UPDATE, which made
     -- them a fifth of a claim's cost; the trigger runs only when a user edits

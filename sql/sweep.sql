@@ -8,7 +8,9 @@ CREATE TABLE distlock.sweep_state (
     last_run_at    timestamptz,
     -- Claims the last run ended (abandoned or timed out).
     last_recovered int,
-    runs           bigint NOT NULL DEFAULT 0
+    runs           bigint NOT NULL DEFAULT 0,
+    -- Claims all runs ended: a total that only grows, for metrics.
+    recovered      bigint NOT NULL DEFAULT 0
 );
 
 -- The one row, there from the start, so that a run records itself with an
@@ -22,7 +24,8 @@ CREATE VIEW distlock.sweep_status AS
 SELECT s.last_run_at,
        pg_catalog.now() - s.last_run_at AS since_last_run,
        s.last_recovered,
-       s.runs
+       s.runs,
+       s.recovered AS recovered_total
   FROM distlock.sweep_state s;
 
 COMMENT ON VIEW distlock.sweep_status IS

@@ -167,7 +167,11 @@ SELECT t.id AS task_id,
        t.last_status,
        t.consecutive_failures,
        t.timeout,
-       t.current_token IS NOT NULL AS is_running
+       t.current_token IS NOT NULL AS is_running,
+       t.runs_completed,
+       t.runs_failed,
+       t.runs_timed_out,
+       t.runs_abandoned
   FROM distlock.scheduled_tasks t
  WHERE distlock.in_monitor_scope(t.task_name, t.task_type);
 

@@ -10,6 +10,8 @@
 --                           capped at 1 hour, with 50-100% jitter; once
 --                           max_retries retries have failed, the next cron slot
 --   abandoned            -> unchanged: the holder vanished, run the slot again
+-- and counts the run in the task's runs_<status> (the counters that metrics
+-- turn into rates: they only grow, and only when the release commits).
 WITH released AS (
     SELECT pg_catalog.clock_timestamp() AS at
 ),
@@ -52,7 +54,11 @@ UPDATE distlock.scheduled_tasks t
                 OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog./) 2)))
            WHEN t.schedule_cron IS NULL THEN NULL
            ELSE distlock.cron_next(t.schedule_cron, r.at)
-       END
+       END,
+       runs_completed = t.runs_completed OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'completed')::int,
+       runs_failed    = t.runs_failed    OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'failed')::int,
+       runs_timed_out = t.runs_timed_out OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'timed_out')::int,
+       runs_abandoned = t.runs_abandoned OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'abandoned')::int
   FROM finished f, released r
  WHERE t.id OPERATOR(pg_catalog.=) f.task_id
 RETURNING t.id

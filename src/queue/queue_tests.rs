@@ -544,10 +544,19 @@ mod tests {
             one::<String>("SELECT concat_ws('/', jobs, wait_p50, wait_p99, wait_max) FROM distlock.queue_latency WHERE queue = 'q'"),
             Some("1/00:00:03/00:00:03/00:00:03".into())
         );
+        // The same wait as a cumulative histogram: below 5 s, not below 2.5 s.
+        assert_eq!(
+            one::<String>(
+                "SELECT string_agg(le || ':' || jobs, ' ' ORDER BY le) FROM distlock.queue_wait_histogram \
+                 WHERE queue = 'q' AND le IN (2.5, 5, 'Infinity')"
+            ),
+            Some("2.5:0 5:1 Infinity:1".into())
+        );
         run("UPDATE distlock.completed_jobs SET completed_at = now() - interval '2 hours'");
         run("DELETE FROM distlock.task_queue");
         assert_eq!(one::<i64>("SELECT count(*) FROM distlock.queues WHERE name = 'q'"), Some(0));
         assert_eq!(one::<i64>("SELECT count(*) FROM distlock.queue_latency"), Some(0));
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.queue_wait_histogram"), Some(0));
     }
 
     /// Retrying a dead job makes it runnable now with one more attempt; its

@@ -14,11 +14,12 @@ use crate::xact;
 /// Ends running claim `log_id` with `status` and schedules the task's next
 /// run (see sql/queries/finish_claim.sql); false when it was not running.
 pub fn finish_claim(client: &SpiClient<'_>, log_id: i64, status: &str, error: Option<&Text>) -> bool {
-    let stmt = plan(
-        client,
-        include_str!("../../sql/queries/finish_claim.sql"),
-        &[types::INT8, types::TEXT, types::TEXT],
-    );
+    // The per-task run counters came with the update to 0.3.0.
+    let statement = match crate::version::has_column(c"scheduled_tasks", c"runs_completed") {
+        true => include_str!("../../sql/queries/finish_claim.sql"),
+        false => include_str!("../../sql/queries/finish_claim_0_2_0.sql"),
+    };
+    let stmt = plan(client, statement, &[types::INT8, types::TEXT, types::TEXT]);
     client
         .select(&*stmt, None, &[log_id.into(), status.into(), error.into()])
         .map(|rows| !rows.is_empty())

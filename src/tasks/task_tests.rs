@@ -34,6 +34,16 @@ mod tests {
         one::<i64>(&format!("SELECT count(*) FROM ({sql}) q")).expect("count")
     }
 
+    /// Releases the claim as completed in a subtransaction that rolls back.
+    fn release_then_roll_back(id: i32, worker: &str) {
+        run(&format!(
+            "DO $$ BEGIN \
+               BEGIN PERFORM distlock.release_task_lock({id}, '{worker}', 'completed'); RAISE EXCEPTION 'boom'; \
+               EXCEPTION WHEN raise_exception THEN NULL; END; \
+             END $$"
+        ));
+    }
+
     #[pg_test]
     fn tasks_claim_logs_one_running_row_with_a_token() {
         let id = due_task("t1", None);
@@ -249,15 +259,44 @@ mod tests {
     fn tasks_a_release_rolled_back_in_a_subtransaction_keeps_the_claim() {
         let id = due_task("t1", None);
         assert!(claim(id, "w1"));
-        run(&format!(
-            "DO $$ BEGIN \
-               BEGIN PERFORM distlock.release_task_lock({id}, 'w1', 'completed'); RAISE EXCEPTION 'boom'; \
-               EXCEPTION WHEN raise_exception THEN NULL; END; \
-             END $$"
-        ));
+        release_then_roll_back(id, "w1");
         assert_eq!(count("SELECT 1 FROM distlock.running_tasks WHERE holder_alive"), 1);
         run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
         assert_eq!(count("SELECT 1 FROM distlock.running_tasks"), 0);
+    }
+
+    #[pg_test]
+    fn tasks_runs_are_counted_by_status_when_their_release_commits() {
+        let failing = due_task("t1", None);
+        let id = due_task("t2", None);
+        let totals = || {
+            one::<String>(
+                "SELECT concat_ws('/', sum(runs_completed), sum(runs_failed), sum(runs_timed_out), sum(runs_abandoned)) \
+                 FROM distlock.task_schedule",
+            )
+        };
+        assert_eq!(totals(), Some("0/0/0/0".into()));
+        assert!(claim(failing, "w1"));
+        run(&format!("SELECT distlock.release_task_lock({failing}, 'w1', 'failed', 'boom')"));
+        assert!(claim(id, "w1"));
+        // A release that rolls back counts nothing.
+        release_then_roll_back(id, "w1");
+        assert_eq!(totals(), Some("0/1/0/0".into()));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
+        assert_eq!(totals(), Some("1/1/0/0".into()));
+        // The sweep's endings count too, and the sweep adds up what it recovered.
+        run(&format!(
+            "INSERT INTO distlock.task_execution_log (task_id, worker_id, status, holder_pid, holder_backend_start, fencing_token) \
+             VALUES ({id}, 'ghost', 'running', 2147483000, now() - interval '1 day', 78); \
+             UPDATE distlock.scheduled_tasks SET current_token = 78 WHERE id = {id}"
+        ));
+        assert_eq!(count("SELECT * FROM distlock.check_and_recover_timeout_tasks()"), 1);
+        assert_eq!(totals(), Some("1/1/0/1".into()));
+        assert_eq!(count("SELECT * FROM distlock.check_and_recover_timeout_tasks()"), 0);
+        assert_eq!(
+            one::<String>("SELECT runs || '/' || recovered_total FROM distlock.sweep_status"),
+            Some("2/1".into())
+        );
     }
 
     #[pg_test]

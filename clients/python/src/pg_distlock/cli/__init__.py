@@ -61,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
                          help="at most N connections to the database (default 4)")
     console.add_argument("--allowed-host", action="append", dest="allowed_hosts", metavar="NAME",
                          help="a Host header to answer besides loopback names and --host (repeat)")
+    exporter = commands.add_parser("metrics", help="Prometheus metrics: print them once, or serve them with --listen "
+                                                   "(needs the console extra)")
+    exporter.add_argument("--listen", metavar="[HOST:]PORT",
+                          help="serve GET /metrics on HOST:PORT (host 127.0.0.1 unless given)")
     sweep = commands.add_parser("sweep", help="admin: run the recovery sweep now")
     sweep.add_argument("--timeout-minutes", type=int, default=30, metavar="N",
                        help="timeout of tasks without their own (default 30)")
@@ -77,6 +81,36 @@ def _console(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     print(f"pg-distlock console on http://{args.host}:{args.port}/", file=sys.stderr)
     serve(args.dsn, args.host, args.port, args.pool_size, args.allowed_hosts)
+    return EXIT_OK
+
+
+def _listen_address(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen wants [HOST:]PORT, got {value!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _metrics(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from prometheus_client import generate_latest
+
+        from .. import metrics
+    except ImportError as error:
+        print(f"pg-distlock metrics needs the console extra: pip install 'pg-distlock[console]' ({error})",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.listen is None:
+        with metrics.open_pool(args.dsn) as pool:
+            out.write(generate_latest(metrics.registry(pool)).decode())
+        return EXIT_OK
+    try:
+        host, port = _listen_address(args.listen)
+    except ValueError as error:
+        print(f"pg-distlock: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"pg-distlock metrics on http://{host}:{port}/metrics", file=sys.stderr)
+    metrics.serve(args.dsn, host, port)
     return EXIT_OK
 
 
@@ -99,6 +133,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
     out = stdout or sys.stdout
     if args.command == "console":
         return _console(args)
+    if args.command == "metrics":
+        return _metrics(args, out)
     confirm: Callable[[str], bool] = lambda question: _ask(question, stdin or sys.stdin, out)
     try:
         with _connect(args.dsn) as conn:

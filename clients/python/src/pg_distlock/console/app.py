@@ -28,6 +28,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from .. import metrics
 from ..inspect import actions, reads
 from . import formatting, pages
 
@@ -125,6 +126,14 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
         job_id = int(request.path_params["job_id"])
         return await console.page(request, "job", lambda conn: pages.job(conn, job_id))
 
+    scraped = metrics.registry(console.pool)
+
+    async def exposition(request: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        body = await run_in_threadpool(generate_latest, scraped)
+        return Response(body, media_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
+
     async def action(request: Request) -> Response:
         command = str(request.path_params["command"])
         form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace"),
@@ -174,6 +183,7 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
         *(Route(path, page(name)) for name, (path, _) in PAGES.items()),
         Route("/jobs/{job_id:int}", job),
         Route("/actions/{command}", action, methods=["POST"]),
+        Route("/metrics", exposition),
         Mount("/static", static, name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,

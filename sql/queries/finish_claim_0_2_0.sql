@@ -1,0 +1,60 @@
+-- params: bigint, text, text
+-- finish_claim.sql for 0.2.0's tables, which count no runs per task (used
+-- until ALTER EXTENSION pg_distlock UPDATE).
+-- Ends running claim $1 (a log row) with status $2 (completed, failed,
+-- timed_out or abandoned) and error $3, and schedules the task's next run.
+-- Returns the task id, or no row when the claim is not running (any more).
+-- Times are the release's own (clock_timestamp, read once), not the start of
+-- its transaction: a release inside the claiming transaction must still log
+-- the run's duration and schedule from when the run ended.
+--   completed            -> next cron slot (none without a cron)
+--   failed, timed_out    -> retry after retry_delay * 2^(failures so far),
+--                           capped at 1 hour, with 50-100% jitter; once
+--                           max_retries retries have failed, the next cron slot
+--   abandoned            -> unchanged: the holder vanished, run the slot again
+WITH released AS (
+    SELECT pg_catalog.clock_timestamp() AS at
+),
+finished AS (
+    UPDATE distlock.task_execution_log l
+       SET status = $2,
+           completed_at = (SELECT r.at FROM released r),
+           error_message = $3
+     WHERE l.id OPERATOR(pg_catalog.=) $1
+       -- Still running, re-checked on the latest row version (a sweep may
+       -- have ended it). Tested as completed_at IS NULL, which every writer
+       -- keeps equivalent, so that the planner takes the primary key rather
+       -- than scanning the running-claims index, which fills with dead
+       -- entries between vacuums.
+       AND l.completed_at IS NULL
+ RETURNING l.task_id, l.fencing_token
+)
+UPDATE distlock.scheduled_tasks t
+   SET last_status = $2,
+       current_token = CASE WHEN t.current_token OPERATOR(pg_catalog.=) f.fencing_token THEN NULL
+                            ELSE t.current_token END,
+       lease_expires_at = CASE WHEN t.current_token OPERATOR(pg_catalog.=) f.fencing_token THEN NULL
+                               ELSE t.lease_expires_at END,
+       consecutive_failures = CASE
+           WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.consecutive_failures
+           WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
+                AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries
+               THEN t.consecutive_failures OPERATOR(pg_catalog.+) 1
+           ELSE 0
+       END,
+       next_run_at = CASE
+           WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.next_run_at
+           WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
+                AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries THEN
+               r.at
+               OPERATOR(pg_catalog.+)
+               (LEAST(LEAST(t.retry_delay, interval '1 hour')
+                      OPERATOR(pg_catalog.*) pg_catalog.power(2, LEAST(t.consecutive_failures, 20)),
+                      interval '1 hour')
+                OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog./) 2)))
+           WHEN t.schedule_cron IS NULL THEN NULL
+           ELSE distlock.cron_next(t.schedule_cron, r.at)
+       END
+  FROM finished f, released r
+ WHERE t.id OPERATOR(pg_catalog.=) f.task_id
+RETURNING t.id
