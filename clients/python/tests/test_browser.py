@@ -1,0 +1,132 @@
+"""The console as a person uses it: Debian's Chromium, headless, driven by
+Selenium through Debian's chromedriver (nothing is downloaded), against a
+database with real activity: a worker holding a claim, a lock wait chain,
+queued and dead jobs.
+
+Screenshots of the overview and the lock graph are written to the test's
+work directory; with DISTLOCK_UPDATE_SCREENSHOTS=1 they replace the ones in
+docs/ that the README shows."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Iterator
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from conftest import Db, connect, eventually, lock_wait_chain
+from test_cli import dead_job
+from test_console import console
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs")
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    # Selenium Manager would download a driver it cannot find: both paths are given, and it stays offline.
+    os.environ["SE_OFFLINE"] = "true"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--hide-scrollbars", "--window-size=1280,900"):
+        options.add_argument(argument)
+    profile = tempfile.mkdtemp(prefix="pg_distlock_chromium_")
+    options.add_argument(f"--user-data-dir={profile}")
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def screenshot(driver: WebDriver, name: str) -> None:
+    out = os.environ.get("DISTLOCK_PY_TEST_OUT", tempfile.gettempdir())
+    driver.save_screenshot(os.path.join(out, name))
+    if os.environ.get("DISTLOCK_UPDATE_SCREENSHOTS") == "1":
+        driver.save_screenshot(os.path.join(DOCS, name))
+
+
+def text(driver: WebDriver, css: str) -> str:
+    return str(driver.find_element(By.CSS_SELECTOR, css).text).strip()
+
+
+def test_an_operator_reads_the_overview_and_the_lock_graph_and_retries_a_dead_job(db: Db, browser: WebDriver) -> None:
+    dead = dead_job(db, "mail")
+    for _ in range(3):
+        db.value("SELECT distlock.enqueue_task('send', '{}', p_queue => 'mail')")
+    for _ in range(5):
+        db.value("SELECT distlock.enqueue_task('resize', '{}', p_queue => 'images')")
+    db.value("SELECT distlock.complete_task(task_id, 'w') FROM distlock.consume_tasks(2, 'w', p_queues => ARRAY['images'])")
+    db.add_tasks(4, "report")
+    worker = connect(db.dsn)
+    claimed = worker.execute("SELECT task_name, fencing_token FROM distlock.worker_fetch_and_execute_task('w1')").fetchone()
+    assert claimed is not None
+    task, token = claimed
+    try:
+        with lock_wait_chain(db, "orders:42") as holder_pid, console(db.dsn) as (client, _):
+            base = str(client.base_url).rstrip("/")
+            browser.get(base + "/")
+            assert "pg_distlock" in browser.title
+            view = db.rows("SELECT pending, processing, failed, dead, completed_last_hour FROM distlock.queues"
+                           " WHERE name = 'mail'")[0]
+            cells = browser.find_elements(By.CSS_SELECTOR, 'tr[data-queue="mail"] td')
+            assert [int(c.text.replace(",", "")) for c in cells[3:8]] == list(view) == [3, 0, 0, 1, 0]
+            assert text(browser, "#count-pending") == "6" and text(browser, "#count-dead") == "1"
+            running = text(browser, "#running")
+            assert task in running and str(token) in running, "the claim and its fencing token"
+            # The page refreshes itself: a new job shows up without a reload.
+            marker = browser.execute_script("window.notReloaded = true; return window.notReloaded")
+            assert marker is True
+            db.value("SELECT distlock.enqueue_task('send', '{}', p_queue => 'mail')")
+            eventually(lambda: text(browser, "#count-pending") == "7", timeout=20, what="the overview to refresh")
+            assert browser.execute_script("return window.notReloaded") is True
+            screenshot(browser, "console-overview.png")
+
+            browser.get(base + "/locks")
+            eventually(lambda: len(browser.find_elements(By.CSS_SELECTOR, "svg g.edge")) >= 2,
+                       timeout=20, what="two waits drawn")
+            holder = browser.find_elements(By.CSS_SELECTOR, f'svg g.node.holder[data-pid="{holder_pid}"]')
+            assert len(holder) == 1, "the holder drawn as such"
+            waiters = browser.find_elements(By.CSS_SELECTOR, "svg g.node:not(.holder)")
+            assert len(waiters) == 2
+            assert not browser.find_elements(By.CSS_SELECTOR, "svg g.cycle"), "a chain, not a deadlock"
+            screenshot(browser, "console-locks.png")
+
+            # Retry the dead job from the overview: asked first, then runnable.
+            browser.get(base + "/")
+            browser.find_element(By.CSS_SELECTOR, f'tr[data-job="{dead}"] button[data-action="retry-dead"]').click()
+            assert "Retry" in text(browser, "#question")
+            assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", dead) == "dead"
+            browser.find_element(By.ID, "confirm").click()
+            eventually(lambda: browser.find_elements(By.CSS_SELECTOR, "p.message"), what="the result")
+            assert "retry-dead: 1 job(s)" in text(browser, "p.message")
+            assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", dead) == "pending"
+    finally:
+        worker.close()
+
+
+def test_a_monitor_sees_no_buttons_and_is_refused_an_action(db: Db, monitor_role: str, browser: WebDriver) -> None:
+    dead = dead_job(db, "mail")
+    with console(f"{db.dsn} user={monitor_role}") as (client, token):
+        browser.get(str(client.base_url).rstrip("/") + "/")
+        assert text(browser, "#count-dead") == "1"
+        assert not browser.find_elements(By.CSS_SELECTOR, "form, button"), "no action offered"
+        # Posting one anyway, from the page itself with the console's own token.
+        status = browser.execute_async_script(
+            """const done = arguments[arguments.length - 1];
+               fetch('/actions/retry-dead', {method: 'POST', body: new URLSearchParams(
+                   {token: arguments[0], ids: arguments[1], confirmed: 'yes'})})
+                 .then(r => done(r.status), e => done(String(e)));""", token, str(dead))
+        assert status == 403
+    assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", dead) == "dead"
+
