@@ -200,7 +200,23 @@ def test_prometheus_scrapes_the_exporter_and_answers_promql(db: Db, prometheus_d
     assert f"http://127.0.0.1:{exporter_port}/metrics" in exporter.stderr.read()
 
 
-def test_listen_wants_a_port() -> None:
-    process = subprocess.run([sys.executable, "-m", "pg_distlock", "--dsn", "", "metrics", "--listen", "nowhere"],
+def test_listen_wants_a_free_port(db: Db) -> None:
+    process = subprocess.run([sys.executable, "-m", "pg_distlock", "--dsn", db.dsn, "metrics", "--listen", "nowhere"],
                              capture_output=True, text=True, timeout=30)
     assert process.returncode == 2 and "--listen wants [HOST:]PORT" in process.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = subprocess.run([sys.executable, "-m", "pg_distlock", "--dsn", db.dsn, "metrics",
+                                  "--listen", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=30)
+    assert process.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in process.stderr
+
+
+def test_a_database_that_does_not_answer_is_reported_down(db: Db) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        code, out = cli(db, "metrics", dsn=f"host=127.0.0.1 port={port} dbname=postgres")
+    assert code == 0
+    assert parse(out)[("pg_distlock_up", ())] == 0

@@ -15,7 +15,6 @@ raised again by wait_elected() and stop().
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from typing import Any, Callable, TypeVar

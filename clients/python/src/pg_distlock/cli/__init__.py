@@ -109,8 +109,12 @@ def _metrics(args: argparse.Namespace, out: TextIO) -> int:
     except ValueError as error:
         print(f"pg-distlock: {error}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"pg-distlock metrics on http://{host}:{port}/metrics", file=sys.stderr)
-    metrics.serve(args.dsn, host, port)
+    try:
+        metrics.serve(args.dsn, host, port, lambda: print(f"pg-distlock metrics on http://{host}:{port}/metrics",
+                                                           file=sys.stderr))
+    except OSError as error:
+        print(f"pg-distlock: cannot listen on {host}:{port}: {error.strerror or error}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK
 
 

@@ -33,6 +33,10 @@ from ..inspect import actions, reads
 from . import formatting, pages
 
 REFRESH_SECONDS = 5
+# How long a request waits for a pooled connection before it shows the error
+# page: a database that does not answer must not hold every refresh for the
+# pool's default 30 s.
+CONNECT_SECONDS = 10.0
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
                                "form-action 'self'; base-uri 'none'",
@@ -66,7 +70,7 @@ class Console:
         self.templates.filters.update(formatting.FILTERS)
 
     def read(self, page: Callable[[psycopg.Connection[Any]], dict[str, Any]]) -> dict[str, Any]:
-        with self.pool.connection() as conn:
+        with self.pool.connection(timeout=CONNECT_SECONDS) as conn:
             reads.require_installed(conn)
             return page(conn)
 

@@ -13,7 +13,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import psycopg
 import yaml
@@ -26,6 +26,9 @@ from psycopg_pool import ConnectionPool
 __all__ = ["COLLECTOR_FILE", "Definition", "DatabaseCollector", "definitions", "registry", "serve"]
 
 COLLECTOR_FILE = "pg_distlock.collector.yml"
+# Within Prometheus' default scrape timeout (10 s): a database that does not
+# answer shows as pg_distlock_up 0 rather than as a failed scrape.
+CONNECT_SECONDS = 5.0
 log = logging.getLogger(__name__)
 
 
@@ -100,7 +103,7 @@ class DatabaseCollector(Collector):
         errors = 0
         families: list[Metric] = []
         try:
-            with self.pool.connection() as conn:
+            with self.pool.connection(timeout=CONNECT_SECONDS) as conn:
                 installed = conn.execute(
                     "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_distlock'").fetchone()
                 if installed is None:
@@ -142,7 +145,8 @@ class DatabaseCollector(Collector):
 
 def open_pool(dsn: str, size: int = 1) -> ConnectionPool[Any]:
     return ConnectionPool(dsn, min_size=1, max_size=size, open=False, name="pg-distlock metrics",
-                          kwargs={"autocommit": True, "application_name": "pg-distlock metrics"})
+                          kwargs={"autocommit": True, "application_name": "pg-distlock metrics",
+                                  "connect_timeout": int(CONNECT_SECONDS)})
 
 
 def registry(pool: ConnectionPool[Any]) -> CollectorRegistry:
@@ -152,15 +156,19 @@ def registry(pool: ConnectionPool[Any]) -> CollectorRegistry:
     return found
 
 
-def serve(dsn: str, host: str = "127.0.0.1", port: int = 9187) -> None:
-    """Serves /metrics on host:port until interrupted."""
+def serve(dsn: str, host: str = "127.0.0.1", port: int = 9188, listening: Callable[[], None] = lambda: None) -> None:
+    """Serves /metrics on host:port until interrupted; `listening` is called
+    once the port is bound."""
     from prometheus_client import start_http_server
 
     pool = open_pool(dsn)
     pool.open()
-    server, thread = start_http_server(port, addr=host, registry=registry(pool))
     try:
-        thread.join()
+        server, thread = start_http_server(port, addr=host, registry=registry(pool))
+        listening()
+        try:
+            thread.join()
+        finally:
+            server.shutdown()
     finally:
-        server.shutdown()
         pool.close()
