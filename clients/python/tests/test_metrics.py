@@ -220,3 +220,18 @@ def test_a_database_that_does_not_answer_is_reported_down(db: Db) -> None:
         code, out = cli(db, "metrics", dsn=f"host=127.0.0.1 port={port} dbname=postgres")
     assert code == 0
     assert parse(out)[("pg_distlock_up", ())] == 0
+
+
+def test_a_view_without_shared_memory_gives_no_samples_and_no_error(db: Db) -> None:
+    """distlock.lock_stats raises 55000 in table mode: nothing to count, not a
+    failed scrape; any other error leaves the metric out as an error."""
+    db.admin.execute("""CREATE FUNCTION pg_temp.fails(code text) RETURNS int LANGUAGE plpgsql
+                        AS $$ BEGIN RAISE EXCEPTION 'no' USING ERRCODE = code; END $$""")
+
+    def rows(code: str) -> object:
+        definition = metrics.Definition("pg_distlock_x", "gauge", "x", f"SELECT pg_temp.fails('{code}') AS v",
+                                        (), ("v",), None)
+        return metrics.DatabaseCollector._rows(db.admin, definition)
+
+    assert rows("55000") == []
+    assert rows("42501") is None

@@ -83,7 +83,8 @@ def samples(definition: Definition, rows: list[dict[str, Any]]) -> Metric:
 class DatabaseCollector(Collector):
     """Collects every metric of the collector file from one database at
     each scrape. A query the role may not run (or the installed version
-    cannot answer) leaves its metrics out and is logged;
+    cannot answer) leaves its metrics out and is logged; one that needs
+    shared memory the server does not give (SQLSTATE 55000) gives no samples;
     pg_distlock_scrape_errors counts them and pg_distlock_up says whether
     the database answered at all."""
 
@@ -136,6 +137,10 @@ class DatabaseCollector(Collector):
             with conn.cursor(row_factory=dict_row) as cur:
                 cur.execute(definition.query.encode())
                 return list(cur.fetchall())
+        except psycopg.errors.ObjectNotInPrerequisiteState:
+            # distlock.lock_stats without shared memory: there is nothing to
+            # count, which is not an error of the scrape.
+            return []
         except psycopg.Error as error:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 conn.rollback()
