@@ -41,6 +41,12 @@ packages_of() {
   # the failover stack.
   echo "postgresql-$v postgresql-server-dev-$v postgresql-$v-cron clang libclang-dev gcc libc6-dev make" \
        "pkg-config sudo ca-certificates pgbouncer python3 python3-venv patroni python3-etcd etcd-server procps iproute2"
+  # The newest version runs the Python client's tests (scripts/test.sh):
+  # Prometheus scrapes the exporter, Chromium shows the console.
+  local versions=${PG_VERSIONS:-"15 17 18"}
+  if [ "$v" = "${versions##* }" ]; then
+    echo "prometheus chromium chromium-driver fonts-dejavu-core"
+  fi
 }
 
 dir_of() { echo "$roots/$(suite_of "$1")-pg$1${2:+-$2}"; }

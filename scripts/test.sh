@@ -27,7 +27,7 @@ for v in $versions; do
   if [ "$v" = 15 ]; then
     PG_MAJOR=15 scripts/test_version.sh "$scope"
   else
-    scripts/pgroot.sh run "$v" scripts/test_version.sh "$scope"
+    PG_VERSIONS=$versions scripts/pgroot.sh run "$v" scripts/test_version.sh "$scope"
   fi
 done
 

@@ -17,6 +17,7 @@ from typing import Iterator
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
@@ -56,8 +57,33 @@ def screenshot(driver: WebDriver, name: str) -> None:
         driver.save_screenshot(os.path.join(DOCS, name))
 
 
+# The page replaces its <main> every few seconds: an element found before a
+# refresh is stale after it. Reads are therefore one script each, which runs
+# between refreshes, and a click is retried on a fresh element.
+def texts(driver: WebDriver, css: str) -> list[str]:
+    found = driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.textContent.trim())", css)
+    return [str(t) for t in found]
+
+
 def text(driver: WebDriver, css: str) -> str:
-    return str(driver.find_element(By.CSS_SELECTOR, css).text).strip()
+    found = texts(driver, css)
+    assert found, f"nothing matches {css}"
+    return found[0]
+
+
+def count(driver: WebDriver, css: str) -> int:
+    return int(driver.execute_script("return document.querySelectorAll(arguments[0]).length", css))
+
+
+def click(driver: WebDriver, css: str) -> None:
+    def clicked() -> bool:
+        try:
+            driver.find_element(By.CSS_SELECTOR, css).click()
+            return True
+        except StaleElementReferenceException:
+            return False
+    eventually(clicked, what=f"a click on {css}")
 
 
 def test_an_operator_reads_the_overview_and_the_lock_graph_and_retries_a_dead_job(db: Db, browser: WebDriver) -> None:
@@ -79,8 +105,8 @@ def test_an_operator_reads_the_overview_and_the_lock_graph_and_retries_a_dead_jo
             assert "pg_distlock" in browser.title
             view = db.rows("SELECT pending, processing, failed, dead, completed_last_hour FROM distlock.queues"
                            " WHERE name = 'mail'")[0]
-            cells = browser.find_elements(By.CSS_SELECTOR, 'tr[data-queue="mail"] td')
-            assert [int(c.text.replace(",", "")) for c in cells[3:8]] == list(view) == [3, 0, 0, 1, 0]
+            cells = texts(browser, 'tr[data-queue="mail"] td')
+            assert [int(c.replace(",", "")) for c in cells[3:8]] == list(view) == [3, 0, 0, 1, 0]
             assert text(browser, "#count-pending") == "6" and text(browser, "#count-dead") == "1"
             running = text(browser, "#running")
             assert task in running and str(token) in running, "the claim and its fencing token"
@@ -93,22 +119,19 @@ def test_an_operator_reads_the_overview_and_the_lock_graph_and_retries_a_dead_jo
             screenshot(browser, "console-overview.png")
 
             browser.get(base + "/locks")
-            eventually(lambda: len(browser.find_elements(By.CSS_SELECTOR, "svg g.edge")) >= 2,
-                       timeout=20, what="two waits drawn")
-            holder = browser.find_elements(By.CSS_SELECTOR, f'svg g.node.holder[data-pid="{holder_pid}"]')
-            assert len(holder) == 1, "the holder drawn as such"
-            waiters = browser.find_elements(By.CSS_SELECTOR, "svg g.node:not(.holder)")
-            assert len(waiters) == 2
-            assert not browser.find_elements(By.CSS_SELECTOR, "svg g.cycle"), "a chain, not a deadlock"
+            eventually(lambda: count(browser, "svg g.edge") >= 2, timeout=20, what="two waits drawn")
+            assert count(browser, f'svg g.node.holder[data-pid="{holder_pid}"]') == 1, "the holder drawn as such"
+            assert count(browser, "svg g.node:not(.holder)") == 2, "two waiters"
+            assert count(browser, "svg g.cycle") == 0, "a chain, not a deadlock"
             screenshot(browser, "console-locks.png")
 
             # Retry the dead job from the overview: asked first, then runnable.
             browser.get(base + "/")
-            browser.find_element(By.CSS_SELECTOR, f'tr[data-job="{dead}"] button[data-action="retry-dead"]').click()
+            click(browser, f'tr[data-job="{dead}"] button[data-action="retry-dead"]')
             assert "Retry" in text(browser, "#question")
             assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", dead) == "dead"
-            browser.find_element(By.ID, "confirm").click()
-            eventually(lambda: browser.find_elements(By.CSS_SELECTOR, "p.message"), what="the result")
+            click(browser, "#confirm")
+            eventually(lambda: count(browser, "p.message"), what="the result")
             assert "retry-dead: 1 job(s)" in text(browser, "p.message")
             assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", dead) == "pending"
     finally:
@@ -120,7 +143,7 @@ def test_a_monitor_sees_no_buttons_and_is_refused_an_action(db: Db, monitor_role
     with console(f"{db.dsn} user={monitor_role}") as (client, token):
         browser.get(str(client.base_url).rstrip("/") + "/")
         assert text(browser, "#count-dead") == "1"
-        assert not browser.find_elements(By.CSS_SELECTOR, "form, button"), "no action offered"
+        assert count(browser, "form, button") == 0, "no action offered"
         # Posting one anyway, from the page itself with the console's own token.
         status = browser.execute_async_script(
             """const done = arguments[arguments.length - 1];
