@@ -17,8 +17,7 @@ bin=${PGBIN:-/usr/lib/postgresql/15/bin}
 
 source benches/lib.sh
 start_preloaded_bench_cluster "$dir" "$port"
-python3 -m venv "$dir/venv"
-"$dir/venv/bin/pip" install --quiet --disable-pip-version-check "./clients/python[binary,console]" httpx
+bench_client_venv "$dir" binary,console httpx
 
 echo "filling the database (about a minute)"
 psql_on "$port" <<'SQL'

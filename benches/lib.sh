@@ -34,6 +34,15 @@ synchronous_commit = on" scripts/cluster.sh start "$dir/$name" "$port" "$preload
   done
 }
 
+# bench_client_venv DIR EXTRAS [PACKAGE...]: a virtualenv DIR/venv with the
+# Python client of this checkout and its EXTRAS (and PACKAGEs) installed.
+bench_client_venv() {
+  local dir=$1 extras=$2
+  shift 2
+  python3 -m venv "$dir/venv"
+  "$dir/venv/bin/pip" install --quiet --disable-pip-version-check "./clients/python[$extras]" "$@"
+}
+
 # The queue benchmarks' setup: the toolchain, this checkout installed into
 # PostgreSQL $bin, and one cluster "memory" on port $2 with pg_distlock
 # preloaded, under directory $1.

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import httpx
 import uvicorn
 
-from conftest import Db, connect, eventually, lock_wait_chain
+from conftest import Db, connect, eventually, free_port, lock_wait_chain
 from pg_distlock.console import create_app
 from pg_distlock.console.graph import layout
 from test_cli import dead_job
@@ -195,9 +195,7 @@ def test_the_command_starts_the_console(db: Db) -> None:
     import subprocess
     import sys
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "pg_distlock", "--dsn", db.dsn, "console", "--port", str(port)],
                                stderr=subprocess.PIPE, text=True)
     try:

@@ -20,18 +20,12 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import Db, connect, eventually, lock_wait_chain
+from conftest import Db, connect, eventually, free_port, lock_wait_chain
 from pg_distlock import metrics
 from test_cli import cli, dead_job
 from test_console import console
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
