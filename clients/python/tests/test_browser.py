@@ -128,6 +128,8 @@ def test_an_operator_reads_the_overview_and_the_lock_graph_and_retries_a_dead_jo
             # Retry the dead job from the overview: asked first, then runnable.
             browser.get(base + "/")
             click(browser, f'tr[data-job="{dead}"] button[data-action="retry-dead"]')
+            # A form's POST navigates after click() returns: wait for the page it leads to.
+            eventually(lambda: count(browser, "#question"), what="the confirmation page")
             assert "Retry" in text(browser, "#question")
             assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", dead) == "dead"
             click(browser, "#confirm")
