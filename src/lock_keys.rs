@@ -72,7 +72,11 @@ pub const TERM_GRANT_CLASS: i32 = 0x646c_656c;
 /// hashes share 32 bits merely take turns. Waits at most `lock_timeout`
 /// (10 s when it is not set), then raises 55P03 naming `what`.
 pub fn lock_grants_until_commit(class: i32, name: &[u8], what: impl FnOnce() -> String) {
-    let tag = reserved_tag(class, crate::hashing::key_for_name(name) as u32, RESERVED_KIND);
+    let tag = reserved_tag(
+        class,
+        crate::hashing::key_for_name(name) as u32,
+        RESERVED_KIND,
+    );
     let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
     let free = unsafe { pg_sys::LockAcquire(&tag, mode, false, true) }
         != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL;
@@ -131,13 +135,28 @@ pub const QUEUE_TURNS: u32 = 16;
 /// hash (two queues whose hashes share the other 28 bits merely share turns).
 fn queue_turn_tag(queue: &[u8], turn: u32) -> pg_sys::LOCKTAG {
     let hash = crate::hashing::key_for_name(queue) as u32;
-    reserved_tag(QUEUE_LIMIT_CLASS, (hash & !(QUEUE_TURNS - 1)) | (turn % QUEUE_TURNS), RESERVED_KIND)
+    reserved_tag(
+        QUEUE_LIMIT_CLASS,
+        (hash & !(QUEUE_TURNS - 1)) | (turn % QUEUE_TURNS),
+        RESERVED_KIND,
+    )
 }
 
 /// Tries to take claim turn `turn` of queue `queue` until the transaction
 /// ends, without waiting.
 pub fn try_lock_queue_turn(queue: &[u8], turn: u32) -> TryLock {
     try_lock(&queue_turn_tag(queue, turn), false)
+}
+
+/// Whether another backend holds claim turn `turn` of `queue`: read from
+/// the lock table without taking the turn, so that looking does not make
+/// the turn seem taken to others looking at the same moment.
+pub fn queue_turn_held_by_another(queue: &[u8], turn: u32) -> bool {
+    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+    let mut holders = 0;
+    // Our own backend is never among the conflicts it lists.
+    unsafe { pg_sys::GetLockConflicts(&queue_turn_tag(queue, turn), mode, &mut holders) };
+    holders > 0
 }
 
 /// Gives back a turn taken by `try_lock_queue_turn` (nothing was claimed in it).

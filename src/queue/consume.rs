@@ -23,6 +23,31 @@ pub(crate) const MAX_BATCH: i32 = 1000;
 /// claim turn taken: a turn ends with its claim's commit.
 const BUSY_TURNS_RETRY_MS: i64 = 2;
 
+/// How soon a waiting consumer that found a limited queue full looks again
+/// at first, and at most: no completion wakes it (waking those who wait for
+/// room made them crowd the turns), and on a machine short of CPU each look
+/// at a full queue slows the claims that hold its room.
+const FULL_QUEUE_FIRST_RETRY_MS: i64 = wake::POLL_INTERVAL_MS;
+const FULL_QUEUE_LAST_RETRY_MS: i64 = 1000;
+
+thread_local! {
+    static FULL_QUEUE_RETRY: std::cell::Cell<i64> = const { std::cell::Cell::new(FULL_QUEUE_FIRST_RETRY_MS) };
+}
+
+/// The wait before the next look at a full limited queue when `full`,
+/// doubling from look to look of this backend while its queues stay full;
+/// a claim (`full` false) starts over.
+fn full_queue_retry_ms(full: bool) -> i64 {
+    FULL_QUEUE_RETRY.with(|retry| {
+        let wait = retry.get();
+        retry.set(match full {
+            true => (wait * 2).min(FULL_QUEUE_LAST_RETRY_MS),
+            false => FULL_QUEUE_FIRST_RETRY_MS,
+        });
+        wait
+    })
+}
+
 /// Returns up to `limit` expired leases to pending (or dead when out of attempts); how many.
 pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
     let stmt = plan(
@@ -51,7 +76,9 @@ pub(crate) enum Route {
 /// The route of `p_queues`: NULL for every queue; otherwise at least one
 /// name, none NULL or blank, each once, in the order given.
 pub(crate) fn route(p_queues: Option<TextArray>) -> Route {
-    let Some(TextArray(given)) = p_queues else { return Route::Every };
+    let Some(TextArray(given)) = p_queues else {
+        return Route::Every;
+    };
     if given.is_empty() {
         raise_with_hint(
             pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -82,8 +109,19 @@ struct Look {
 /// One look at the queue: claims up to `batch` jobs along `route`. Queues
 /// with a concurrency limit are claimed from in their turn; a consumer of
 /// every queue takes their jobs after the others'.
-fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, scope: &Scope, route: &Route) -> Look {
-    let mut look = Look { jobs: Vec::new(), limited_queue_full: false, limited_queue_busy: false };
+fn claim(
+    client: &SpiClient<'_>,
+    batch: i32,
+    worker: &Text,
+    lease: Interval,
+    scope: &Scope,
+    route: &Route,
+) -> Look {
+    let mut look = Look {
+        jobs: Vec::new(),
+        limited_queue_full: false,
+        limited_queue_busy: false,
+    };
     let jobs = &mut look.jobs;
     match route {
         Route::Legacy => claim_from(client, batch, worker, lease, scope, Source::Legacy, jobs),
@@ -91,8 +129,13 @@ fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, sco
             claim_from(client, batch, worker, lease, scope, Source::Every, jobs);
             if (jobs.len() as i32) < batch {
                 for (queue, max) in limited_queues(client, None) {
-                    let limited = claim_limited(client, batch, worker, lease, scope, &queue, max, jobs);
-                    note(&mut look.limited_queue_full, &mut look.limited_queue_busy, limited);
+                    let limited =
+                        claim_limited(client, batch, worker, lease, scope, &queue, max, jobs);
+                    note(
+                        &mut look.limited_queue_full,
+                        &mut look.limited_queue_busy,
+                        limited,
+                    );
                     if jobs.len() as i32 >= batch {
                         break;
                     }
@@ -106,12 +149,26 @@ fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, sco
             let mut limited: Option<Vec<(Text, i32)>> = None;
             for queue in queues {
                 let before = jobs.len();
-                claim_from(client, batch, worker, lease, scope, Source::Queue(queue, false), jobs);
+                claim_from(
+                    client,
+                    batch,
+                    worker,
+                    lease,
+                    scope,
+                    Source::Queue(queue, false),
+                    jobs,
+                );
                 if jobs.len() == before {
-                    let limited = limited.get_or_insert_with(|| limited_queues(client, Some(queues)));
+                    let limited =
+                        limited.get_or_insert_with(|| limited_queues(client, Some(queues)));
                     if let Some((_, max)) = limited.iter().find(|(name, _)| name == queue) {
-                        let limited = claim_limited(client, batch, worker, lease, scope, queue, *max, jobs);
-                        note(&mut look.limited_queue_full, &mut look.limited_queue_busy, limited);
+                        let limited =
+                            claim_limited(client, batch, worker, lease, scope, queue, *max, jobs);
+                        note(
+                            &mut look.limited_queue_full,
+                            &mut look.limited_queue_busy,
+                            limited,
+                        );
                     }
                 }
                 if jobs.len() as i32 >= batch {
@@ -139,7 +196,11 @@ fn next_due(
     scope: &Scope,
     route: &Route,
 ) -> Option<pg_sys::TimestampTz> {
-    let mut arguments = vec![timestamp(now).into(), timestamp(until).into(), scope.as_parameter().into()];
+    let mut arguments = vec![
+        timestamp(now).into(),
+        timestamp(until).into(),
+        scope.as_parameter().into(),
+    ];
     let stmt = match route {
         Route::Legacy => plan(
             client,
@@ -155,7 +216,12 @@ fn next_due(
             plan(
                 client,
                 include_str!("../../sql/queries/queue_next_due.sql"),
-                &[types::TIMESTAMPTZ, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT_ARRAY],
+                &[
+                    types::TIMESTAMPTZ,
+                    types::TIMESTAMPTZ,
+                    types::TEXT_ARRAY,
+                    types::TEXT_ARRAY,
+                ],
             )
         }
     };
@@ -245,6 +311,9 @@ pub(crate) fn consume_after(
             (look, due)
         });
         let now = clock_now();
+        if !look.jobs.is_empty() {
+            full_queue_retry_ms(false);
+        }
         if !look.jobs.is_empty() || now >= deadline {
             return look.jobs;
         }
@@ -253,7 +322,7 @@ pub(crate) fn consume_after(
         // room made them crowd the turns): look again soon.
         let soon = match (look.limited_queue_busy, look.limited_queue_full) {
             (true, _) => Some(BUSY_TURNS_RETRY_MS),
-            (false, true) => Some(wake::POLL_INTERVAL_MS),
+            (false, true) => Some(full_queue_retry_ms(true)),
             (false, false) => None,
         };
         let due = match soon {
@@ -329,5 +398,11 @@ fn consume_tasks_from_queues(
     ),
 > {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
-    TableIterator::new(consume(batch, p_worker_id, p_lease, p_wait, route(p_queues)))
+    TableIterator::new(consume(
+        batch,
+        p_worker_id,
+        p_lease,
+        p_wait,
+        route(p_queues),
+    ))
 }
