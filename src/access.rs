@@ -71,13 +71,9 @@ fn look_up_owner() -> pg_sys::Oid {
             pg_sys::Datum::from(schema),
         );
         if tuple.is_null() {
-            raise(
-                PgSqlErrorCode::ERRCODE_INVALID_SCHEMA_NAME,
-                "schema \"distlock\" does not exist",
-            );
+            raise(PgSqlErrorCode::ERRCODE_INVALID_SCHEMA_NAME, "schema \"distlock\" does not exist");
         }
-        let owner =
-            (*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_namespace>(tuple)).nspowner;
+        let owner = (*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_namespace>(tuple)).nspowner;
         pg_sys::ReleaseSysCache(tuple);
         owner
     }
@@ -102,16 +98,9 @@ pub fn as_owner() -> OwnerRights {
         CALLER.set(Some(user));
     }
     unsafe {
-        pg_sys::SetUserIdAndSecContext(
-            owner,
-            context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
-        );
+        pg_sys::SetUserIdAndSecContext(owner, context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32);
     }
-    OwnerRights {
-        saved_user: user,
-        saved_context: context,
-        outermost,
-    }
+    OwnerRights { saved_user: user, saved_context: context, outermost }
 }
 
 impl Drop for OwnerRights {
@@ -139,9 +128,7 @@ pub fn connect_mut<R, F: FnOnce(&mut SpiClient<'_>) -> R>(f: F) -> R {
 
 /// The role that called pg_distlock (not the owner it runs statements as).
 pub fn caller() -> pg_sys::Oid {
-    CALLER
-        .get()
-        .unwrap_or_else(|| unsafe { pg_sys::GetUserId() })
+    CALLER.get().unwrap_or_else(|| unsafe { pg_sys::GetUserId() })
 }
 
 /// A role's name, or its OID when it no longer exists.
@@ -150,9 +137,7 @@ pub fn role_name(role: pg_sys::Oid) -> String {
     if name.is_null() {
         format!("role with OID {}", role.to_u32())
     } else {
-        unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned()
+        unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
     }
 }
 
@@ -166,25 +151,17 @@ pub fn is_admin(client: &SpiClient<'_>, role: pg_sys::Oid) -> bool {
         return true;
     }
     let stmt = plan(client, include_str!("../sql/queries/admin_roles.sql"), &[]);
-    let admins: SpiResult<Vec<pg_sys::Oid>> = client.select(&*stmt, None, &[]).and_then(|rows| {
-        rows.map(|row| row.get::<pg_sys::Oid>(1).map(Option::unwrap_or_default))
-            .collect()
-    });
-    admins
-        .or_raise()
-        .into_iter()
-        .any(|admin| has_privileges_of(role, admin))
+    let admins: SpiResult<Vec<pg_sys::Oid>> = client
+        .select(&*stmt, None, &[])
+        .and_then(|rows| rows.map(|row| row.get::<pg_sys::Oid>(1).map(Option::unwrap_or_default)).collect());
+    admins.or_raise().into_iter().any(|admin| has_privileges_of(role, admin))
 }
 
 /// Refuses (42501) to act on `what`, held by `holder`, for a caller that is
 /// neither that role (or a member of it) nor an admin. A hold with no
 /// recorded role was taken before roles were recorded: its owner string
 /// alone decides, as it did then.
-pub fn require_holder(
-    client: &SpiClient<'_>,
-    holder: Option<pg_sys::Oid>,
-    what: impl FnOnce() -> String,
-) {
+pub fn require_holder(client: &SpiClient<'_>, holder: Option<pg_sys::Oid>, what: impl FnOnce() -> String) {
     let Some(holder) = holder else { return };
     let caller = caller();
     if caller == holder || has_privileges_of(caller, holder) || is_admin(client, caller) {
@@ -192,11 +169,6 @@ pub fn require_holder(
     }
     raise(
         PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-        format!(
-            "role \"{}\" may not act on {} held by role \"{}\"",
-            role_name(caller),
-            what(),
-            role_name(holder)
-        ),
+        format!("role \"{}\" may not act on {} held by role \"{}\"", role_name(caller), what(), role_name(holder)),
     );
 }

@@ -54,16 +54,11 @@ pub fn require_primary(action: &str) {
 /// (a month is 30 days, a day 24 hours).
 pub fn interval_micros(value: &pgrx::datum::Interval) -> i128 {
     const MICROS_PER_DAY: i128 = 86_400_000_000;
-    value.months() as i128 * 30 * MICROS_PER_DAY
-        + value.days() as i128 * MICROS_PER_DAY
-        + value.micros() as i128
+    value.months() as i128 * 30 * MICROS_PER_DAY + value.days() as i128 * MICROS_PER_DAY + value.micros() as i128
 }
 
 /// A non-NULL interval longer than zero, or ERROR 22004 / 22023 naming it.
-pub fn positive_interval(
-    value: Option<pgrx::datum::Interval>,
-    argument: &str,
-) -> pgrx::datum::Interval {
+pub fn positive_interval(value: Option<pgrx::datum::Interval>, argument: &str) -> pgrx::datum::Interval {
     let interval = required(value, argument);
     if interval_micros(&interval) <= 0 {
         raise(
@@ -75,20 +70,12 @@ pub fn positive_interval(
 }
 
 /// A non-NULL count within `range`, or ERROR 22004 / 22023 naming it.
-pub fn int_in_range(
-    value: Option<i32>,
-    argument: &str,
-    range: std::ops::RangeInclusive<i32>,
-) -> i32 {
+pub fn int_in_range(value: Option<i32>, argument: &str, range: std::ops::RangeInclusive<i32>) -> i32 {
     let n = required(value, argument);
     if !range.contains(&n) {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!(
-                "{argument} must be between {} and {}, got {n}",
-                range.start(),
-                range.end()
-            ),
+            format!("{argument} must be between {} and {}, got {n}", range.start(), range.end()),
         );
     }
     n
@@ -111,11 +98,7 @@ impl<T, E: std::fmt::Display> OrRaise<T> for Result<T, E> {
                 let at = std::panic::Location::caller();
                 raise(
                     PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                    format!(
-                        "pg_distlock: SPI failed at {}:{}: {e}",
-                        at.file(),
-                        at.line()
-                    ),
+                    format!("pg_distlock: SPI failed at {}:{}: {e}", at.file(), at.line()),
                 )
             }
         }
@@ -123,10 +106,7 @@ impl<T, E: std::fmt::Display> OrRaise<T> for Result<T, E> {
 }
 
 /// A non-NULL interval not below zero (a retention), or ERROR 22004 / 22023.
-pub fn retention_interval(
-    value: Option<pgrx::datum::Interval>,
-    argument: &str,
-) -> pgrx::datum::Interval {
+pub fn retention_interval(value: Option<pgrx::datum::Interval>, argument: &str) -> pgrx::datum::Interval {
     let interval = required(value, argument);
     if interval_micros(&interval) < 0 {
         raise(

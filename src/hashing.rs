@@ -30,9 +30,7 @@ pub extern "C" fn pg_finfo_distlock_lock_id() -> &'static pg_sys::Pg_finfo_recor
 /// so the argument is never NULL.
 #[no_mangle]
 #[pg_guard]
-pub unsafe extern "C-unwind" fn distlock_lock_id(
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> pg_sys::Datum {
+pub unsafe extern "C-unwind" fn distlock_lock_id(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
     unsafe {
         let datum = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
         let text = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
@@ -73,20 +71,8 @@ mod tests {
 
     #[pg_test]
     fn hashing_matches_the_sql_md5_expression() {
-        for name in [
-            "",
-            "a",
-            "task-1",
-            "über",
-            "日本語のタスク",
-            "🔒 lock",
-            &"x".repeat(1000),
-        ] {
-            assert_eq!(
-                super::key_for_name(name.as_bytes()),
-                sql_md5_key(name),
-                "name {name:?}"
-            );
+        for name in ["", "a", "task-1", "über", "日本語のタスク", "🔒 lock", &"x".repeat(1000)] {
+            assert_eq!(super::key_for_name(name.as_bytes()), sql_md5_key(name), "name {name:?}");
         }
     }
 

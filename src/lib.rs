@@ -23,11 +23,11 @@ mod session_locks;
 mod shared;
 mod snowflake;
 mod sweep;
+mod text;
 mod tasks;
+mod version;
 #[cfg(any(test, feature = "pg_test"))]
 mod test_sql;
-mod text;
-mod version;
 mod xact;
 
 ::pgrx::pg_module_magic!(name, version);
@@ -37,42 +37,17 @@ pgrx::extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 pgrx::extension_sql_file!(
     "../sql/locks.sql",
     name = "locks",
-    requires = [
-        "schema",
-        locks::stats::lock_stats_entries,
-        scopes::in_monitor_scope
-    ]
+    requires = ["schema", locks::stats::lock_stats_entries, scopes::in_monitor_scope]
 );
 pgrx::extension_sql_file!(
     "../sql/views.sql",
     name = "views",
-    requires = [
-        "schema",
-        "locks",
-        lock_keys::task_lock_class,
-        scopes::in_monitor_scope
-    ]
+    requires = ["schema", "locks", lock_keys::task_lock_class, scopes::in_monitor_scope]
 );
-pgrx::extension_sql_file!(
-    "../sql/queue.sql",
-    name = "queue",
-    requires = ["schema", scopes::in_monitor_scope]
-);
-pgrx::extension_sql_file!(
-    "../sql/ratelimit.sql",
-    name = "ratelimit",
-    requires = ["schema"]
-);
-pgrx::extension_sql_file!(
-    "../sql/snowflake.sql",
-    name = "snowflake",
-    requires = ["schema"]
-);
-pgrx::extension_sql_file!(
-    "../sql/leases.sql",
-    name = "leases",
-    requires = ["schema", scopes::in_monitor_scope]
-);
+pgrx::extension_sql_file!("../sql/queue.sql", name = "queue", requires = ["schema", scopes::in_monitor_scope]);
+pgrx::extension_sql_file!("../sql/ratelimit.sql", name = "ratelimit", requires = ["schema"]);
+pgrx::extension_sql_file!("../sql/snowflake.sql", name = "snowflake", requires = ["schema"]);
+pgrx::extension_sql_file!("../sql/leases.sql", name = "leases", requires = ["schema", scopes::in_monitor_scope]);
 pgrx::extension_sql_file!("../sql/sweep.sql", name = "sweep", requires = ["schema"]);
 pgrx::extension_sql_file!(
     "../sql/access.sql",

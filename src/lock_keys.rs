@@ -72,11 +72,7 @@ pub const TERM_GRANT_CLASS: i32 = 0x646c_656c;
 /// hashes share 32 bits merely take turns. Waits at most `lock_timeout`
 /// (10 s when it is not set), then raises 55P03 naming `what`.
 pub fn lock_grants_until_commit(class: i32, name: &[u8], what: impl FnOnce() -> String) {
-    let tag = reserved_tag(
-        class,
-        crate::hashing::key_for_name(name) as u32,
-        RESERVED_KIND,
-    );
+    let tag = reserved_tag(class, crate::hashing::key_for_name(name) as u32, RESERVED_KIND);
     let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
     let free = unsafe { pg_sys::LockAcquire(&tag, mode, false, true) }
         != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL;
@@ -135,11 +131,7 @@ pub const QUEUE_TURNS: u32 = 16;
 /// hash (two queues whose hashes share the other 28 bits merely share turns).
 fn queue_turn_tag(queue: &[u8], turn: u32) -> pg_sys::LOCKTAG {
     let hash = crate::hashing::key_for_name(queue) as u32;
-    reserved_tag(
-        QUEUE_LIMIT_CLASS,
-        (hash & !(QUEUE_TURNS - 1)) | (turn % QUEUE_TURNS),
-        RESERVED_KIND,
-    )
+    reserved_tag(QUEUE_LIMIT_CLASS, (hash & !(QUEUE_TURNS - 1)) | (turn % QUEUE_TURNS), RESERVED_KIND)
 }
 
 /// Tries to take claim turn `turn` of queue `queue` until the transaction

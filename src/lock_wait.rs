@@ -51,12 +51,7 @@ impl Drop for BoundedWaits {
 /// Waits up to `ms` for the lock in an internal subtransaction: a lock
 /// timeout is an ERROR, and only aborting a (sub)transaction takes the
 /// backend out of the lock's wait queue cleanly.
-pub fn acquire_within(
-    tag: &pg_sys::LOCKTAG,
-    mode: pg_sys::LOCKMODE,
-    session: bool,
-    ms: i32,
-) -> bool {
+pub fn acquire_within(tag: &pg_sys::LOCKTAG, mode: pg_sys::LOCKMODE, session: bool, ms: i32) -> bool {
     let tag = *tag;
     unsafe {
         let caller_context = pg_sys::CurrentMemoryContext;

@@ -25,11 +25,7 @@ enum IntWidth {
     Int8,
 }
 
-fn get_version(
-    tuple: &PgHeapTuple<'_, impl pgrx::WhoAllocated>,
-    column: &str,
-    width: IntWidth,
-) -> Option<i64> {
+fn get_version(tuple: &PgHeapTuple<'_, impl pgrx::WhoAllocated>, column: &str, width: IntWidth) -> Option<i64> {
     let value = match width {
         IntWidth::Int2 => tuple.get_by_name::<i16>(column).map(|v| v.map(i64::from)),
         IntWidth::Int4 => tuple.get_by_name::<i32>(column).map(|v| v.map(i64::from)),
@@ -47,21 +43,10 @@ fn version_overflow(column: &str, current: i64) -> ! {
     )
 }
 
-fn set_version(
-    tuple: &mut PgHeapTuple<'_, AllocatedByRust>,
-    column: &str,
-    width: IntWidth,
-    value: i64,
-) {
+fn set_version(tuple: &mut PgHeapTuple<'_, AllocatedByRust>, column: &str, width: IntWidth, value: i64) {
     let result = match width {
-        IntWidth::Int2 => tuple.set_by_name(
-            column,
-            i16::try_from(value).unwrap_or_else(|_| version_overflow(column, value - 1)),
-        ),
-        IntWidth::Int4 => tuple.set_by_name(
-            column,
-            i32::try_from(value).unwrap_or_else(|_| version_overflow(column, value - 1)),
-        ),
+        IntWidth::Int2 => tuple.set_by_name(column, i16::try_from(value).unwrap_or_else(|_| version_overflow(column, value - 1))),
+        IntWidth::Int4 => tuple.set_by_name(column, i32::try_from(value).unwrap_or_else(|_| version_overflow(column, value - 1))),
         IntWidth::Int8 => tuple.set_by_name(column, value),
     };
     result.or_raise();
@@ -74,23 +59,15 @@ unsafe fn may_see_values(relation: pg_sys::Relation, attnums: &[pg_sys::AttrNumb
     unsafe {
         let relid = (*relation).rd_id;
         let user = pg_sys::GetUserId();
-        if pg_sys::check_enable_rls(relid, pg_sys::InvalidOid, true)
-            == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32
-        {
+        if pg_sys::check_enable_rls(relid, pg_sys::InvalidOid, true) == pg_sys::CheckEnableRlsResult::RLS_ENABLED as i32 {
             return false;
         }
-        if pg_sys::pg_class_aclcheck(relid, user, pg_sys::ACL_SELECT as pg_sys::AclMode)
-            == pg_sys::AclResult::ACLCHECK_OK
-        {
+        if pg_sys::pg_class_aclcheck(relid, user, pg_sys::ACL_SELECT as pg_sys::AclMode) == pg_sys::AclResult::ACLCHECK_OK {
             return true;
         }
         attnums.iter().all(|&attnum| {
-            pg_sys::pg_attribute_aclcheck(
-                relid,
-                attnum,
-                user,
-                pg_sys::ACL_SELECT as pg_sys::AclMode,
-            ) == pg_sys::AclResult::ACLCHECK_OK
+            pg_sys::pg_attribute_aclcheck(relid, attnum, user, pg_sys::ACL_SELECT as pg_sys::AclMode)
+                == pg_sys::AclResult::ACLCHECK_OK
         })
     }
 }
@@ -100,9 +77,7 @@ unsafe fn may_see_values(relation: pg_sys::Relation, attnums: &[pg_sys::AttrNumb
 fn may_see_version(trigger: &PgTrigger<'_>, column: &str) -> bool {
     unsafe {
         let relation = trigger.trigger_data().tg_relation;
-        let Ok(name) = std::ffi::CString::new(column) else {
-            return false;
-        };
+        let Ok(name) = std::ffi::CString::new(column) else { return false };
         let attnum = pg_sys::get_attnum((*relation).rd_id, name.as_ptr());
         attnum > 0 && may_see_values(relation, &[attnum])
     }
@@ -137,25 +112,19 @@ fn describe_key(trigger: &PgTrigger<'_>) -> String {
         let mut names = Vec::with_capacity(key_count);
         let mut values = Vec::with_capacity(key_count);
         for &attnum in attnums {
-            let Some(position) = NonZeroUsize::new(attnum as usize) else {
-                continue;
-            };
-            let Some(attr) = attributes.get(position.get() - 1) else {
-                continue;
-            };
+            let Some(position) = NonZeroUsize::new(attnum as usize) else { continue };
+            let Some(attr) = attributes.get(position.get() - 1) else { continue };
             names.push(attr.name().to_string());
-            values.push(
-                match pgrx::htup::heap_getattr_raw(tuple, position, tupdesc) {
-                    None => "null".to_string(),
-                    Some(datum) => {
-                        let mut output = pg_sys::InvalidOid;
-                        let mut varlena = false;
-                        pg_sys::getTypeOutputInfo(attr.atttypid, &mut output, &mut varlena);
-                        let text = pg_sys::OidOutputFunctionCall(output, datum);
-                        CStr::from_ptr(text).to_string_lossy().into_owned()
-                    }
-                },
-            );
+            values.push(match pgrx::htup::heap_getattr_raw(tuple, position, tupdesc) {
+                None => "null".to_string(),
+                Some(datum) => {
+                    let mut output = pg_sys::InvalidOid;
+                    let mut varlena = false;
+                    pg_sys::getTypeOutputInfo(attr.atttypid, &mut output, &mut varlena);
+                    let text = pg_sys::OidOutputFunctionCall(output, datum);
+                    CStr::from_ptr(text).to_string_lossy().into_owned()
+                }
+            });
         }
         pg_sys::index_close(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         format!(" ({})=({})", names.join(", "), values.join(", "))
@@ -179,15 +148,9 @@ fn bump_version<'a>(
     let args = trigger.extra_args()?;
     let column = args.first().map_or(DEFAULT_COLUMN, String::as_str);
     let (Some(old), Some(new)) = (trigger.old(), trigger.new()) else {
-        raise(
-            PgSqlErrorCode::ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
-            "bump_version got no row",
-        );
+        raise(PgSqlErrorCode::ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED, "bump_version got no row");
     };
-    let width = match new
-        .get_attribute_by_name(column)
-        .map(|(_, attr)| attr.atttypid)
-    {
+    let width = match new.get_attribute_by_name(column).map(|(_, attr)| attr.atttypid) {
         Some(pg_sys::INT2OID) => IntWidth::Int2,
         Some(pg_sys::INT4OID) => IntWidth::Int4,
         Some(pg_sys::INT8OID) => IntWidth::Int8,
@@ -210,16 +173,11 @@ fn bump_version<'a>(
         };
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
-            format!(
-                "stale update of {table}{}: version {given} was read, but {now_at}",
-                describe_key(trigger)
-            ),
+            format!("stale update of {table}{}: version {given} was read, but {now_at}", describe_key(trigger)),
             "Re-read the row and apply the change again.",
         );
     }
-    let next = current
-        .checked_add(1)
-        .unwrap_or_else(|| version_overflow(column, current));
+    let next = current.checked_add(1).unwrap_or_else(|| version_overflow(column, current));
     let mut updated = new.into_owned();
     set_version(&mut updated, column, width, next);
     Ok(Some(updated))
@@ -244,28 +202,18 @@ mod tests {
     fn optimistic_every_update_increments_the_version() {
         setup("version");
         Spi::run("UPDATE accounts SET balance = 90 WHERE id = 42").expect("update without version");
-        Spi::run("UPDATE accounts SET balance = 80, version = 2 WHERE id = 42")
-            .expect("update with current version");
-        assert_eq!(
-            Spi::get_one::<i32>("SELECT version FROM accounts").expect("v"),
-            Some(3)
-        );
+        Spi::run("UPDATE accounts SET balance = 80, version = 2 WHERE id = 42").expect("update with current version");
+        assert_eq!(Spi::get_one::<i32>("SELECT version FROM accounts").expect("v"), Some(3));
     }
 
-    #[pg_test(
-        error = "stale update of public.accounts (id)=(42): version 1 was read, but the row is at version 2"
-    )]
+    #[pg_test(error = "stale update of public.accounts (id)=(42): version 1 was read, but the row is at version 2")]
     fn optimistic_a_stale_version_is_refused() {
         setup("version");
-        Spi::run("UPDATE accounts SET balance = 90, version = 1 WHERE id = 42")
-            .expect("first writer");
-        Spi::run("UPDATE accounts SET balance = 70, version = 1 WHERE id = 42")
-            .expect("second writer");
+        Spi::run("UPDATE accounts SET balance = 90, version = 1 WHERE id = 42").expect("first writer");
+        Spi::run("UPDATE accounts SET balance = 70, version = 1 WHERE id = 42").expect("second writer");
     }
 
-    #[pg_test(
-        error = "stale update of public.accounts: version 1 was read, but the row is at version 2"
-    )]
+    #[pg_test(error = "stale update of public.accounts: version 1 was read, but the row is at version 2")]
     fn optimistic_key_values_are_not_shown_to_a_role_that_cannot_read_them() {
         setup("version");
         Spi::run(
@@ -291,9 +239,7 @@ mod tests {
         Spi::run("UPDATE ledger SET id = 1").expect("update at the largest version");
     }
 
-    #[pg_test(
-        error = "stale update of public.accounts: version 1 was read, but the row has changed since"
-    )]
+    #[pg_test(error = "stale update of public.accounts: version 1 was read, but the row has changed since")]
     fn optimistic_row_level_security_hides_the_current_version() {
         setup("version");
         Spi::run(
@@ -317,10 +263,7 @@ mod tests {
              EXCEPTION WHEN serialization_failure THEN NULL; END $$",
         )
         .expect("stale rev raises 40001");
-        assert_eq!(
-            Spi::get_one::<i32>("SELECT rev FROM accounts").expect("rev"),
-            Some(2)
-        );
+        assert_eq!(Spi::get_one::<i32>("SELECT rev FROM accounts").expect("rev"), Some(2));
     }
 
     #[pg_test(error = "table public.accounts has no version column \"nope\"")]

@@ -54,8 +54,7 @@ pub unsafe fn is_client_backend(proc_: *const pg_sys::PGPROC) -> bool {
 
 /// How to give pg_distlock shared memory on this version.
 #[cfg(feature = "pg15")]
-pub const SHARED_MEMORY_HINT: &str =
-    "Add pg_distlock to shared_preload_libraries and restart the server.";
+pub const SHARED_MEMORY_HINT: &str = "Add pg_distlock to shared_preload_libraries and restart the server.";
 #[cfg(not(feature = "pg15"))]
 pub const SHARED_MEMORY_HINT: &str =
     "Turn distlock.dynamic_shared_memory on (and restart), or add pg_distlock to shared_preload_libraries.";

@@ -10,9 +10,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use crate::errors::OrRaise;
-use pgrx::datum::{FromDatum, IntoDatum};
 use pgrx::pg_sys::{self, PgOid};
+use pgrx::datum::{FromDatum, IntoDatum};
+use crate::errors::OrRaise;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult, SpiTupleTable};
 
 thread_local! {
@@ -49,18 +49,17 @@ impl Drop for GenericPlans {
 }
 
 /// The kept plan for `sql` (a `'static` text: its address is the cache key).
-pub fn plan(
-    client: &SpiClient<'_>,
-    sql: &'static str,
-    arg_types: &[PgOid],
-) -> Rc<OwnedPreparedStatement> {
+pub fn plan(client: &SpiClient<'_>, sql: &'static str, arg_types: &[PgOid]) -> Rc<OwnedPreparedStatement> {
     let key = sql.as_ptr() as usize;
     if let Some(plan) = PLANS.with(|plans| plans.borrow().get(&key).cloned()) {
         return plan;
     }
     check_declared_parameters(sql, arg_types);
     let prepared = crate::version::prepare_checked(client, || {
-        client.prepare_mut(sql, arg_types).or_raise().keep()
+        client
+            .prepare_mut(sql, arg_types)
+            .or_raise()
+            .keep()
     });
     let plan = Rc::new(prepared);
     PLANS.with(|plans| plans.borrow_mut().insert(key, plan.clone()));
@@ -76,19 +75,11 @@ fn check_declared_parameters(sql: &str, arg_types: &[PgOid]) {
     let declared: Vec<&str> = sql
         .lines()
         .find_map(|line| line.strip_prefix("-- params:"))
-        .map(|list| {
-            list.split(',')
-                .map(str::trim)
-                .filter(|t| *t != "none")
-                .collect()
-        })
+        .map(|list| list.split(',').map(str::trim).filter(|t| *t != "none").collect())
         .unwrap_or_else(|| {
             crate::errors::raise(
                 pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                format!(
-                    "statement has no \"-- params:\" line: {}",
-                    sql.lines().next().unwrap_or_default()
-                ),
+                format!("statement has no \"-- params:\" line: {}", sql.lines().next().unwrap_or_default()),
             )
         });
     let given: Vec<&str> = arg_types.iter().map(|oid| types::name(*oid)).collect();
@@ -102,16 +93,9 @@ fn check_declared_parameters(sql: &str, arg_types: &[PgOid]) {
 
 /// Runs the kept retention DELETE `sql`, whose one argument is the age
 /// (an interval) beyond which rows go; returns how many it deleted.
-pub fn delete_older_than(
-    client: &mut pgrx::spi::SpiClient<'_>,
-    sql: &'static str,
-    older_than: pgrx::datum::Interval,
-) -> i64 {
+pub fn delete_older_than(client: &mut pgrx::spi::SpiClient<'_>, sql: &'static str, older_than: pgrx::datum::Interval) -> i64 {
     let stmt = plan(client, sql, &[types::INTERVAL]);
-    client
-        .update(&*stmt, None, &[older_than.into()])
-        .map(|deleted| deleted.len() as i64)
-        .or_raise()
+    client.update(&*stmt, None, &[older_than.into()]).map(|deleted| deleted.len() as i64).or_raise()
 }
 
 /// The first column of the first row, or None when there is no row.

@@ -44,19 +44,15 @@ pub fn next_occurrence(expression: &str, after: TimestampWithTimeZone) -> Timest
     let Some(start) = to_chrono(after) else {
         raise(
             PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
-            format!(
-                "cron_next needs a finite timestamp from 0001-01-01 00:00:00+00 on, got {after}"
-            ),
+            format!("cron_next needs a finite timestamp from 0001-01-01 00:00:00+00 on, got {after}"),
         );
     };
-    let next = cron
-        .find_next_occurrence(&start, false)
-        .unwrap_or_else(|e| {
-            raise(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("cron expression \"{expression}\" has no occurrence after {start}: {e}"),
-            )
-        });
+    let next = cron.find_next_occurrence(&start, false).unwrap_or_else(|e| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("cron expression \"{expression}\" has no occurrence after {start}: {e}"),
+        )
+    });
     TimestampWithTimeZone::try_from(next.timestamp_micros() - PG_EPOCH_UNIX_MICROS).unwrap_or_else(
         |_| {
             raise(
@@ -75,16 +71,10 @@ fn cron_next(
     p_expr: Text,
     p_after: default!(TimestampWithTimeZone, "now()"),
 ) -> TimestampWithTimeZone {
-    let Some(expression) = std::str::from_utf8(p_expr.bytes())
-        .ok()
-        .filter(|e| e.is_ascii())
-    else {
+    let Some(expression) = std::str::from_utf8(p_expr.bytes()).ok().filter(|e| e.is_ascii()) else {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!(
-                "invalid cron expression \"{}\": only ASCII characters are allowed",
-                p_expr.shown()
-            ),
+            format!("invalid cron expression \"{}\": only ASCII characters are allowed", p_expr.shown()),
         )
     };
     next_occurrence(expression, p_after)
@@ -114,24 +104,16 @@ mod tests {
         assert_eq!(next("@weekly", after), "2026-03-15 00:00:00"); // a Sunday
         assert_eq!(next("@monthly", after), "2026-04-01 00:00:00");
         assert_eq!(next("@yearly", after), "2027-01-01 00:00:00");
-        assert_eq!(
-            next("0 0 1 1 *", "2026-01-01 00:00:00+00"),
-            "2027-01-01 00:00:00"
-        );
+        assert_eq!(next("0 0 1 1 *", "2026-01-01 00:00:00+00"), "2027-01-01 00:00:00");
     }
 
     #[pg_test]
     fn schedule_timezone_of_the_session_does_not_matter() {
         Spi::run("SET LOCAL TimeZone = 'America/New_York'").expect("set");
-        assert_eq!(
-            next("0 3 * * *", "2026-03-14 10:17:30+00"),
-            "2026-03-15 03:00:00"
-        );
+        assert_eq!(next("0 3 * * *", "2026-03-14 10:17:30+00"), "2026-03-15 03:00:00");
     }
 
-    #[pg_test(
-        error = "cron_next needs a finite timestamp from 0001-01-01 00:00:00+00 on, got 4713-01-01 00:00:00+00 BC"
-    )]
+    #[pg_test(error = "cron_next needs a finite timestamp from 0001-01-01 00:00:00+00 on, got 4713-01-01 00:00:00+00 BC")]
     fn schedule_refuses_a_start_before_year_one() {
         Spi::run("SET LOCAL TimeZone = 'UTC'").expect("set");
         next("* * * * *", "4713-01-01 00:00:00+00 BC");
@@ -139,15 +121,10 @@ mod tests {
 
     #[pg_test]
     fn schedule_the_first_minute_of_year_one_is_in_range() {
-        assert_eq!(
-            next("* * * * *", "0001-01-01 00:00:00+00"),
-            "0001-01-01 00:01:00"
-        );
+        assert_eq!(next("* * * * *", "0001-01-01 00:00:00+00"), "0001-01-01 00:01:00");
     }
 
-    #[pg_test(
-        error = "invalid cron expression \"61 * * * *\": Component error: Number out of bounds."
-    )]
+    #[pg_test(error = "invalid cron expression \"61 * * * *\": Component error: Number out of bounds.")]
     fn schedule_rejects_out_of_range_fields() {
         next("61 * * * *", "2026-01-01 00:00:00+00");
     }

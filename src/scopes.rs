@@ -73,11 +73,9 @@ impl Scope {
     fn shown(&self) -> String {
         match self {
             Scope::Everything => "everything".into(),
-            Scope::Prefixes(prefixes) => prefixes
-                .iter()
-                .map(|p| format!("\"{}\"", p.shown()))
-                .collect::<Vec<_>>()
-                .join(", "),
+            Scope::Prefixes(prefixes) => {
+                prefixes.iter().map(|p| format!("\"{}\"", p.shown())).collect::<Vec<_>>().join(", ")
+            }
         }
     }
 }
@@ -117,15 +115,8 @@ fn register_callbacks() {
     }
     unsafe {
         pg_sys::CacheRegisterRelcacheCallback(Some(forget_on_relation), pg_sys::Datum::from(0));
-        for cache in [
-            pg_sys::SysCacheIdentifier::AUTHOID,
-            pg_sys::SysCacheIdentifier::AUTHMEMMEMROLE,
-        ] {
-            pg_sys::CacheRegisterSyscacheCallback(
-                cache as i32,
-                Some(forget_on_role),
-                pg_sys::Datum::from(0),
-            );
+        for cache in [pg_sys::SysCacheIdentifier::AUTHOID, pg_sys::SysCacheIdentifier::AUTHMEMMEMROLE] {
+            pg_sys::CacheRegisterSyscacheCallback(cache as i32, Some(forget_on_role), pg_sys::Datum::from(0));
         }
     }
     CALLBACKS.set(true);
@@ -138,8 +129,7 @@ pub fn of_caller(capability: Capability) -> Rc<Scope> {
         return EVERYTHING.with(Rc::clone);
     }
     let role = crate::access::caller();
-    cached(role, capability)
-        .unwrap_or_else(|| crate::access::connect(|client| fill(client, role, capability)))
+    cached(role, capability).unwrap_or_else(|| crate::access::connect(|client| fill(client, role, capability)))
 }
 
 fn any_scoped() -> bool {
@@ -152,10 +142,7 @@ fn any_scoped() -> bool {
     let any = crate::version::has_column(c"role_capabilities", c"scope")
         && crate::access::connect(|client| {
             let stmt = plan(client, include_str!("../sql/queries/any_scopes.sql"), &[]);
-            client
-                .select(&*stmt, None, &[])
-                .and_then(crate::plans::first_value::<bool>)
-                .or_raise()
+            client.select(&*stmt, None, &[]).and_then(crate::plans::first_value::<bool>).or_raise()
         })
         .unwrap_or(false);
     ANY_SCOPED.set(Some(any));
@@ -177,21 +164,12 @@ fn look_up(client: &SpiClient<'_>, role: pg_sys::Oid, capability: Capability) ->
     if crate::access::is_admin(client, role) {
         return Scope::Everything;
     }
-    let stmt = plan(
-        client,
-        include_str!("../sql/queries/role_scopes.sql"),
-        &[types::TEXT],
-    );
+    let stmt = plan(client, include_str!("../sql/queries/role_scopes.sql"), &[types::TEXT]);
     let grants: Vec<(pg_sys::Oid, Option<Text>)> = client
         .select(&*stmt, None, &[capability.name().into()])
         .and_then(|rows| {
-            rows.map(|row| {
-                Ok((
-                    row.get::<pg_sys::Oid>(1)?.unwrap_or_default(),
-                    row.get::<Text>(2)?,
-                ))
-            })
-            .collect()
+            rows.map(|row| Ok((row.get::<pg_sys::Oid>(1)?.unwrap_or_default(), row.get::<Text>(2)?)))
+                .collect()
         })
         .or_raise();
     let mut prefixes = Vec::new();
@@ -229,11 +207,7 @@ pub fn require_task(client: &SpiClient<'_>, task_id: i32) {
     if matches!(*scope, Scope::Everything) {
         return;
     }
-    let stmt = plan(
-        client,
-        include_str!("../sql/queries/task_names.sql"),
-        &[types::INT4],
-    );
+    let stmt = plan(client, include_str!("../sql/queries/task_names.sql"), &[types::INT4]);
     let names = client
         .select(&*stmt, None, &[task_id.into()])
         .and_then(|rows| {
@@ -241,19 +215,12 @@ pub fn require_task(client: &SpiClient<'_>, task_id: i32) {
                 return Ok(None);
             }
             let row = rows.first();
-            Ok(Some((
-                row.get::<Text>(1)?.unwrap_or_default(),
-                row.get::<Text>(2)?.unwrap_or_default(),
-            )))
+            Ok(Some((row.get::<Text>(1)?.unwrap_or_default(), row.get::<Text>(2)?.unwrap_or_default())))
         })
         .or_raise();
     if let Some((task_name, task_type)) = names {
         if !task_admitted(&scope, &task_name, &task_type) {
-            refuse(
-                Capability::Worker,
-                &scope,
-                format!("task {task_id} (\"{}\")", task_name.shown()),
-            );
+            refuse(Capability::Worker, &scope, format!("task {task_id} (\"{}\")", task_name.shown()));
         }
     }
 }
@@ -267,15 +234,8 @@ fn refuse(capability: Capability, scope: &Scope, what: String) -> ! {
     let role = crate::access::role_name(crate::access::caller());
     raise_with_hint(
         PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-        format!(
-            "role \"{role}\" may not use {what}: it is outside the role's {} scope",
-            capability.name()
-        ),
-        &format!(
-            "The role's {} scope admits names starting with {}.",
-            capability.name(),
-            scope.shown()
-        ),
+        format!("role \"{role}\" may not use {what}: it is outside the role's {} scope", capability.name()),
+        &format!("The role's {} scope admits names starting with {}.", capability.name(), scope.shown()),
     )
 }
 
@@ -287,10 +247,7 @@ fn refuse(capability: Capability, scope: &Scope, what: String) -> ! {
 fn in_monitor_scope(p_name: Option<Text>, p_other_name: default!(Option<Text>, "NULL")) -> bool {
     match &*of_caller(Capability::Monitor) {
         Scope::Everything => true,
-        scope => [p_name, p_other_name]
-            .iter()
-            .flatten()
-            .any(|name| scope.admits(name.bytes())),
+        scope => [p_name, p_other_name].iter().flatten().any(|name| scope.admits(name.bytes())),
     }
 }
 

@@ -28,17 +28,10 @@ struct RunningClaim {
 }
 
 fn lock_running_claims(client: &SpiClient<'_>) -> Vec<i64> {
-    let stmt = plan(
-        client,
-        include_str!("../sql/queries/lock_running_claims.sql"),
-        &[],
-    );
+    let stmt = plan(client, include_str!("../sql/queries/lock_running_claims.sql"), &[]);
     client
         .select(&*stmt, None, &[])
-        .and_then(|rows| {
-            rows.map(|row| row.get::<i64>(1).map(Option::unwrap_or_default))
-                .collect()
-        })
+        .and_then(|rows| rows.map(|row| row.get::<i64>(1).map(Option::unwrap_or_default)).collect())
         .or_raise()
 }
 
@@ -132,11 +125,7 @@ fn terminate_holder(client: &SpiClient<'_>, task_id: i32, pid: i32) -> bool {
         );
         return !holder_holds_lock(client, task_id, pid);
     }
-    let stmt = plan(
-        client,
-        include_str!("../sql/queries/terminate_backend.sql"),
-        &[types::INT4],
-    );
+    let stmt = plan(client, include_str!("../sql/queries/terminate_backend.sql"), &[types::INT4]);
     client.select(&*stmt, None, &[pid.into()]).or_raise();
     !holder_holds_lock(client, task_id, pid)
 }
@@ -146,11 +135,7 @@ fn terminate_holder(client: &SpiClient<'_>, task_id: i32, pid: i32) -> bool {
 /// committed, so nothing else shows the claim, and only ending the session
 /// gives the task back. The claim rolls back, so the due slot runs again.
 fn end_uncommitted_claims(client: &SpiClient<'_>, timeout_minutes: i32) -> Vec<(i32, Text, bool)> {
-    let stmt = plan(
-        client,
-        include_str!("../sql/queries/stale_uncommitted_claims.sql"),
-        &[types::INT4],
-    );
+    let stmt = plan(client, include_str!("../sql/queries/stale_uncommitted_claims.sql"), &[types::INT4]);
     let stale: Vec<(i32, i32, Text, Text)> = client
         .select(&*stmt, None, &[timeout_minutes.into()])
         .and_then(|rows| {
@@ -191,16 +176,9 @@ fn record_run(client: &SpiClient<'_>, recovered: usize) {
     if crate::version::table_oid(c"sweep_state") == pg_sys::InvalidOid {
         return;
     }
-    let stmt = plan(
-        client,
-        include_str!("../sql/queries/sweep_record.sql"),
-        &[types::INT4],
-    );
+    let stmt = plan(client, include_str!("../sql/queries/sweep_record.sql"), &[types::INT4]);
     let recovered = i32::try_from(recovered).unwrap_or(i32::MAX);
-    client
-        .select(&*stmt, None, &[recovered.into()])
-        .map(|_| ())
-        .or_raise();
+    client.select(&*stmt, None, &[recovered.into()]).map(|_| ()).or_raise();
 }
 
 /// Recovers running claims whose holder backend is gone (`abandoned`) or
@@ -216,11 +194,7 @@ fn check_and_recover_timeout_tasks(
     p_timeout_minutes: default!(Option<i32>, 30),
 ) -> TableIterator<
     'static,
-    (
-        name!(task_id, i32),
-        name!(worker_id, Text),
-        name!(lock_released, bool),
-    ),
+    (name!(task_id, i32), name!(worker_id, Text), name!(lock_released, bool)),
 > {
     require_primary("recover tasks");
     let timeout_minutes = required(p_timeout_minutes, "p_timeout_minutes");
@@ -237,51 +211,27 @@ fn check_and_recover_timeout_tasks(
         crate::ratelimit::prune_expired(client);
         let mut recovered = end_uncommitted_claims(client, timeout_minutes);
         let locked = lock_running_claims(client);
-        let claims = if locked.is_empty() {
-            Vec::new()
-        } else {
-            assess(client, locked, timeout_minutes)
-        };
+        let claims = if locked.is_empty() { Vec::new() } else { assess(client, locked, timeout_minutes) };
         for claim in claims {
             let lock_released = if !claim.holder_alive && claim.leased {
-                finish_claim(
-                    client,
-                    claim.log_id,
-                    "abandoned",
-                    Some(&Text::from("its lease ran out")),
-                );
+                finish_claim(client, claim.log_id, "abandoned", Some(&Text::from("its lease ran out")));
                 true
             } else if !claim.holder_alive {
                 let reason = format!("holder backend {} is gone", claim.holder_pid);
-                finish_claim(
-                    client,
-                    claim.log_id,
-                    "abandoned",
-                    Some(&Text::from(reason.as_str())),
-                );
+                finish_claim(client, claim.log_id, "abandoned", Some(&Text::from(reason.as_str())));
                 !holder_holds_lock(client, claim.task_id, claim.holder_pid)
             } else if claim.overdue && claim.leased {
                 // Revoking the token is enough: the holder's next renewal,
                 // release or fenced write is refused.
                 let reason = format!("ran longer than {}; its lease was revoked", claim.timeout);
-                finish_claim(
-                    client,
-                    claim.log_id,
-                    "timed_out",
-                    Some(&Text::from(reason.as_str())),
-                );
+                finish_claim(client, claim.log_id, "timed_out", Some(&Text::from(reason.as_str())));
                 true
             } else if claim.overdue {
                 let reason = format!(
                     "ran longer than {}; holder backend {} terminated",
                     claim.timeout, claim.holder_pid
                 );
-                finish_claim(
-                    client,
-                    claim.log_id,
-                    "timed_out",
-                    Some(&Text::from(reason.as_str())),
-                );
+                finish_claim(client, claim.log_id, "timed_out", Some(&Text::from(reason.as_str())));
                 free_lock_of(client, &claim)
             } else {
                 continue;

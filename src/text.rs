@@ -10,10 +10,10 @@ use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::datum::Datum;
 use pgrx::nullable::Nullable;
 use pgrx::pg_sys;
+use pgrx::prelude::*;
 use pgrx::pgrx_sql_entity_graph::metadata::{
     ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
 };
-use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 use crate::errors::{raise, required};
@@ -34,9 +34,7 @@ impl Text {
     /// Empty or only ASCII whitespace (the characters `btrim(s, E' \t\n\r\f\v')`
     /// removes), the same test in every encoding.
     pub fn is_blank(&self) -> bool {
-        self.0
-            .iter()
-            .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c))
+        self.0.iter().all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c))
     }
 
     /// The value for a message: as it is in a UTF-8 database; elsewhere
@@ -50,13 +48,7 @@ impl Text {
         }
         self.0
             .iter()
-            .map(|&b| {
-                if b.is_ascii() {
-                    (b as char).to_string()
-                } else {
-                    format!("\\x{b:02x}")
-                }
-            })
+            .map(|&b| if b.is_ascii() { (b as char).to_string() } else { format!("\\x{b:02x}") })
             .collect()
     }
 }
@@ -108,21 +100,14 @@ pub fn checked_name(text: Text, argument: &str) -> Text {
     if text.0.len() > MAX_NAME_BYTES {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!(
-                "{argument} must be at most {MAX_NAME_BYTES} bytes, got {} bytes",
-                text.0.len()
-            ),
+            format!("{argument} must be at most {MAX_NAME_BYTES} bytes, got {} bytes", text.0.len()),
         );
     }
     text
 }
 
 impl FromDatum for Text {
-    unsafe fn from_polymorphic_datum(
-        datum: pg_sys::Datum,
-        is_null: bool,
-        _: pg_sys::Oid,
-    ) -> Option<Self> {
+    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
         if is_null {
             return None;
         }
@@ -151,9 +136,7 @@ impl IntoDatum for Text {
 
 impl IntoDatum for &Text {
     fn into_datum(self) -> Option<pg_sys::Datum> {
-        let text = unsafe {
-            pg_sys::cstring_to_text_with_len(self.0.as_ptr().cast(), self.0.len() as i32)
-        };
+        let text = unsafe { pg_sys::cstring_to_text_with_len(self.0.as_ptr().cast(), self.0.len() as i32) };
         Some(pg_sys::Datum::from(text))
     }
 
@@ -169,10 +152,7 @@ impl IntoDatum for &Text {
 unsafe fn unbox_not_null<'fcx, T: FromDatum + 'fcx>(arg: Arg<'_, 'fcx>) -> T {
     let index = arg.index();
     unsafe { arg.unbox_arg_using_from_datum() }.unwrap_or_else(|| {
-        raise(
-            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-            format!("argument {index} must not be NULL"),
-        )
+        raise(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, format!("argument {index} must not be NULL"))
     })
 }
 
@@ -199,8 +179,7 @@ unsafe impl SqlTranslatable for Text {
     const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(Text);
     const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
     const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("TEXT"));
-    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
-        Ok(ReturnsRef::One(SqlMappingRef::literal("TEXT")));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> = Ok(ReturnsRef::One(SqlMappingRef::literal("TEXT")));
 }
 
 /// A `text[]` argument, its elements kept as [`Text`] (pgrx's arrays need
@@ -209,11 +188,7 @@ unsafe impl SqlTranslatable for Text {
 pub struct TextArray(pub Vec<Option<Text>>);
 
 impl FromDatum for TextArray {
-    unsafe fn from_polymorphic_datum(
-        datum: pg_sys::Datum,
-        is_null: bool,
-        _: pg_sys::Oid,
-    ) -> Option<Self> {
+    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
         if is_null {
             return None;
         }
@@ -233,9 +208,7 @@ impl FromDatum for TextArray {
                 &mut count,
             );
             let values = (0..count.max(0) as usize)
-                .map(|i| {
-                    Text::from_polymorphic_datum(*elements.add(i), *nulls.add(i), pg_sys::TEXTOID)
-                })
+                .map(|i| Text::from_polymorphic_datum(*elements.add(i), *nulls.add(i), pg_sys::TEXTOID))
                 .collect();
             Some(TextArray(values))
         }
@@ -256,6 +229,5 @@ unsafe impl SqlTranslatable for TextArray {
     const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(TextArray);
     const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
     const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("TEXT[]"));
-    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
-        Ok(ReturnsRef::One(SqlMappingRef::literal("TEXT[]")));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> = Ok(ReturnsRef::One(SqlMappingRef::literal("TEXT[]")));
 }

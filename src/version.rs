@@ -19,11 +19,7 @@ pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The version recorded for pg_distlock in this database's pg_extension.
 pub fn installed_version(client: &SpiClient<'_>) -> Option<String> {
     client
-        .select(
-            include_str!("../sql/queries/installed_version.sql"),
-            None,
-            &[],
-        )
+        .select(include_str!("../sql/queries/installed_version.sql"), None, &[])
         // No row (not installed) is an error here, and None like any other.
         .and_then(|rows| rows.first().get_one::<String>())
         .ok()
@@ -52,9 +48,7 @@ pub fn prepare_checked<R>(client: &SpiClient<'_>, prepare: impl FnOnce() -> R) -
         attempt = attempt.catch_when(code, move |error| {
             let detail = match &error {
                 pgrx::pg_sys::panic::CaughtError::PostgresError(report)
-                | pgrx::pg_sys::panic::CaughtError::ErrorReport(report) => {
-                    report.message().to_string()
-                }
+                | pgrx::pg_sys::panic::CaughtError::ErrorReport(report) => report.message().to_string(),
                 _ => String::new(),
             };
             ErrorReport::new(

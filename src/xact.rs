@@ -64,13 +64,7 @@ fn current_subxact() -> pg_sys::SubTransactionId {
 
 /// Registers actions for the current subtransaction's outcome.
 pub fn on_outcome(before_commit: Option<Action>, on_abort: Option<Action>) {
-    push_hooks(Hooks {
-        subxact: current_subxact(),
-        before_commit,
-        on_abort,
-        on_end: None,
-        after_commit: None,
-    });
+    push_hooks(Hooks { subxact: current_subxact(), before_commit, on_abort, on_end: None, after_commit: None });
 }
 
 /// Registers an action for the end of the current subtransaction (or of
@@ -119,11 +113,7 @@ fn run_before_commit_hooks() {
     unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
     // Taken one at a time: a hook may register more or fail half-way.
     loop {
-        let next = HOOKS.with(|h| {
-            h.borrow_mut()
-                .iter_mut()
-                .find_map(|hook| hook.before_commit.take())
-        });
+        let next = HOOKS.with(|h| h.borrow_mut().iter_mut().find_map(|hook| hook.before_commit.take()));
         match next {
             Some(action) => action(),
             None => break,
@@ -135,9 +125,8 @@ fn run_before_commit_hooks() {
 fn run_abort_hooks(only_subxact: Option<pg_sys::SubTransactionId>) {
     let aborted: Vec<Hooks> = HOOKS.with(|h| {
         let mut hooks = h.borrow_mut();
-        let (aborted, kept) = hooks
-            .drain(..)
-            .partition(|hook| only_subxact.is_none_or(|id| hook.subxact == id));
+        let (aborted, kept) =
+            hooks.drain(..).partition(|hook| only_subxact.is_none_or(|id| hook.subxact == id));
         *hooks = kept;
         aborted
     });
@@ -153,13 +142,7 @@ fn run_abort_hooks(only_subxact: Option<pg_sys::SubTransactionId>) {
 
 fn push(task_id: i32, action: LockAction) {
     let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
-    PENDING.with(|p| {
-        p.borrow_mut().push(Pending {
-            task_id,
-            action,
-            subxact,
-        })
-    });
+    PENDING.with(|p| p.borrow_mut().push(Pending { task_id, action, subxact }));
 }
 
 /// Records that this transaction took `task_id`'s session lock for a claim.
@@ -171,9 +154,8 @@ pub fn claimed_in_this_transaction(task_id: i32) {
 pub fn forget_claim(task_id: i32) {
     PENDING.with(|p| {
         let mut pending = p.borrow_mut();
-        if let Some(i) = pending
-            .iter()
-            .rposition(|e| e.task_id == task_id && e.action == LockAction::Claimed)
+        if let Some(i) =
+            pending.iter().rposition(|e| e.task_id == task_id && e.action == LockAction::Claimed)
         {
             pending.remove(i);
         }
@@ -188,9 +170,7 @@ pub fn release_at_commit(task_id: i32) {
 /// Whether this transaction already released `task_id` (the lock is still held until commit).
 pub fn released_in_this_transaction(task_id: i32) -> bool {
     PENDING.with(|p| {
-        p.borrow()
-            .iter()
-            .any(|e| e.task_id == task_id && e.action == LockAction::ReleaseAtCommit)
+        p.borrow().iter().any(|e| e.task_id == task_id && e.action == LockAction::ReleaseAtCommit)
     })
 }
 
@@ -202,10 +182,7 @@ fn drain_and_unlock(undo: LockAction) {
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn on_xact_event(
-    event: pg_sys::XactEvent::Type,
-    _arg: *mut std::ffi::c_void,
-) {
+unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     use pg_sys::XactEvent::*;
     match event {
         XACT_EVENT_PRE_COMMIT | XACT_EVENT_PARALLEL_PRE_COMMIT => run_before_commit_hooks(),
@@ -247,11 +224,7 @@ unsafe extern "C-unwind" fn on_subxact_event(
                 }
             });
             HOOKS.with(|h| {
-                for hook in h
-                    .borrow_mut()
-                    .iter_mut()
-                    .filter(|hook| hook.subxact == my_subid)
-                {
+                for hook in h.borrow_mut().iter_mut().filter(|hook| hook.subxact == my_subid) {
                     hook.subxact = parent_subid;
                 }
             });

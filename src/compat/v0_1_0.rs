@@ -12,19 +12,7 @@ use crate::text::Text;
 fn consume_task(
     p_worker_id: Option<Text>,
     p_lease: Option<Interval>,
-) -> TableIterator<
-    'static,
-    (
-        i64,
-        Text,
-        Option<Payload>,
-        i32,
-        i32,
-        TimestampWithTimeZone,
-        i32,
-        Text,
-    ),
-> {
+) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
     TableIterator::new(consume(1, p_worker_id, p_lease, None, Route::Legacy))
 }
 
@@ -33,19 +21,7 @@ fn consume_tasks(
     p_batch: Option<i32>,
     p_worker_id: Option<Text>,
     p_lease: Option<Interval>,
-) -> TableIterator<
-    'static,
-    (
-        i64,
-        Text,
-        Option<Payload>,
-        i32,
-        i32,
-        TimestampWithTimeZone,
-        i32,
-        Text,
-    ),
-> {
+) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
     TableIterator::new(consume(batch, p_worker_id, p_lease, None, Route::Legacy))
 }

@@ -18,15 +18,7 @@ fn enqueue_task(
     p_priority: Option<i32>,
     p_max_attempts: Option<i32>,
 ) -> i64 {
-    enqueue(
-        p_task_name,
-        p_payload,
-        p_run_after,
-        p_priority,
-        p_max_attempts,
-        "default".into(),
-        None,
-    )
+    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, "default".into(), None)
 }
 
 #[pg_extern(sql = false)]
@@ -34,19 +26,7 @@ fn consume_task_or_wait(
     p_worker_id: Option<Text>,
     p_lease: Option<Interval>,
     p_wait: Option<Interval>,
-) -> TableIterator<
-    'static,
-    (
-        i64,
-        Text,
-        Option<Payload>,
-        i32,
-        i32,
-        TimestampWithTimeZone,
-        i32,
-        Text,
-    ),
-> {
+) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
     TableIterator::new(consume(1, p_worker_id, p_lease, p_wait, Route::Legacy))
 }
 
@@ -56,19 +36,7 @@ fn consume_tasks_or_wait(
     p_worker_id: Option<Text>,
     p_lease: Option<Interval>,
     p_wait: Option<Interval>,
-) -> TableIterator<
-    'static,
-    (
-        i64,
-        Text,
-        Option<Payload>,
-        i32,
-        i32,
-        TimestampWithTimeZone,
-        i32,
-        Text,
-    ),
-> {
+) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
     TableIterator::new(consume(batch, p_worker_id, p_lease, p_wait, Route::Legacy))
 }

@@ -26,15 +26,9 @@ mod tests {
                  EXCEPTION WHEN invalid_parameter_value THEN RETURN; END $$"
             ));
         }
-        assert!(
-            one::<i64>("SELECT distlock.acquire_lease('day', 'a', '1 day')").is_some(),
-            "a day exactly is allowed"
-        );
+        assert!(one::<i64>("SELECT distlock.acquire_lease('day', 'a', '1 day')").is_some(), "a day exactly is allowed");
         run("SET LOCAL distlock.max_hold_ttl = '7d'");
-        assert!(
-            one::<i64>("SELECT distlock.acquire_lease('week', 'a', '7 days')").is_some(),
-            "the setting raises the bound"
-        );
+        assert!(one::<i64>("SELECT distlock.acquire_lease('week', 'a', '7 days')").is_some(), "the setting raises the bound");
     }
 
     /// One limit for all holders: another p_max while slots are held is a
@@ -42,144 +36,53 @@ mod tests {
     /// no slot is held the next taker sets it.
     #[pg_test]
     fn coordination_a_semaphore_has_one_limit_while_its_slots_are_held() {
-        assert_eq!(
-            one::<bool>("SELECT distlock.acquire_semaphore('a-sem', 2, 'a', '1 hour')"),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.acquire_semaphore('a-sem', 2, 'b', '1 hour')"),
-            Some(true)
-        );
-        run(
-            "DO $$ BEGIN PERFORM distlock.acquire_semaphore('a-sem', 1000, 'c', '1 hour'); \
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('a-sem', 2, 'a', '1 hour')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('a-sem', 2, 'b', '1 hour')"), Some(true));
+        run("DO $$ BEGIN PERFORM distlock.acquire_semaphore('a-sem', 1000, 'c', '1 hour'); \
              RAISE EXCEPTION 'a third holder got in with its own limit'; \
-             EXCEPTION WHEN invalid_parameter_value THEN RETURN; END $$",
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.acquire_semaphore('a-sem', 2, 'c', '1 hour')"),
-            Some(false),
-            "full at 2"
-        );
+             EXCEPTION WHEN invalid_parameter_value THEN RETURN; END $$");
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('a-sem', 2, 'c', '1 hour')"), Some(false), "full at 2");
         run("SELECT distlock.release_semaphore('a-sem', 'a'), distlock.release_semaphore('a-sem', 'b')");
-        assert_eq!(
-            one::<bool>("SELECT distlock.acquire_semaphore('a-sem', 1000, 'c', '1 hour')"),
-            Some(true),
-            "no slot held: a new limit"
-        );
-        assert_eq!(
-            one::<i32>("SELECT max_holders FROM distlock.semaphore_state WHERE name = 'a-sem'"),
-            Some(1000)
-        );
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('a-sem', 1000, 'c', '1 hour')"), Some(true), "no slot held: a new limit");
+        assert_eq!(one::<i32>("SELECT max_holders FROM distlock.semaphore_state WHERE name = 'a-sem'"), Some(1000));
     }
 
     #[pg_test]
     fn coordination_lease_owner_renewal_and_fencing() {
-        let t1 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '10 ms')")
-            .expect("token");
-        assert_eq!(
-            one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '10 ms')"),
-            Some(t1),
-            "renewal keeps the token"
-        );
-        assert_eq!(
-            one::<i64>("SELECT distlock.acquire_lease('db-migration', 'b', '10 ms')"),
-            None,
-            "held by a"
-        );
-        assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.check_lease_token('db-migration', {t1})"
-            )),
-            Some(true)
-        );
+        let t1 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '10 ms')").expect("token");
+        assert_eq!(one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '10 ms')"), Some(t1), "renewal keeps the token");
+        assert_eq!(one::<i64>("SELECT distlock.acquire_lease('db-migration', 'b', '10 ms')"), None, "held by a");
+        assert_eq!(one::<bool>(&format!("SELECT distlock.check_lease_token('db-migration', {t1})")), Some(true));
         expire();
-        let t2 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'b', '1 hour')")
-            .expect("b takes over");
+        let t2 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'b', '1 hour')").expect("b takes over");
         assert!(t2 > t1, "tokens increase: {t2} > {t1}");
-        assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.check_lease_token('db-migration', {t1})"
-            )),
-            Some(false),
-            "stale token refused"
-        );
-        assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.check_lease_token('db-migration', {t2})"
-            )),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.renew_lease('db-migration', 'a', '1 hour')"),
-            Some(false)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.release_lease('db-migration', 'a')"),
-            Some(false),
-            "never releases b's lease"
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.renew_lease('db-migration', 'b', '2 hours')"),
-            Some(true)
-        );
+        assert_eq!(one::<bool>(&format!("SELECT distlock.check_lease_token('db-migration', {t1})")), Some(false), "stale token refused");
+        assert_eq!(one::<bool>(&format!("SELECT distlock.check_lease_token('db-migration', {t2})")), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.renew_lease('db-migration', 'a', '1 hour')"), Some(false));
+        assert_eq!(one::<bool>("SELECT distlock.release_lease('db-migration', 'a')"), Some(false), "never releases b's lease");
+        assert_eq!(one::<bool>("SELECT distlock.renew_lease('db-migration', 'b', '2 hours')"), Some(true));
         assert_eq!(
             one::<bool>("SELECT is_held AND owner = 'b' AND remaining > interval '119 minutes' FROM distlock.leases WHERE name = 'db-migration'"),
             Some(true)
         );
-        assert_eq!(
-            one::<bool>("SELECT distlock.release_lease('db-migration', 'b')"),
-            Some(true)
-        );
-        let t3 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '1 hour')")
-            .expect("free again");
+        assert_eq!(one::<bool>("SELECT distlock.release_lease('db-migration', 'b')"), Some(true));
+        let t3 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '1 hour')").expect("free again");
         assert!(t3 > t2, "a token is never reused after its row is deleted");
-        assert_eq!(
-            one::<bool>("SELECT distlock.force_release_lease('db-migration')"),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.force_release_lease('db-migration')"),
-            Some(false)
-        );
+        assert_eq!(one::<bool>("SELECT distlock.force_release_lease('db-migration')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.force_release_lease('db-migration')"), Some(false));
     }
 
     #[pg_test]
     fn coordination_semaphore_admits_at_most_max() {
-        assert_eq!(
-            one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'a', '10 ms')"),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'b', '1 hour')"),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'c', '1 hour')"),
-            Some(false)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'b', '1 hour')"),
-            Some(true),
-            "a holder renews"
-        );
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'a', '10 ms')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'b', '1 hour')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'c', '1 hour')"), Some(false));
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'b', '1 hour')"), Some(true), "a holder renews");
         expire();
-        assert_eq!(
-            one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'c', '1 hour')"),
-            Some(true),
-            "a's place expired"
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.release_semaphore('gpu', 'b')"),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.release_semaphore('gpu', 'b')"),
-            Some(false)
-        );
-        assert_eq!(
-            one::<i64>("SELECT count(*) FROM distlock.leases WHERE name = 'gpu' AND is_held"),
-            Some(1)
-        );
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'c', '1 hour')"), Some(true), "a's place expired");
+        assert_eq!(one::<bool>("SELECT distlock.release_semaphore('gpu', 'b')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.release_semaphore('gpu', 'b')"), Some(false));
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.leases WHERE name = 'gpu' AND is_held"), Some(1));
     }
 
     #[pg_test]
@@ -189,30 +92,17 @@ mod tests {
         assert_eq!((first.0, first.2.as_deref()), (Some(true), Some("n1")));
         let other = Spi::get_three::<bool, i64, String>("SELECT is_leader, term, leader FROM distlock.try_become_leader('scheduler', 'n2', '10 ms')")
             .expect("campaign");
-        assert_eq!(
-            other,
-            (Some(false), first.1, Some("n1".into())),
-            "n2 sees n1 and its term"
-        );
-        let renewed =
-            one::<i64>("SELECT term FROM distlock.try_become_leader('scheduler', 'n1', '10 ms')");
+        assert_eq!(other, (Some(false), first.1, Some("n1".into())), "n2 sees n1 and its term");
+        let renewed = one::<i64>("SELECT term FROM distlock.try_become_leader('scheduler', 'n1', '10 ms')");
         assert_eq!(renewed, first.1, "renewal keeps the term");
         expire();
         let next = Spi::get_three::<bool, i64, String>("SELECT is_leader, term, leader FROM distlock.try_become_leader('scheduler', 'n2', '1 hour')")
             .expect("campaign");
         assert_eq!((next.0, next.2.as_deref()), (Some(true), Some("n2")));
         assert!(next.1 > first.1, "a new leader gets a higher term");
-        assert_eq!(
-            one::<bool>("SELECT distlock.resign_leader('scheduler', 'n1')"),
-            Some(false)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.resign_leader('scheduler', 'n2')"),
-            Some(true)
-        );
-        let third =
-            one::<i64>("SELECT term FROM distlock.try_become_leader('scheduler', 'n1', '1 hour')")
-                .expect("term");
+        assert_eq!(one::<bool>("SELECT distlock.resign_leader('scheduler', 'n1')"), Some(false));
+        assert_eq!(one::<bool>("SELECT distlock.resign_leader('scheduler', 'n2')"), Some(true));
+        let third = one::<i64>("SELECT term FROM distlock.try_become_leader('scheduler', 'n1', '1 hour')").expect("term");
         assert!(Some(third) > next.1);
         assert_eq!(one::<bool>("SELECT is_current AND leader = 'n1' FROM distlock.leaders WHERE group_name = 'scheduler'"), Some(true));
     }
@@ -249,45 +139,24 @@ mod tests {
 
     #[pg_test]
     fn coordination_prune_leases_deletes_long_expired_rows_and_idle_semaphores() {
-        let first =
-            one::<i64>("SELECT distlock.acquire_lease('old', 'a', '1 minute')").expect("token");
+        let first = one::<i64>("SELECT distlock.acquire_lease('old', 'a', '1 minute')").expect("token");
         one::<i64>("SELECT distlock.acquire_lease('live', 'a', '1 hour')");
-        one::<bool>(
-            "SELECT is_leader FROM distlock.try_become_leader('old-group', 'n', '1 minute')",
-        );
+        one::<bool>("SELECT is_leader FROM distlock.try_become_leader('old-group', 'n', '1 minute')");
         one::<bool>("SELECT distlock.acquire_semaphore('old-sem', 2, 'a', '1 minute')");
         one::<bool>("SELECT distlock.acquire_semaphore('live-sem', 2, 'a', '1 hour')");
         run("UPDATE distlock.lease_state SET expires_at = now() - interval '2 days' WHERE name = 'old'; \
              UPDATE distlock.leader_state SET expires_at = now() - interval '2 days' WHERE group_name = 'old-group'; \
              UPDATE distlock.semaphore_holders SET expires_at = now() - interval '2 days' WHERE name = 'old-sem'");
         // lease + leadership + semaphore slot + the semaphore left without holders
-        assert_eq!(
-            one::<i64>("SELECT distlock.prune_leases()"),
-            Some(4),
-            "default retention is 1 day"
-        );
+        assert_eq!(one::<i64>("SELECT distlock.prune_leases()"), Some(4), "default retention is 1 day");
         assert_eq!(
             one::<String>("SELECT string_agg(name, ',' ORDER BY name) FROM distlock.leases"),
             Some("live,live-sem".into())
         );
-        assert_eq!(
-            one::<i64>("SELECT count(*) FROM distlock.leader_state"),
-            Some(0)
-        );
-        assert_eq!(
-            one::<String>("SELECT string_agg(name, ',') FROM distlock.semaphore_state"),
-            Some("live-sem".into())
-        );
-        let next =
-            one::<i64>("SELECT distlock.acquire_lease('old', 'b', '1 minute')").expect("token");
-        assert!(
-            next > first,
-            "a pruned name's next token {next} is still above {first}"
-        );
-        assert_eq!(
-            one::<i64>("SELECT distlock.prune_leases('1 day')"),
-            Some(0),
-            "nothing expired long enough"
-        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.leader_state"), Some(0));
+        assert_eq!(one::<String>("SELECT string_agg(name, ',') FROM distlock.semaphore_state"), Some("live-sem".into()));
+        let next = one::<i64>("SELECT distlock.acquire_lease('old', 'b', '1 minute')").expect("token");
+        assert!(next > first, "a pruned name's next token {next} is still above {first}");
+        assert_eq!(one::<i64>("SELECT distlock.prune_leases('1 day')"), Some(0), "nothing expired long enough");
     }
 }

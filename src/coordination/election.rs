@@ -17,11 +17,7 @@ fn read_leadership(rows: SpiTupleTable<'_>) -> pgrx::spi::SpiResult<Option<Leade
         return Ok(None);
     }
     let row = rows.first();
-    Ok(Some((
-        row.get::<i64>(1)?,
-        row.get::<Text>(2)?,
-        row.get::<TimestampWithTimeZone>(3)?,
-    )))
+    Ok(Some((row.get::<i64>(1)?, row.get::<Text>(2)?, row.get::<TimestampWithTimeZone>(3)?)))
 }
 
 /// Campaigns for (or renews) leadership of `p_group` as `p_node` for
@@ -46,24 +42,16 @@ fn try_become_leader(
     let ttl = super::hold_ttl(p_ttl);
     require_primary("elect leaders");
     require(Capability::Worker, "election group", &group);
-    crate::lock_keys::lock_grants_until_commit(
-        crate::lock_keys::TERM_GRANT_CLASS,
-        group.bytes(),
-        || format!("the leadership of group \"{group}\""),
-    );
+    crate::lock_keys::lock_grants_until_commit(crate::lock_keys::TERM_GRANT_CLASS, group.bytes(), || {
+        format!("the leadership of group \"{group}\"")
+    });
     let at = now();
     let (is_leader, (term, leader, expires_at)) = crate::access::connect(|client| {
         let elected = run(
             client,
             include_str!("../../sql/queries/leader_campaign.sql"),
             &NAME_OWNER_NOW_TTL_ROLE,
-            &[
-                (&group).into(),
-                (&node).into(),
-                at.into(),
-                ttl.into(),
-                caller().into(),
-            ],
+            &[(&group).into(), (&node).into(), at.into(), ttl.into(), caller().into()],
             read_leadership,
         );
         match elected {
@@ -96,11 +84,7 @@ fn resign_leader(p_group: Option<Text>, p_node: Option<Text>) -> bool {
             include_str!("../../sql/queries/leader_resign.sql"),
             &NAME_OWNER_NOW,
             &[(&group).into(), (&node).into(), now().into()],
-            |rows| {
-                checked_bool(client, rows, || {
-                    format!("the leadership of group \"{group}\"")
-                })
-            },
+            |rows| checked_bool(client, rows, || format!("the leadership of group \"{group}\"")),
         )
     })
 }

@@ -8,9 +8,7 @@ use crate::scopes::{require, Capability};
 use crate::text::{self, Text};
 use pgrx::prelude::*;
 
-use super::{
-    checked_bool, first_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL, NAME_OWNER_NOW_TTL_ROLE,
-};
+use super::{checked_bool, first_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL, NAME_OWNER_NOW_TTL_ROLE};
 use crate::access::caller;
 use crate::errors::{require_primary, required};
 use crate::plans::{first_value, types};
@@ -20,33 +18,19 @@ use crate::plans::{first_value, types};
 /// increasing per name, kept across renewals), or NULL when another owner
 /// holds an unexpired lease.
 #[pg_extern]
-fn acquire_lease(
-    p_name: Option<Text>,
-    p_owner: Option<Text>,
-    p_ttl: Option<Interval>,
-) -> Option<i64> {
+fn acquire_lease(p_name: Option<Text>, p_owner: Option<Text>, p_ttl: Option<Interval>) -> Option<i64> {
     let name = text::name(p_name, "p_name");
     let owner = text::name(p_owner, "p_owner");
     let ttl = super::hold_ttl(p_ttl);
     require_primary("take leases");
     require(Capability::Worker, "lease", &name);
-    crate::lock_keys::lock_grants_until_commit(
-        crate::lock_keys::LEASE_GRANT_CLASS,
-        name.bytes(),
-        || format!("lease \"{name}\""),
-    );
+    crate::lock_keys::lock_grants_until_commit(crate::lock_keys::LEASE_GRANT_CLASS, name.bytes(), || format!("lease \"{name}\""));
     crate::access::connect(|client| {
         run(
             client,
             include_str!("../../sql/queries/lease_acquire.sql"),
             &NAME_OWNER_NOW_TTL_ROLE,
-            &[
-                (&name).into(),
-                (&owner).into(),
-                now().into(),
-                ttl.into(),
-                caller().into(),
-            ],
+            &[(&name).into(), (&owner).into(), now().into(), ttl.into(), caller().into()],
             first_value::<i64>,
         )
     })

@@ -2,12 +2,12 @@
 //! expiry, never session locks, so they survive connection pooling and
 //! failover. Every function here takes its time from the server's clock.
 
-#[cfg(any(test, feature = "pg_test"))]
-mod coordination_tests;
 mod election;
 mod leases;
 mod retention;
 mod semaphore;
+#[cfg(any(test, feature = "pg_test"))]
+mod coordination_tests;
 
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiTupleTable};
@@ -47,7 +47,10 @@ fn run<'c, R>(
 ) -> R {
     let stmt = plan(client, sql, arg_types);
     let _bounded = crate::lock_wait::bounded_waits();
-    client.select(&*stmt, None, args).and_then(read).or_raise()
+    client
+        .select(&*stmt, None, args)
+        .and_then(read)
+        .or_raise()
 }
 
 /// The first column of the first row as a bool (false without a row).
@@ -72,16 +75,7 @@ fn first_bool(rows: SpiTupleTable<'_>) -> pgrx::spi::SpiResult<bool> {
 }
 
 const NAME_OWNER_NOW: [pgrx::pg_sys::PgOid; 3] = [types::TEXT, types::TEXT, types::TIMESTAMPTZ];
-const NAME_OWNER_NOW_TTL: [pgrx::pg_sys::PgOid; 4] = [
-    types::TEXT,
-    types::TEXT,
-    types::TIMESTAMPTZ,
-    types::INTERVAL,
-];
-const NAME_OWNER_NOW_TTL_ROLE: [pgrx::pg_sys::PgOid; 5] = [
-    types::TEXT,
-    types::TEXT,
-    types::TIMESTAMPTZ,
-    types::INTERVAL,
-    types::OID,
-];
+const NAME_OWNER_NOW_TTL: [pgrx::pg_sys::PgOid; 4] =
+    [types::TEXT, types::TEXT, types::TIMESTAMPTZ, types::INTERVAL];
+const NAME_OWNER_NOW_TTL_ROLE: [pgrx::pg_sys::PgOid; 5] =
+    [types::TEXT, types::TEXT, types::TIMESTAMPTZ, types::INTERVAL, types::OID];

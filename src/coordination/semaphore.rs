@@ -7,8 +7,8 @@ use pgrx::prelude::*;
 use super::{checked_bool, now, run, NAME_OWNER_NOW, NAME_OWNER_NOW_TTL_ROLE};
 use crate::access::caller;
 use crate::errors::{int_in_range, raise_with_hint, require_primary};
-use crate::plans::types;
 use pgrx::PgSqlErrorCode;
+use crate::plans::types;
 
 /// Takes (or renews) one of `p_max` places of semaphore `p_name` for
 /// `p_owner` for `p_ttl`; false when all places are held by others. The
@@ -58,35 +58,15 @@ fn acquire_semaphore(
             client,
             include_str!("../../sql/queries/sem_renew.sql"),
             &NAME_OWNER_NOW_TTL_ROLE,
-            &[
-                (&name).into(),
-                (&owner).into(),
-                at.into(),
-                ttl.into(),
-                caller().into(),
-            ],
+            &[(&name).into(), (&owner).into(), at.into(), ttl.into(), caller().into()],
             |rows| Ok(!rows.is_empty()),
         );
         renewed
             || run(
                 client,
                 include_str!("../../sql/queries/sem_take.sql"),
-                &[
-                    types::TEXT,
-                    types::TEXT,
-                    types::TIMESTAMPTZ,
-                    types::INTERVAL,
-                    types::INT8,
-                    types::OID,
-                ],
-                &[
-                    (&name).into(),
-                    (&owner).into(),
-                    at.into(),
-                    ttl.into(),
-                    (max as i64).into(),
-                    caller().into(),
-                ],
+                &[types::TEXT, types::TEXT, types::TIMESTAMPTZ, types::INTERVAL, types::INT8, types::OID],
+                &[(&name).into(), (&owner).into(), at.into(), ttl.into(), (max as i64).into(), caller().into()],
                 |rows| Ok(!rows.is_empty()),
             )
     })

@@ -57,13 +57,7 @@ fn take(
     match manager::acquire(hold, wait) {
         Outcome::Granted { waited_us } => {
             let begins_hold = holds::granted(hold);
-            stats::record(
-                key,
-                Event::Acquired {
-                    waited_us,
-                    begins_hold,
-                },
-            );
+            stats::record(key, Event::Acquired { waited_us, begins_hold });
             true
         }
         Outcome::Busy => {

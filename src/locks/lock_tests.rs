@@ -207,40 +207,18 @@ mod tests {
 
     #[pg_test]
     fn locks_prune_lock_names_keeps_names_of_held_keys_and_recent_ones() {
-        assert_eq!(
-            one::<bool>("SELECT distlock.try_lock('held-name')"),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.try_lock('free-name')"),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.unlock('free-name')"),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.try_lock('recent-name')"),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.unlock('recent-name')"),
-            Some(true)
-        );
+        assert_eq!(one::<bool>("SELECT distlock.try_lock('held-name')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.try_lock('free-name')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.unlock('free-name')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.try_lock('recent-name')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.unlock('recent-name')"), Some(true));
         run("UPDATE distlock.lock_names SET first_seen = now() - interval '31 days' WHERE name <> 'recent-name'");
-        assert_eq!(
-            one::<i64>("SELECT distlock.prune_lock_names()"),
-            Some(1),
-            "default retention is 30 days"
-        );
+        assert_eq!(one::<i64>("SELECT distlock.prune_lock_names()"), Some(1), "default retention is 30 days");
         assert_eq!(
             one::<String>("SELECT string_agg(name, ',' ORDER BY name) FROM distlock.lock_names"),
             Some("held-name,recent-name".into())
         );
-        assert_eq!(
-            one::<bool>("SELECT distlock.unlock('held-name')"),
-            Some(true)
-        );
+        assert_eq!(one::<bool>("SELECT distlock.unlock('held-name')"), Some(true));
     }
 
     /// One session stops at distlock.max_locks_per_session (lock keys and
@@ -256,18 +234,11 @@ mod tests {
         assert_sqlstate("distlock.lock(4::bigint)", "53400");
         assert_sqlstate("distlock.try_lock('four')", "53400");
         assert_eq!(my_holds("4"), 0, "nothing taken by the refused call");
-        assert_eq!(
-            one::<bool>("SELECT distlock.lock(2::bigint)"),
-            Some(true),
-            "a held key takes no new lock"
-        );
+        assert_eq!(one::<bool>("SELECT distlock.lock(2::bigint)"), Some(true), "a held key takes no new lock");
         // Task claims count too.
         run("INSERT INTO distlock.scheduled_tasks (id, task_name, task_type) VALUES (901, 'capped-a', 'x'), (902, 'capped-b', 'x')");
         assert_eq!(one::<i64>("SELECT distlock.unlock_all()"), Some(3));
-        assert_eq!(
-            one::<bool>("SELECT distlock.try_acquire_task_lock(901, 'w')"),
-            Some(true)
-        );
+        assert_eq!(one::<bool>("SELECT distlock.try_acquire_task_lock(901, 'w')"), Some(true));
         assert_eq!(one::<bool>("SELECT distlock.lock(1::bigint)"), Some(true));
         assert_sqlstate("distlock.try_acquire_task_lock(902, 'w')", "53400");
         assert_eq!(
@@ -276,10 +247,6 @@ mod tests {
             "the refused claim gave its task lock back"
         );
         run("SET distlock.max_locks_per_session = 0");
-        assert_eq!(
-            one::<bool>("SELECT distlock.try_acquire_task_lock(902, 'w')"),
-            Some(true),
-            "0 means no cap"
-        );
+        assert_eq!(one::<bool>("SELECT distlock.try_acquire_task_lock(902, 'w')"), Some(true), "0 means no cap");
     }
 }

@@ -75,15 +75,11 @@ pub fn acquire(hold: Hold, wait: Wait) -> Outcome {
         Wait::No => Outcome::Busy,
         Wait::Unbounded => {
             unsafe { pg_sys::LockAcquire(&tag, mode, session, false) };
-            Outcome::Granted {
-                waited_us: Some(waited()),
-            }
+            Outcome::Granted { waited_us: Some(waited()) }
         }
         Wait::UpTo(ms) => {
             if acquire_within(&tag, mode, session, ms) {
-                Outcome::Granted {
-                    waited_us: Some(waited()),
-                }
+                Outcome::Granted { waited_us: Some(waited()) }
             } else {
                 Outcome::TimedOut(waited())
             }
@@ -95,7 +91,5 @@ pub fn acquire(hold: Hold, wait: Wait) -> Outcome {
 pub fn release(key: i64, shared: bool) -> bool {
     let tag = tag(key);
     let mode = mode(shared);
-    unsafe {
-        crate::pg_compat::lock_held_by_me(&tag, mode) && pg_sys::LockRelease(&tag, mode, true)
-    }
+    unsafe { crate::pg_compat::lock_held_by_me(&tag, mode) && pg_sys::LockRelease(&tag, mode, true) }
 }

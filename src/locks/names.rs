@@ -18,8 +18,8 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::errors::OrRaise;
-use crate::plans::{delete_older_than, plan, types};
 use crate::text::Text;
+use crate::plans::{delete_older_than, plan, types};
 
 thread_local! {
     /// Keys whose name this backend knows to be recorded.
@@ -78,11 +78,7 @@ pub fn remember(key: i64, name: &Text) {
                 return false;
             }
         }
-        let stmt = plan(
-            client,
-            include_str!("../../sql/queries/lock_name_record.sql"),
-            &[types::INT8, types::TEXT],
-        );
+        let stmt = plan(client, include_str!("../../sql/queries/lock_name_record.sql"), &[types::INT8, types::TEXT]);
         client
             .update(&*stmt, None, &[key.into(), name.into()])
             .or_raise();
@@ -108,11 +104,5 @@ pub fn remember(key: i64, name: &Text) {
 #[pg_extern]
 fn prune_lock_names(p_older_than: default!(Option<Interval>, "'30 days'")) -> i64 {
     let older_than = crate::errors::retention_interval(p_older_than, "p_older_than");
-    crate::access::connect_mut(|client| {
-        delete_older_than(
-            client,
-            include_str!("../../sql/queries/lock_names_prune.sql"),
-            older_than,
-        )
-    })
+    crate::access::connect_mut(|client| delete_older_than(client, include_str!("../../sql/queries/lock_names_prune.sql"), older_than))
 }

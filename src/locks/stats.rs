@@ -141,10 +141,7 @@ fn require_telemetry() {
 
 fn micros_to_interval(us: i64) -> Interval {
     Interval::new(0, 0, us).unwrap_or_else(|e| {
-        raise(
-            PgSqlErrorCode::ERRCODE_INTERVAL_FIELD_OVERFLOW,
-            format!("lock wait of {us} µs: {e}"),
-        )
+        raise(PgSqlErrorCode::ERRCODE_INTERVAL_FIELD_OVERFLOW, format!("lock wait of {us} µs: {e}"))
     })
 }
 

@@ -12,24 +12,14 @@ use crate::scopes::Scope;
 
 /// One claimed job; the SQL signatures below spell the same columns out,
 /// because pgrx reads them from the function's own tokens.
-pub(crate) type Job = (
-    i64,
-    Text,
-    Option<Payload>,
-    i32,
-    i32,
-    TimestampWithTimeZone,
-    i32,
-    Text,
-);
+pub(crate) type Job = (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text);
 
 pub(crate) fn clock_now() -> pg_sys::TimestampTz {
     unsafe { pg_sys::GetCurrentTimestamp() }
 }
 
 pub(crate) fn timestamp(us: pg_sys::TimestampTz) -> TimestampWithTimeZone {
-    TimestampWithTimeZone::try_from(us)
-        .unwrap_or_else(|_| TimestampWithTimeZone::positive_infinity())
+    TimestampWithTimeZone::try_from(us).unwrap_or_else(|_| TimestampWithTimeZone::positive_infinity())
 }
 
 /// What one claim statement reads.
@@ -53,49 +43,17 @@ pub(crate) fn claim_from(
     source: Source<'_>,
     jobs: &mut Vec<Job>,
 ) {
-    const EVERY: [pgrx::PgOid; 6] = [
-        types::INT8,
-        types::TEXT,
-        types::INTERVAL,
-        types::OID,
-        types::TIMESTAMPTZ,
-        types::TEXT_ARRAY,
-    ];
+    const EVERY: [pgrx::PgOid; 6] =
+        [types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY];
     const ONE_QUEUE: [pgrx::PgOid; 8] = [
-        types::INT8,
-        types::TEXT,
-        types::INTERVAL,
-        types::OID,
-        types::TIMESTAMPTZ,
-        types::TEXT_ARRAY,
-        types::TEXT,
-        types::BOOL,
+        types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT, types::BOOL,
     ];
     let (stmt, queue) = match source {
-        Source::Legacy => (
-            plan(
-                client,
-                include_str!("../../sql/queries/queue_consume_0_2_0.sql"),
-                &EVERY,
-            ),
-            None,
-        ),
-        Source::Every => (
-            plan(
-                client,
-                include_str!("../../sql/queries/queue_consume.sql"),
-                &EVERY,
-            ),
-            None,
-        ),
-        Source::Queue(queue, limited) => (
-            plan(
-                client,
-                include_str!("../../sql/queries/queue_consume_queue.sql"),
-                &ONE_QUEUE,
-            ),
-            Some((queue, limited)),
-        ),
+        Source::Legacy => (plan(client, include_str!("../../sql/queries/queue_consume_0_2_0.sql"), &EVERY), None),
+        Source::Every => (plan(client, include_str!("../../sql/queries/queue_consume.sql"), &EVERY), None),
+        Source::Queue(queue, limited) => {
+            (plan(client, include_str!("../../sql/queries/queue_consume_queue.sql"), &ONE_QUEUE), Some((queue, limited)))
+        }
     };
     let role = crate::access::caller();
     loop {
@@ -105,14 +63,8 @@ pub(crate) fn claim_from(
         }
         let now = timestamp(clock_now());
         let mut made_dead = 0;
-        let mut arguments = vec![
-            wanted.into(),
-            worker.into(),
-            lease.into(),
-            role.into(),
-            now.into(),
-            scope.as_parameter().into(),
-        ];
+        let mut arguments =
+            vec![wanted.into(), worker.into(), lease.into(), role.into(), now.into(), scope.as_parameter().into()];
         if let Some((queue, limited)) = queue {
             arguments.push(queue.into());
             arguments.push(limited.into());
@@ -145,3 +97,4 @@ pub(crate) fn claim_from(
         }
     }
 }
+

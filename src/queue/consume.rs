@@ -76,9 +76,7 @@ pub(crate) enum Route {
 /// The route of `p_queues`: NULL for every queue; otherwise at least one
 /// name, none NULL or blank, each once, in the order given.
 pub(crate) fn route(p_queues: Option<TextArray>) -> Route {
-    let Some(TextArray(given)) = p_queues else {
-        return Route::Every;
-    };
+    let Some(TextArray(given)) = p_queues else { return Route::Every };
     if given.is_empty() {
         raise_with_hint(
             pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -109,19 +107,8 @@ struct Look {
 /// One look at the queue: claims up to `batch` jobs along `route`. Queues
 /// with a concurrency limit are claimed from in their turn; a consumer of
 /// every queue takes their jobs after the others'.
-fn claim(
-    client: &SpiClient<'_>,
-    batch: i32,
-    worker: &Text,
-    lease: Interval,
-    scope: &Scope,
-    route: &Route,
-) -> Look {
-    let mut look = Look {
-        jobs: Vec::new(),
-        limited_queue_full: false,
-        limited_queue_busy: false,
-    };
+fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, scope: &Scope, route: &Route) -> Look {
+    let mut look = Look { jobs: Vec::new(), limited_queue_full: false, limited_queue_busy: false };
     let jobs = &mut look.jobs;
     match route {
         Route::Legacy => claim_from(client, batch, worker, lease, scope, Source::Legacy, jobs),
@@ -129,13 +116,8 @@ fn claim(
             claim_from(client, batch, worker, lease, scope, Source::Every, jobs);
             if (jobs.len() as i32) < batch {
                 for (queue, max) in limited_queues(client, None) {
-                    let limited =
-                        claim_limited(client, batch, worker, lease, scope, &queue, max, jobs);
-                    note(
-                        &mut look.limited_queue_full,
-                        &mut look.limited_queue_busy,
-                        limited,
-                    );
+                    let limited = claim_limited(client, batch, worker, lease, scope, &queue, max, jobs);
+                    note(&mut look.limited_queue_full, &mut look.limited_queue_busy, limited);
                     if jobs.len() as i32 >= batch {
                         break;
                     }
@@ -149,26 +131,12 @@ fn claim(
             let mut limited: Option<Vec<(Text, i32)>> = None;
             for queue in queues {
                 let before = jobs.len();
-                claim_from(
-                    client,
-                    batch,
-                    worker,
-                    lease,
-                    scope,
-                    Source::Queue(queue, false),
-                    jobs,
-                );
+                claim_from(client, batch, worker, lease, scope, Source::Queue(queue, false), jobs);
                 if jobs.len() == before {
-                    let limited =
-                        limited.get_or_insert_with(|| limited_queues(client, Some(queues)));
+                    let limited = limited.get_or_insert_with(|| limited_queues(client, Some(queues)));
                     if let Some((_, max)) = limited.iter().find(|(name, _)| name == queue) {
-                        let limited =
-                            claim_limited(client, batch, worker, lease, scope, queue, *max, jobs);
-                        note(
-                            &mut look.limited_queue_full,
-                            &mut look.limited_queue_busy,
-                            limited,
-                        );
+                        let limited = claim_limited(client, batch, worker, lease, scope, queue, *max, jobs);
+                        note(&mut look.limited_queue_full, &mut look.limited_queue_busy, limited);
                     }
                 }
                 if jobs.len() as i32 >= batch {
@@ -196,11 +164,7 @@ fn next_due(
     scope: &Scope,
     route: &Route,
 ) -> Option<pg_sys::TimestampTz> {
-    let mut arguments = vec![
-        timestamp(now).into(),
-        timestamp(until).into(),
-        scope.as_parameter().into(),
-    ];
+    let mut arguments = vec![timestamp(now).into(), timestamp(until).into(), scope.as_parameter().into()];
     let stmt = match route {
         Route::Legacy => plan(
             client,
@@ -216,12 +180,7 @@ fn next_due(
             plan(
                 client,
                 include_str!("../../sql/queries/queue_next_due.sql"),
-                &[
-                    types::TIMESTAMPTZ,
-                    types::TIMESTAMPTZ,
-                    types::TEXT_ARRAY,
-                    types::TEXT_ARRAY,
-                ],
+                &[types::TIMESTAMPTZ, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT_ARRAY],
             )
         }
     };
@@ -398,11 +357,5 @@ fn consume_tasks_from_queues(
     ),
 > {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
-    TableIterator::new(consume(
-        batch,
-        p_worker_id,
-        p_lease,
-        p_wait,
-        route(p_queues),
-    ))
+    TableIterator::new(consume(batch, p_worker_id, p_lease, p_wait, route(p_queues)))
 }

@@ -9,28 +9,18 @@ use crate::text::{self, Text};
 
 /// Runs `statement` for the dead jobs of `p_queue` among `p_job_ids`
 /// (NULL: any); the (id, queue) rows it changed.
-fn act_on_dead(
-    statement: &'static str,
-    p_queue: Option<Text>,
-    p_job_ids: Option<Vec<Option<i64>>>,
-) -> Vec<Text> {
+fn act_on_dead(statement: &'static str, p_queue: Option<Text>, p_job_ids: Option<Vec<Option<i64>>>) -> Vec<Text> {
     let queue = p_queue.map(|queue| text::checked_name(queue, "p_queue"));
     if let Some(ids) = &p_job_ids {
         if ids.iter().any(Option::is_none) {
-            crate::errors::raise(
-                pgrx::PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-                "p_job_ids must not contain NULL",
-            );
+            crate::errors::raise(pgrx::PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, "p_job_ids must not contain NULL");
         }
     }
     crate::access::connect_mut(|client| {
         let stmt = plan(client, statement, &[types::TEXT, types::INT8_ARRAY]);
         client
             .update(&*stmt, None, &[queue.into(), p_job_ids.into()])
-            .and_then(|rows| {
-                rows.map(|row| row.get::<Text>(2).map(Option::unwrap_or_default))
-                    .collect()
-            })
+            .and_then(|rows| rows.map(|row| row.get::<Text>(2).map(Option::unwrap_or_default)).collect())
             .or_raise()
     })
 }
@@ -39,15 +29,8 @@ fn act_on_dead(
 /// runnable now with one more attempt allowed; how many. Waiting consumers
 /// of their queues are woken at commit.
 #[pg_extern]
-fn retry_dead_jobs(
-    p_queue: default!(Option<Text>, "NULL"),
-    p_job_ids: default!(Option<Vec<Option<i64>>>, "NULL"),
-) -> i64 {
-    let queues = act_on_dead(
-        include_str!("../../sql/queries/queue_retry_dead.sql"),
-        p_queue,
-        p_job_ids,
-    );
+fn retry_dead_jobs(p_queue: default!(Option<Text>, "NULL"), p_job_ids: default!(Option<Vec<Option<i64>>>, "NULL")) -> i64 {
+    let queues = act_on_dead(include_str!("../../sql/queries/queue_retry_dead.sql"), p_queue, p_job_ids);
     for queue in &queues {
         super::wake::jobs_added(Some(queue.bytes()), 1);
     }
@@ -56,14 +39,6 @@ fn retry_dead_jobs(
 
 /// Deletes dead jobs of `p_queue` among `p_job_ids` (NULL: any); how many.
 #[pg_extern]
-fn delete_dead_jobs(
-    p_queue: default!(Option<Text>, "NULL"),
-    p_job_ids: default!(Option<Vec<Option<i64>>>, "NULL"),
-) -> i64 {
-    act_on_dead(
-        include_str!("../../sql/queries/queue_delete_dead.sql"),
-        p_queue,
-        p_job_ids,
-    )
-    .len() as i64
+fn delete_dead_jobs(p_queue: default!(Option<Text>, "NULL"), p_job_ids: default!(Option<Vec<Option<i64>>>, "NULL")) -> i64 {
+    act_on_dead(include_str!("../../sql/queries/queue_delete_dead.sql"), p_queue, p_job_ids).len() as i64
 }

@@ -24,15 +24,7 @@ fn enqueue_task_in_queue(
     let queue = text::name(p_queue, "p_queue");
     // Names' limit of 1000 bytes keeps (queue, key) within a btree entry.
     let unique_key = p_unique_key.map(|key| text::checked_name(key, "p_unique_key"));
-    enqueue(
-        p_task_name,
-        p_payload,
-        p_run_after,
-        p_priority,
-        p_max_attempts,
-        queue,
-        unique_key,
-    )
+    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue, unique_key)
 }
 
 pub(crate) fn enqueue(
@@ -60,52 +52,24 @@ pub(crate) fn enqueue(
             crate::access::caller().into(),
             (&queue).into(),
         ];
-        const TYPES: [pgrx::PgOid; 8] = [
-            types::TEXT,
-            types::JSONB,
-            types::TIMESTAMPTZ,
-            types::INT4,
-            types::INT4,
-            types::OID,
-            types::TEXT,
-            types::TEXT,
-        ];
+        const TYPES: [pgrx::PgOid; 8] =
+            [types::TEXT, types::JSONB, types::TIMESTAMPTZ, types::INT4, types::INT4, types::OID, types::TEXT, types::TEXT];
         // producer_role, queue and unique_key came with the same update.
         if !crate::version::has_column(c"task_queue", c"producer_role") {
-            let stmt = plan(
-                client,
-                include_str!("../../sql/queries/queue_enqueue_0_2_0.sql"),
-                &TYPES[..5],
-            );
+            let stmt = plan(client, include_str!("../../sql/queries/queue_enqueue_0_2_0.sql"), &TYPES[..5]);
             return (inserted_id(client.update(&*stmt, None, &values[..5])), true);
         }
         let Some(key) = &unique_key else {
-            let stmt = plan(
-                client,
-                include_str!("../../sql/queries/queue_enqueue.sql"),
-                &TYPES[..7],
-            );
+            let stmt = plan(client, include_str!("../../sql/queries/queue_enqueue.sql"), &TYPES[..7]);
             return (inserted_id(client.update(&*stmt, None, &values)), true);
         };
-        let insert = plan(
-            client,
-            include_str!("../../sql/queries/queue_enqueue_unique.sql"),
-            &TYPES,
-        );
-        let existing = plan(
-            client,
-            include_str!("../../sql/queries/queue_unique_job.sql"),
-            &[types::TEXT, types::TEXT],
-        );
+        let insert = plan(client, include_str!("../../sql/queries/queue_enqueue_unique.sql"), &TYPES);
+        let existing = plan(client, include_str!("../../sql/queries/queue_unique_job.sql"), &[types::TEXT, types::TEXT]);
         values.push(key.into());
         // The job that held the key may finish between the two statements
         // (each reads what committed before it): then insert again.
         loop {
-            if let Some(id) = client
-                .update(&*insert, None, &values)
-                .and_then(first_value::<i64>)
-                .or_raise()
-            {
+            if let Some(id) = client.update(&*insert, None, &values).and_then(first_value::<i64>).or_raise() {
                 return (id, true);
             }
             let found = client.update(&*existing, None, &[(&queue).into(), key.into()]);
@@ -125,10 +89,5 @@ fn inserted_id(inserted: pgrx::spi::SpiResult<pgrx::spi::SpiTupleTable<'_>>) -> 
     inserted
         .and_then(first_value::<i64>)
         .or_raise()
-        .unwrap_or_else(|| {
-            raise(
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                "pg_distlock: enqueue returned no id",
-            )
-        })
+        .unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "pg_distlock: enqueue returned no id"))
 }

@@ -13,21 +13,12 @@ use crate::scopes::Scope;
 
 /// The running queues with a concurrency limit among `queues` (all when None).
 pub(crate) fn limited_queues(client: &SpiClient<'_>, queues: Option<&[Text]>) -> Vec<(Text, i32)> {
-    let stmt = plan(
-        client,
-        include_str!("../../sql/queries/queue_limited.sql"),
-        &[types::TEXT_ARRAY],
-    );
+    let stmt = plan(client, include_str!("../../sql/queries/queue_limited.sql"), &[types::TEXT_ARRAY]);
     client
         .select(&*stmt, None, &[queues.map(<[Text]>::to_vec).into()])
         .and_then(|rows| {
-            rows.map(|row| {
-                Ok((
-                    row.get::<Text>(1)?.unwrap_or_default(),
-                    row.get::<i32>(2)?.unwrap_or_default(),
-                ))
-            })
-            .collect()
+            rows.map(|row| Ok((row.get::<Text>(1)?.unwrap_or_default(), row.get::<i32>(2)?.unwrap_or_default())))
+                .collect()
         })
         .or_raise()
 }
@@ -54,9 +45,7 @@ pub(crate) fn claim_limited(
     max: i32,
     jobs: &mut Vec<Job>,
 ) -> Limited {
-    use crate::lock_keys::{
-        queue_turn_held_by_another, try_lock_queue_turn, unlock_queue_turn, TryLock, QUEUE_TURNS,
-    };
+    use crate::lock_keys::{queue_turn_held_by_another, try_lock_queue_turn, unlock_queue_turn, TryLock, QUEUE_TURNS};
     // An older snapshot would miss the claims of turns that ended before it.
     if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
         raise_with_hint(
@@ -69,9 +58,7 @@ pub(crate) fn claim_limited(
     let per_turn = (max.max(1) as u32 / turns) as i64;
     // A turn this transaction already claimed in is not taken again: others
     // count each turn as at most `per_turn` jobs.
-    let Some(mine) =
-        (0..turns).find(|turn| try_lock_queue_turn(queue.bytes(), *turn) == TryLock::Acquired)
-    else {
+    let Some(mine) = (0..turns).find(|turn| try_lock_queue_turn(queue.bytes(), *turn) == TryLock::Acquired) else {
         return Limited::Busy;
     };
     // A turn ours from earlier in this transaction is not in flight: its
@@ -79,29 +66,14 @@ pub(crate) fn claim_limited(
     let in_flight = (0..turns)
         .filter(|turn| *turn != mine && queue_turn_held_by_another(queue.bytes(), *turn))
         .count() as i64;
-    let stmt = plan(
-        client,
-        include_str!("../../sql/queries/queue_processing.sql"),
-        &[types::TEXT],
-    );
-    let processing = client
-        .select(&*stmt, None, &[queue.into()])
-        .and_then(first_value::<i64>)
-        .or_raise()
-        .unwrap_or(0);
+    let stmt = plan(client, include_str!("../../sql/queries/queue_processing.sql"), &[types::TEXT]);
+    let processing =
+        client.select(&*stmt, None, &[queue.into()]).and_then(first_value::<i64>).or_raise().unwrap_or(0);
     let room = (max as i64 - processing - in_flight * per_turn).clamp(0, per_turn);
     let before = jobs.len();
     if room > 0 {
         let upto = (before as i64 + room).min(batch as i64) as i32;
-        claim_from(
-            client,
-            upto,
-            worker,
-            lease,
-            scope,
-            Source::Queue(queue, true),
-            jobs,
-        );
+        claim_from(client, upto, worker, lease, scope, Source::Queue(queue, true), jobs);
     }
     if jobs.len() == before {
         unlock_queue_turn(queue.bytes(), mine);
@@ -127,3 +99,4 @@ pub(crate) fn note(full: &mut bool, busy: &mut bool, limited: Limited) {
     *full |= limited == Limited::Full;
     *busy |= limited == Limited::Busy;
 }
+

@@ -8,13 +8,13 @@ mod dead_jobs;
 mod enqueue;
 mod limits;
 mod payload;
-#[cfg(any(test, feature = "pg_test"))]
-mod queue_tests;
 mod retention;
 mod settings;
 mod settle;
 mod settle_and_consume;
 mod wake;
+#[cfg(any(test, feature = "pg_test"))]
+mod queue_tests;
 
 pub use consume::reap_expired_leases;
 pub(crate) use consume::{consume, Route, MAX_BATCH};
@@ -34,15 +34,7 @@ fn resolve_worker(client: &SpiClient<'_>, p_worker_id: Option<Text>) -> Text {
     match p_worker_id {
         Some(worker) => text::checked_name(worker, "p_worker_id"),
         None => client
-            .select(
-                &*plan(
-                    client,
-                    include_str!("../../sql/queries/queue_default_worker.sql"),
-                    &[],
-                ),
-                None,
-                &[],
-            )
+            .select(&*plan(client, include_str!("../../sql/queries/queue_default_worker.sql"), &[]), None, &[])
             .and_then(first_value::<Text>)
             .or_raise()
             .unwrap_or_else(|| "unknown".into()),
@@ -61,8 +53,5 @@ fn for_completions(archived: &'static str, in_place: &'static str) -> &'static s
 }
 
 fn raise_unknown_job(job_id: i64) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
-        format!("job {job_id} does not exist"),
-    )
+    raise(PgSqlErrorCode::ERRCODE_NO_DATA_FOUND, format!("job {job_id} does not exist"))
 }

@@ -9,21 +9,17 @@ use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::datum::Datum;
 use pgrx::nullable::Nullable;
 use pgrx::pg_sys;
+use pgrx::prelude::*;
 use pgrx::pgrx_sql_entity_graph::metadata::{
     ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
 };
-use pgrx::prelude::*;
 
 /// A detoasted jsonb value, allocated in the memory context it was read in.
 #[derive(Debug, Clone, Copy)]
 pub struct Payload(pg_sys::Datum);
 
 impl FromDatum for Payload {
-    unsafe fn from_polymorphic_datum(
-        datum: pg_sys::Datum,
-        is_null: bool,
-        _: pg_sys::Oid,
-    ) -> Option<Self> {
+    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
         if is_null {
             return None;
         }
@@ -47,8 +43,7 @@ impl IntoDatum for Payload {
 unsafe impl<'fcx> ArgAbi<'fcx> for Payload {
     unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
         let index = arg.index();
-        unsafe { arg.unbox_arg_using_from_datum() }
-            .unwrap_or_else(|| panic!("argument {index} must not be null"))
+        unsafe { arg.unbox_arg_using_from_datum() }.unwrap_or_else(|| panic!("argument {index} must not be null"))
     }
 
     unsafe fn unbox_nullable_arg(arg: Arg<'_, 'fcx>) -> Nullable<Self> {
@@ -66,6 +61,5 @@ unsafe impl SqlTranslatable for Payload {
     const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(Payload);
     const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
     const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("jsonb"));
-    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
-        Ok(ReturnsRef::One(SqlMappingRef::literal("jsonb")));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> = Ok(ReturnsRef::One(SqlMappingRef::literal("jsonb")));
 }

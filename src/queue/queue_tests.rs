@@ -33,9 +33,7 @@ mod tests {
         let id = enqueue("'made-by-a-producer'");
         run("RESET ROLE");
         assert_eq!(
-            one::<String>(&format!(
-                "SELECT producer_role::regrole::text FROM distlock.jobs WHERE id = {id}"
-            )),
+            one::<String>(&format!("SELECT producer_role::regrole::text FROM distlock.jobs WHERE id = {id}")),
             Some("queue_producer".to_string())
         );
     }
@@ -47,25 +45,13 @@ mod tests {
         let default = enqueue("'p'");
         let email = enqueue("'p', '{}', now(), 0, 5, 'email'");
         let thumb = enqueue("'thumb', '{}', now(), 9, 5, 'thumbs'");
+        assert_eq!(one::<String>(&format!("SELECT queue FROM distlock.jobs WHERE id = {default}")), Some("default".into()));
         assert_eq!(
-            one::<String>(&format!(
-                "SELECT queue FROM distlock.jobs WHERE id = {default}"
-            )),
-            Some("default".into())
-        );
-        assert_eq!(
-            one::<i64>(
-                "SELECT task_id FROM distlock.consume_task('mailer', p_queues => ARRAY['email'])"
-            ),
+            one::<i64>("SELECT task_id FROM distlock.consume_task('mailer', p_queues => ARRAY['email'])"),
             Some(email),
             "a consumer of queue email gets the email job, not the higher-priority thumbnail"
         );
-        assert_eq!(
-            one::<i64>(
-                "SELECT count(*) FROM distlock.consume_task('mailer', p_queues => ARRAY['email'])"
-            ),
-            Some(0)
-        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_task('mailer', p_queues => ARRAY['email'])"), Some(0));
         let later = enqueue("'p2', '{}', now(), 0, 5, 'email'");
         assert_eq!(
             one::<String>(
@@ -75,22 +61,10 @@ mod tests {
             Some(format!("{later},{thumb}")),
             "queues are tried in the order given"
         );
-        assert_eq!(
-            one::<i64>("SELECT task_id FROM distlock.consume_task('any')"),
-            Some(default)
-        );
-        assert_sqlstate(
-            "distlock.consume_task('w', p_queues => ARRAY[]::text[])",
-            "22023",
-        );
-        assert_sqlstate(
-            "distlock.consume_task('w', p_queues => ARRAY['email', NULL])",
-            "22004",
-        );
-        assert_sqlstate(
-            "distlock.consume_tasks(2, 'w', p_queues => ARRAY[' '])",
-            "22023",
-        );
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('any')"), Some(default));
+        assert_sqlstate("distlock.consume_task('w', p_queues => ARRAY[]::text[])", "22023");
+        assert_sqlstate("distlock.consume_task('w', p_queues => ARRAY['email', NULL])", "22004");
+        assert_sqlstate("distlock.consume_tasks(2, 'w', p_queues => ARRAY[' '])", "22023");
         assert_sqlstate("distlock.enqueue_task('x', p_queue => NULL)", "22004");
         assert_sqlstate("distlock.enqueue_task('x', p_queue => '')", "22023");
     }
@@ -100,61 +74,30 @@ mod tests {
     /// failed (awaiting its retry); a completed or dead job frees the key.
     #[pg_test]
     fn queue_a_unique_key_admits_one_unfinished_job_per_queue() {
-        let unique = |queue: &str| {
-            enqueue(&format!(
-                "'sync', '{{}}', now(), 0, 2, '{queue}', 'account-7'"
-            ))
-        };
+        let unique = |queue: &str| enqueue(&format!("'sync', '{{}}', now(), 0, 2, '{queue}', 'account-7'"));
         let first = unique("sync");
         assert_eq!(unique("sync"), first, "pending: the queued job's id");
-        assert_ne!(
-            unique("other"),
-            first,
-            "the same key in another queue is another job"
-        );
+        assert_ne!(unique("other"), first, "the same key in another queue is another job");
         let keyless = enqueue("'sync', '{}', now(), 0, 2, 'sync'");
         assert_ne!(keyless, first, "jobs without a key are never merged");
-        run(&format!(
-            "DELETE FROM distlock.task_queue WHERE id = {keyless}"
-        ));
-        let claimed = || {
-            one::<i32>("SELECT attempts FROM distlock.consume_task('w', p_queues => ARRAY['sync'])")
-        };
+        run(&format!("DELETE FROM distlock.task_queue WHERE id = {keyless}"));
+        let claimed = || one::<i32>("SELECT attempts FROM distlock.consume_task('w', p_queues => ARRAY['sync'])");
         assert_eq!(claimed(), Some(1));
         assert_eq!(unique("sync"), first, "processing: still the same job");
         run(&format!("SELECT distlock.fail_task({first}, 'boom', 'w')"));
-        assert_eq!(
-            unique("sync"),
-            first,
-            "failed, awaiting its retry: still the same job"
-        );
-        run(&format!(
-            "UPDATE distlock.task_queue SET run_after = now() WHERE id = {first}"
-        ));
+        assert_eq!(unique("sync"), first, "failed, awaiting its retry: still the same job");
+        run(&format!("UPDATE distlock.task_queue SET run_after = now() WHERE id = {first}"));
         assert_eq!(claimed(), Some(2));
-        run(&format!(
-            "SELECT distlock.fail_task({first}, 'boom again', 'w')"
-        ));
-        assert_eq!(
-            one::<String>(&format!(
-                "SELECT status FROM distlock.jobs WHERE id = {first}"
-            )),
-            Some("dead".into())
-        );
+        run(&format!("SELECT distlock.fail_task({first}, 'boom again', 'w')"));
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.jobs WHERE id = {first}")), Some("dead".into()));
         let second = unique("sync");
         assert_ne!(second, first, "a dead job frees its key");
         assert_eq!(claimed(), Some(1));
         run(&format!("SELECT distlock.complete_task({second}, 'w')"));
         let third = unique("sync");
-        assert!(
-            third != first && third != second,
-            "a completed job frees its key"
-        );
+        assert!(third != first && third != second, "a completed job frees its key");
         assert_sqlstate("distlock.enqueue_task('x', p_unique_key => '')", "22023");
-        assert_sqlstate(
-            "distlock.enqueue_task('x', p_unique_key => repeat('k', 1001))",
-            "22023",
-        );
+        assert_sqlstate("distlock.enqueue_task('x', p_unique_key => repeat('k', 1001))", "22023");
     }
 
     /// settle_and_consume_tasks completes and fails the jobs it is given
@@ -189,20 +132,11 @@ mod tests {
             Some("completed:-:w,failed:boom:w,processing:-:other".into())
         );
         assert_eq!(
-            outcome(&format!(
-                "1, 'w', ARRAY[{}, {}], ARRAY[2, 1]",
-                jobs[3], jobs[4]
-            )),
+            outcome(&format!("1, 'w', ARRAY[{}, {}], ARRAY[2, 1]", jobs[3], jobs[4])),
             Some(format!("{}:refused", jobs[3])),
             "a stale attempt is refused, the other completed, and the empty queue gives nothing"
         );
-        assert_eq!(
-            one::<String>(&format!(
-                "SELECT status FROM distlock.jobs WHERE id = {}",
-                jobs[4]
-            )),
-            Some("completed".into())
-        );
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.jobs WHERE id = {}", jobs[4])), Some("completed".into()));
         assert_eq!(
             one::<i64>(&format!(
                 "SELECT count(*) FROM distlock.settle_and_consume_tasks(1, 'w', ARRAY[{}], ARRAY[1]) WHERE outcome = 'claimed'",
@@ -210,15 +144,9 @@ mod tests {
             )),
             Some(0)
         );
-        assert_sqlstate(
-            "distlock.settle_and_consume_tasks(1, 'w', ARRAY[1, 2], ARRAY[1])",
-            "22023",
-        );
+        assert_sqlstate("distlock.settle_and_consume_tasks(1, 'w', ARRAY[1, 2], ARRAY[1])", "22023");
         assert_sqlstate("distlock.settle_and_consume_tasks(1, 'w', p_failed => ARRAY[1], p_failed_errors => ARRAY['a', 'b'])", "22023");
-        assert_sqlstate(
-            "distlock.settle_and_consume_tasks(1, 'w', ARRAY[NULL]::bigint[])",
-            "22004",
-        );
+        assert_sqlstate("distlock.settle_and_consume_tasks(1, 'w', ARRAY[NULL]::bigint[])", "22004");
         assert_sqlstate("distlock.settle_and_consume_tasks(0, 'w')", "22023");
     }
 
@@ -235,24 +163,11 @@ mod tests {
             ))
             .expect("elapsed")
         };
-        let settled = seconds(&format!(
-            "distlock.settle_and_consume_tasks(1, 'w', ARRAY[{job}], p_wait => '30 seconds')"
-        ));
-        assert!(
-            settled < 15.0,
-            "a call that completed a job waited {settled} s for another"
-        );
-        assert_eq!(
-            one::<String>(&format!(
-                "SELECT status FROM distlock.jobs WHERE id = {job}"
-            )),
-            Some("completed".into())
-        );
+        let settled = seconds(&format!("distlock.settle_and_consume_tasks(1, 'w', ARRAY[{job}], p_wait => '30 seconds')"));
+        assert!(settled < 15.0, "a call that completed a job waited {settled} s for another");
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.jobs WHERE id = {job}")), Some("completed".into()));
         let idle = seconds("distlock.settle_and_consume_tasks(1, 'w', p_wait => '0.3 seconds')");
-        assert!(
-            idle >= 0.3,
-            "a call that settled nothing returned after {idle} s of its 0.3 s wait"
-        );
+        assert!(idle >= 0.3, "a call that settled nothing returned after {idle} s of its 0.3 s wait");
     }
 
     /// A paused queue hands out nothing, to consumers of that queue or of
@@ -261,25 +176,11 @@ mod tests {
     fn queue_a_paused_queue_hands_out_nothing_until_resumed() {
         let email = enqueue("'p', '{}', now(), 0, 5, 'email'");
         let other = enqueue("'p', '{}', now(), 0, 5, 'other'");
+        assert_eq!(one::<bool>("SELECT distlock.pause_queue('email')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.pause_queue('email')"), Some(false), "already paused");
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_task('w', p_queues => ARRAY['email'])"), Some(0));
         assert_eq!(
-            one::<bool>("SELECT distlock.pause_queue('email')"),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.pause_queue('email')"),
-            Some(false),
-            "already paused"
-        );
-        assert_eq!(
-            one::<i64>(
-                "SELECT count(*) FROM distlock.consume_task('w', p_queues => ARRAY['email'])"
-            ),
-            Some(0)
-        );
-        assert_eq!(
-            one::<String>(
-                "SELECT string_agg(task_id::text, ',') FROM distlock.consume_tasks(10, 'w')"
-            ),
+            one::<String>("SELECT string_agg(task_id::text, ',') FROM distlock.consume_tasks(10, 'w')"),
             Some(other.to_string()),
             "a consumer of every queue leaves the paused queue's jobs"
         );
@@ -287,25 +188,10 @@ mod tests {
             one::<String>("SELECT paused || ':' || pending || ':' || processing FROM distlock.queues WHERE name = 'email'"),
             Some("true:1:0".into())
         );
-        assert_eq!(
-            one::<bool>("SELECT distlock.resume_queue('email')"),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.resume_queue('email')"),
-            Some(false),
-            "already running"
-        );
-        assert_eq!(
-            one::<bool>("SELECT distlock.resume_queue('never-paused')"),
-            Some(false)
-        );
-        assert_eq!(
-            one::<i64>(
-                "SELECT task_id FROM distlock.consume_task('w', p_queues => ARRAY['email'])"
-            ),
-            Some(email)
-        );
+        assert_eq!(one::<bool>("SELECT distlock.resume_queue('email')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.resume_queue('email')"), Some(false), "already running");
+        assert_eq!(one::<bool>("SELECT distlock.resume_queue('never-paused')"), Some(false));
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('w', p_queues => ARRAY['email'])"), Some(email));
         assert_sqlstate("distlock.pause_queue(NULL)", "22004");
     }
 
@@ -319,16 +205,8 @@ mod tests {
         }
         let other = enqueue("'p', '{}', now(), 0, 5, 'other'");
         run("SELECT distlock.set_queue_limit('lim', 3)");
-        let claimed = |sql: &str| {
-            one::<i64>(&format!(
-                "SELECT count(*) FROM distlock.consume_tasks({sql})"
-            ))
-        };
-        assert_eq!(
-            claimed("10, 'a', p_queues => ARRAY['lim']"),
-            Some(1),
-            "a limit of 3: three claims of one job at a time"
-        );
+        let claimed = |sql: &str| one::<i64>(&format!("SELECT count(*) FROM distlock.consume_tasks({sql})"));
+        assert_eq!(claimed("10, 'a', p_queues => ARRAY['lim']"), Some(1), "a limit of 3: three claims of one job at a time");
         assert_eq!(claimed("10, 'b', p_queues => ARRAY['lim']"), Some(1));
         assert_eq!(
             one::<String>(&format!(
@@ -338,11 +216,7 @@ mod tests {
             Some("2:true:1".into()),
             "a consumer of every queue takes the other queue's job, then one of the limited queue's"
         );
-        assert_eq!(
-            claimed("10, 'd', p_queues => ARRAY['lim']"),
-            Some(0),
-            "three processing: full"
-        );
+        assert_eq!(claimed("10, 'd', p_queues => ARRAY['lim']"), Some(0), "three processing: full");
         assert_eq!(
             one::<String>("SELECT max_processing || ':' || processing || ':' || pending FROM distlock.queues WHERE name = 'lim'"),
             Some("3:3:3".into())
@@ -364,18 +238,12 @@ mod tests {
             "SELECT task_id, worker_id, attempts FROM distlock.consume_task()",
         )
         .expect("row");
-        assert_eq!(
-            first,
-            (Some(high_old), Some("consumer-app".into()), Some(1))
-        );
+        assert_eq!(first, (Some(high_old), Some("consumer-app".into()), Some(1)));
         let batch = one::<String>(
             "SELECT string_agg(task_id::text, ',' ORDER BY priority DESC, task_id) FROM distlock.consume_tasks(10, 'w2')",
         );
         assert_eq!(batch, Some(format!("{high_new},{low}")));
-        assert_eq!(
-            one::<i64>("SELECT count(*) FROM distlock.consume_task('w3')"),
-            Some(0)
-        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_task('w3')"), Some(0));
         assert_eq!(
             one::<bool>(&format!(
                 "SELECT status = 'processing' AND lease_expires_at > now() + interval '4 minutes' \
@@ -394,15 +262,10 @@ mod tests {
         let payload = r#"{"d": 0.1234567890123456789, "n": 12345678901234567890123}"#;
         let id = enqueue(&format!("'exact', '{payload}'"));
         assert_eq!(
-            one::<String>(&format!(
-                "SELECT payload::text FROM distlock.jobs WHERE id = {id}"
-            )),
+            one::<String>(&format!("SELECT payload::text FROM distlock.jobs WHERE id = {id}")),
             Some(payload.into())
         );
-        assert_eq!(
-            one::<String>("SELECT payload::text FROM distlock.consume_task('w')"),
-            Some(payload.into())
-        );
+        assert_eq!(one::<String>("SELECT payload::text FROM distlock.consume_task('w')"), Some(payload.into()));
     }
 
     #[pg_test]
@@ -410,36 +273,19 @@ mod tests {
         let huge = enqueue("'huge', '{\"n\": 1e400}', now(), 10");
         let next = enqueue("'next', '{\"n\": 1}'");
         assert_eq!(
-            one::<String>(
-                "SELECT task_id || ':' || (payload->>'n') FROM distlock.consume_task('w')"
-            ),
+            one::<String>("SELECT task_id || ':' || (payload->>'n') FROM distlock.consume_task('w')"),
             Some(format!("{huge}:{}", "1".to_string() + &"0".repeat(400)))
         );
-        assert_eq!(
-            one::<i64>("SELECT task_id FROM distlock.consume_task('w')"),
-            Some(next)
-        );
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('w')"), Some(next));
     }
 
     #[pg_test]
     fn queue_complete_only_by_the_holding_worker() {
         let id = enqueue("'a'");
-        assert_eq!(
-            one::<i64>("SELECT task_id FROM distlock.consume_task('w1')"),
-            Some(id)
-        );
-        assert_eq!(
-            one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w2')")),
-            Some(false)
-        );
-        assert_eq!(
-            one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w1')")),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w1')")),
-            Some(false)
-        );
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('w1')"), Some(id));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w2')")), Some(false));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w1')")), Some(true));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w1')")), Some(false));
         assert_eq!(
             one::<bool>(&format!(
                 "SELECT status = 'completed' AND completed_at IS NOT NULL AND lease_expires_at IS NULL \
@@ -453,12 +299,7 @@ mod tests {
     fn queue_failure_backs_off_then_dies_after_max_attempts() {
         let id = enqueue("'a', '{}', now(), 0, 2");
         one::<i64>("SELECT task_id FROM distlock.consume_task('w1')");
-        assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.fail_task({id}, 'smtp down', 'w1')"
-            )),
-            Some(true)
-        );
+        assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({id}, 'smtp down', 'w1')")), Some(true));
         assert_eq!(
             one::<bool>(&format!(
                 "SELECT status = 'failed' AND last_error = 'smtp down' \
@@ -468,25 +309,12 @@ mod tests {
             Some(true)
         );
         // Not runnable during its backoff.
-        assert_eq!(
-            one::<i64>("SELECT count(*) FROM distlock.consume_task('w1')"),
-            Some(0)
-        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_task('w1')"), Some(0));
         run(&format!("UPDATE distlock.task_queue SET run_after = now() - interval '1 second' WHERE id = {id}"));
+        assert_eq!(one::<i32>("SELECT attempts FROM distlock.consume_task('w1')"), Some(2));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({id}, 'still down', 'w1')")), Some(true));
         assert_eq!(
-            one::<i32>("SELECT attempts FROM distlock.consume_task('w1')"),
-            Some(2)
-        );
-        assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.fail_task({id}, 'still down', 'w1')"
-            )),
-            Some(true)
-        );
-        assert_eq!(
-            one::<String>(&format!(
-                "SELECT status::text FROM distlock.jobs WHERE id = {id}"
-            )),
+            one::<String>(&format!("SELECT status::text FROM distlock.jobs WHERE id = {id}")),
             Some("dead".into())
         );
     }
@@ -496,91 +324,42 @@ mod tests {
         let id = enqueue("'a'");
         one::<i64>("SELECT task_id FROM distlock.consume_task('slow', '1 millisecond')");
         run("SELECT pg_sleep(0.01)");
-        let again =
-            Spi::get_two::<i64, i32>("SELECT task_id, attempts FROM distlock.consume_task('fast')")
-                .expect("row");
+        let again = Spi::get_two::<i64, i32>("SELECT task_id, attempts FROM distlock.consume_task('fast')")
+            .expect("row");
         assert_eq!(again, (Some(id), Some(2)));
-        assert_eq!(
-            one::<bool>(&format!("SELECT distlock.complete_task({id}, 'slow')")),
-            Some(false)
-        );
-        assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.extend_task_lease({id}, '1 minute', 'slow')"
-            )),
-            Some(false)
-        );
-        assert_eq!(
-            one::<bool>(&format!("SELECT distlock.fail_task({id}, 'x', 'slow')")),
-            Some(false)
-        );
-        assert_eq!(
-            one::<bool>(&format!("SELECT distlock.complete_task({id}, 'fast')")),
-            Some(true)
-        );
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'slow')")), Some(false));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.extend_task_lease({id}, '1 minute', 'slow')")), Some(false));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({id}, 'x', 'slow')")), Some(false));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'fast')")), Some(true));
     }
 
     #[pg_test]
     fn queue_a_stale_attempt_of_the_same_worker_cannot_settle_the_next() {
         let id = enqueue("'a'");
-        let first = one::<i32>("SELECT attempts FROM distlock.consume_task('w', '1 millisecond')")
-            .expect("attempt");
+        let first = one::<i32>("SELECT attempts FROM distlock.consume_task('w', '1 millisecond')").expect("attempt");
         run("SELECT pg_sleep(0.01)");
-        let second =
-            one::<i32>("SELECT attempts FROM distlock.consume_task('w')").expect("attempt");
+        let second = one::<i32>("SELECT attempts FROM distlock.consume_task('w')").expect("attempt");
         assert_eq!((first, second), (1, 2));
         // The first consumer, late, names its own attempt: refused.
+        assert_eq!(one::<bool>(&format!("SELECT distlock.extend_task_lease({id}, '1 hour', 'w', {first})")), Some(false));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({id}, 'late', 'w', {first})")), Some(false));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w', {first})")), Some(false));
         assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.extend_task_lease({id}, '1 hour', 'w', {first})"
-            )),
-            Some(false)
-        );
-        assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.fail_task({id}, 'late', 'w', {first})"
-            )),
-            Some(false)
-        );
-        assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.complete_task({id}, 'w', {first})"
-            )),
-            Some(false)
-        );
-        assert_eq!(
-            one::<String>(&format!(
-                "SELECT status || '/' || attempts FROM distlock.jobs WHERE id = {id}"
-            )),
+            one::<String>(&format!("SELECT status || '/' || attempts FROM distlock.jobs WHERE id = {id}")),
             Some("processing/2".into())
         );
-        assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.extend_task_lease({id}, '1 hour', 'w', {second})"
-            )),
-            Some(true)
-        );
-        assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.complete_task({id}, 'w', {second})"
-            )),
-            Some(true)
-        );
+        assert_eq!(one::<bool>(&format!("SELECT distlock.extend_task_lease({id}, '1 hour', 'w', {second})")), Some(true));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({id}, 'w', {second})")), Some(true));
         // Without an attempt the simple forms still settle whatever the worker holds.
         let other = enqueue("'b'");
         one::<i64>("SELECT task_id FROM distlock.consume_task('w')");
-        assert_eq!(
-            one::<bool>(&format!("SELECT distlock.complete_task({other}, 'w')")),
-            Some(true)
-        );
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({other}, 'w')")), Some(true));
     }
 
     #[pg_test(error = "p_attempt must not be NULL")]
     fn queue_null_attempt_is_an_error() {
         let id = enqueue("'a'");
-        run(&format!(
-            "SELECT distlock.complete_task({id}, 'w', NULL::int)"
-        ));
+        run(&format!("SELECT distlock.complete_task({id}, 'w', NULL::int)"));
     }
 
     #[pg_test]
@@ -588,10 +367,7 @@ mod tests {
         let id = enqueue("'a', '{}', now(), 0, 1");
         one::<i64>("SELECT task_id FROM distlock.consume_task('w', '1 millisecond')");
         run("SELECT pg_sleep(0.01)");
-        assert_eq!(
-            one::<i64>("SELECT count(*) FROM distlock.consume_task('w2')"),
-            Some(0)
-        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_task('w2')"), Some(0));
         assert_eq!(
             one::<bool>(&format!(
                 "SELECT status = 'dead' AND last_error LIKE 'lease expired%' FROM distlock.jobs WHERE id = {id}"
@@ -607,9 +383,7 @@ mod tests {
         run("SELECT pg_sleep(0.01)");
         run("SELECT * FROM distlock.check_and_recover_timeout_tasks()");
         assert_eq!(
-            one::<String>(&format!(
-                "SELECT status::text FROM distlock.jobs WHERE id = {id}"
-            )),
+            one::<String>(&format!("SELECT status::text FROM distlock.jobs WHERE id = {id}")),
             Some("pending".into())
         );
         assert_eq!(
@@ -622,12 +396,7 @@ mod tests {
     fn queue_extend_lease_moves_the_expiry() {
         let id = enqueue("'a'");
         one::<i64>("SELECT task_id FROM distlock.consume_task('w', '1 minute')");
-        assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.extend_task_lease({id}, '2 hours', 'w')"
-            )),
-            Some(true)
-        );
+        assert_eq!(one::<bool>(&format!("SELECT distlock.extend_task_lease({id}, '2 hours', 'w')")), Some(true));
         assert_eq!(
             one::<bool>(&format!(
                 "SELECT lease_expires_at > now() + interval '119 minutes' FROM distlock.jobs WHERE id = {id}"
@@ -649,9 +418,7 @@ mod tests {
     #[pg_test(error = "p_lease must be positive, got 00:00:00")]
     fn queue_zero_lease_extension_is_an_error() {
         let id = enqueue("'a'");
-        run(&format!(
-            "SELECT distlock.extend_task_lease({id}, '0', 'w')"
-        ));
+        run(&format!("SELECT distlock.extend_task_lease({id}, '0', 'w')"));
     }
 
     #[pg_test(error = "p_lease must not be NULL")]
@@ -691,10 +458,7 @@ mod tests {
 
     #[pg_test(error = "p_worker_id must be at most 1000 bytes, got 1001 bytes")]
     fn queue_overlong_worker_is_an_error() {
-        run(&format!(
-            "SELECT * FROM distlock.consume_task('{}')",
-            "w".repeat(1001)
-        ));
+        run(&format!("SELECT * FROM distlock.consume_task('{}')", "w".repeat(1001)));
     }
 
     #[pg_test]
@@ -712,43 +476,24 @@ mod tests {
              UPDATE distlock.task_queue SET created_at = now() - interval '30 days' WHERE id = {old_pending}; \
              UPDATE distlock.task_queue SET status = 'failed', attempts = 1, created_at = now() - interval '30 days' WHERE id = {old_failed}"
         ));
-        assert_eq!(
-            one::<i64>("SELECT distlock.prune_jobs()"),
-            Some(2),
-            "default retention is 7 days"
-        );
+        assert_eq!(one::<i64>("SELECT distlock.prune_jobs()"), Some(2), "default retention is 7 days");
         assert_eq!(
             one::<String>("SELECT string_agg(id::text, ',' ORDER BY id) FROM distlock.jobs WHERE task_name = 'prune'"),
             Some(format!("{recent_done},{old_pending},{old_failed}"))
         );
-        assert_eq!(
-            one::<i64>("SELECT distlock.prune_jobs('0 seconds')"),
-            Some(1),
-            "the recent completed job"
-        );
+        assert_eq!(one::<i64>("SELECT distlock.prune_jobs('0 seconds')"), Some(1), "the recent completed job");
     }
 
     /// Completion moves a job out of the table claims read, whole, and
     /// frees its unique key; completing it again is a refusal, not an error.
     #[pg_test]
     fn queue_completion_moves_the_job_to_completed_jobs() {
-        let job =
-            enqueue("'mail', '{\"to\": \"a\"}', now(), 3, 4, p_queue => 'q', p_unique_key => 'k'");
+        let job = enqueue("'mail', '{\"to\": \"a\"}', now(), 3, 4, p_queue => 'q', p_unique_key => 'k'");
         run("SELECT distlock.fail_task(task_id, 'smtp down', 'w') FROM distlock.consume_task('w')");
-        run(&format!(
-            "UPDATE distlock.task_queue SET run_after = now() WHERE id = {job}"
-        ));
+        run(&format!("UPDATE distlock.task_queue SET run_after = now() WHERE id = {job}"));
         run("SELECT * FROM distlock.consume_task('w2')");
-        assert_eq!(
-            one::<bool>(&format!("SELECT distlock.complete_task({job}, 'w2', 2)")),
-            Some(true)
-        );
-        assert_eq!(
-            one::<i64>(&format!(
-                "SELECT count(*) FROM distlock.task_queue WHERE id = {job}"
-            )),
-            Some(0)
-        );
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({job}, 'w2', 2)")), Some(true));
+        assert_eq!(one::<i64>(&format!("SELECT count(*) FROM distlock.task_queue WHERE id = {job}")), Some(0));
         assert_eq!(
             one::<String>(&format!(
                 "SELECT concat_ws('/', queue, task_name, payload->>'to', worker_id, attempts, max_attempts, priority, \
@@ -757,22 +502,10 @@ mod tests {
             )),
             Some("q/mail/a/w2/2/4/3/smtp down/k/t".into())
         );
-        assert_eq!(
-            one::<String>(&format!(
-                "SELECT status FROM distlock.jobs WHERE id = {job}"
-            )),
-            Some("completed".into())
-        );
-        assert_eq!(
-            one::<bool>(&format!("SELECT distlock.complete_task({job}, 'w2')")),
-            Some(false)
-        );
-        assert_eq!(
-            one::<i64>("SELECT completed_last_hour FROM distlock.queues WHERE name = 'q'"),
-            Some(1)
-        );
-        let again =
-            one::<i64>("SELECT distlock.enqueue_task('mail', p_queue => 'q', p_unique_key => 'k')");
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.jobs WHERE id = {job}")), Some("completed".into()));
+        assert_eq!(one::<bool>(&format!("SELECT distlock.complete_task({job}, 'w2')")), Some(false));
+        assert_eq!(one::<i64>("SELECT completed_last_hour FROM distlock.queues WHERE name = 'q'"), Some(1));
+        let again = one::<i64>("SELECT distlock.enqueue_task('mail', p_queue => 'q', p_unique_key => 'k')");
         assert_ne!(again, Some(job), "a completed job frees its key");
     }
 
@@ -781,16 +514,8 @@ mod tests {
         let job = enqueue(args);
         let claimed = one::<i64>("SELECT task_id FROM distlock.consume_task('w')");
         assert_eq!(claimed, Some(job));
-        assert_eq!(
-            one::<bool>(&format!("SELECT distlock.fail_task({job}, 'boom', 'w')")),
-            Some(true)
-        );
-        assert_eq!(
-            one::<String>(&format!(
-                "SELECT status FROM distlock.task_queue WHERE id = {job}"
-            )),
-            Some("dead".into())
-        );
+        assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({job}, 'boom', 'w')")), Some(true));
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.task_queue WHERE id = {job}")), Some("dead".into()));
         job
     }
 
@@ -829,18 +554,9 @@ mod tests {
         );
         run("UPDATE distlock.completed_jobs SET completed_at = now() - interval '2 hours'");
         run("DELETE FROM distlock.task_queue");
-        assert_eq!(
-            one::<i64>("SELECT count(*) FROM distlock.queues WHERE name = 'q'"),
-            Some(0)
-        );
-        assert_eq!(
-            one::<i64>("SELECT count(*) FROM distlock.queue_latency"),
-            Some(0)
-        );
-        assert_eq!(
-            one::<i64>("SELECT count(*) FROM distlock.queue_wait_histogram"),
-            Some(0)
-        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.queues WHERE name = 'q'"), Some(0));
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.queue_latency"), Some(0));
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.queue_wait_histogram"), Some(0));
     }
 
     /// Retrying a dead job makes it runnable now with one more attempt; its
@@ -857,31 +573,11 @@ mod tests {
             )),
             Some("pending/1/2/boom/t/t".into())
         );
-        assert_eq!(
-            one::<String>(&format!(
-                "SELECT status FROM distlock.task_queue WHERE id = {other}"
-            )),
-            Some("dead".into())
-        );
-        assert_eq!(
-            one::<String>("SELECT task_id || '/' || attempts FROM distlock.consume_task('w')"),
-            Some(format!("{job}/2"))
-        );
-        assert_eq!(
-            one::<i64>(&format!(
-                "SELECT distlock.retry_dead_jobs(p_job_ids => ARRAY[{job}, {other}])"
-            )),
-            Some(1)
-        );
-        assert_eq!(
-            one::<i64>("SELECT distlock.retry_dead_jobs()"),
-            Some(0),
-            "nothing dead is left"
-        );
-        assert_sqlstate(
-            "distlock.retry_dead_jobs(p_job_ids => ARRAY[NULL]::bigint[])",
-            "22004",
-        );
+        assert_eq!(one::<String>(&format!("SELECT status FROM distlock.task_queue WHERE id = {other}")), Some("dead".into()));
+        assert_eq!(one::<String>("SELECT task_id || '/' || attempts FROM distlock.consume_task('w')"), Some(format!("{job}/2")));
+        assert_eq!(one::<i64>(&format!("SELECT distlock.retry_dead_jobs(p_job_ids => ARRAY[{job}, {other}])")), Some(1));
+        assert_eq!(one::<i64>("SELECT distlock.retry_dead_jobs()"), Some(0), "nothing dead is left");
+        assert_sqlstate("distlock.retry_dead_jobs(p_job_ids => ARRAY[NULL]::bigint[])", "22004");
     }
 
     /// A retried job keeps the rule of one unfinished job per key: it stays
@@ -892,14 +588,8 @@ mod tests {
         let older = dead_job("'sync', '{}', now(), 0, 1, 'q', 'k'");
         let newer = dead_job("'sync', '{}', now(), 0, 1, 'q', 'k'");
         let live = enqueue("'sync', '{}', now() + interval '1 hour', 0, 1, 'q', 'k'");
-        assert_eq!(
-            one::<i64>("SELECT distlock.retry_dead_jobs('q')"),
-            Some(0),
-            "a pending job holds the key"
-        );
-        run(&format!(
-            "DELETE FROM distlock.task_queue WHERE id = {live}"
-        ));
+        assert_eq!(one::<i64>("SELECT distlock.retry_dead_jobs('q')"), Some(0), "a pending job holds the key");
+        run(&format!("DELETE FROM distlock.task_queue WHERE id = {live}"));
         assert_eq!(one::<i64>("SELECT distlock.retry_dead_jobs('q')"), Some(1));
         assert_eq!(
             one::<String>(&format!(
@@ -915,12 +605,7 @@ mod tests {
         let _second = dead_job("'mail', '{}', now(), 0, 1, 'q'");
         let elsewhere = dead_job("'mail', '{}', now(), 0, 1, 'other'");
         let pending = enqueue("'mail', '{}', now() + interval '1 hour', 0, 1, 'q'");
-        assert_eq!(
-            one::<i64>(&format!(
-                "SELECT distlock.delete_dead_jobs('q', ARRAY[{first}, {pending}])"
-            )),
-            Some(1)
-        );
+        assert_eq!(one::<i64>(&format!("SELECT distlock.delete_dead_jobs('q', ARRAY[{first}, {pending}])")), Some(1));
         assert_eq!(one::<i64>("SELECT distlock.delete_dead_jobs('q')"), Some(1));
         assert_eq!(
             one::<String>("SELECT string_agg(id::text, ',' ORDER BY id) FROM distlock.task_queue"),
@@ -941,14 +626,9 @@ mod tests {
         let pending = enqueue("'b'");
         // The expired, exhausted job comes first in the claim and goes dead;
         // the claim still hands out the pending job behind it.
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('w2')"), Some(pending));
         assert_eq!(
-            one::<i64>("SELECT task_id FROM distlock.consume_task('w2')"),
-            Some(pending)
-        );
-        assert_eq!(
-            one::<String>(&format!(
-                "SELECT status::text FROM distlock.jobs WHERE id = {exhausted}"
-            )),
+            one::<String>(&format!("SELECT status::text FROM distlock.jobs WHERE id = {exhausted}")),
             Some("dead".into())
         );
         // The table has no CHECK constraints; the statements keep this one.
@@ -967,9 +647,7 @@ mod tests {
         let mine = enqueue("'a'");
         let stale = enqueue("'b'");
         let theirs = enqueue("'c'");
-        one::<i64>(&format!(
-            "SELECT count(*) FROM distlock.consume_tasks(2, 'w')"
-        ));
+        one::<i64>(&format!("SELECT count(*) FROM distlock.consume_tasks(2, 'w')"));
         one::<i64>("SELECT task_id FROM distlock.consume_task('other')");
         let completed = one::<String>(&format!(
             "SELECT string_agg(id::text, ',' ORDER BY id) \
@@ -984,9 +662,7 @@ mod tests {
             Some("completed,processing,processing".into())
         );
         assert_eq!(
-            one::<i64>(&format!(
-                "SELECT count(*) FROM distlock.complete_tasks(ARRAY[{stale}], 'w')"
-            )),
+            one::<i64>(&format!("SELECT count(*) FROM distlock.complete_tasks(ARRAY[{stale}], 'w')")),
             Some(1)
         );
     }
@@ -1005,10 +681,7 @@ mod tests {
               WHERE c.n = 0",
         )
         .expect("no job, one row of timing");
-        assert!(
-            (0.15..2.0).contains(&waited),
-            "waited {waited} s for a 150 ms wait"
-        );
+        assert!((0.15..2.0).contains(&waited), "waited {waited} s for a 150 ms wait");
     }
 
     #[pg_test]
@@ -1022,10 +695,7 @@ mod tests {
         .expect("row");
         assert_eq!(got, Some(id));
         let waited = waited.expect("time");
-        assert!(
-            (0.2..5.0).contains(&waited),
-            "the delayed job came after {waited} s"
-        );
+        assert!((0.2..5.0).contains(&waited), "the delayed job came after {waited} s");
     }
 
     #[pg_test(error = "p_wait must not be negative, got -00:00:01")]

@@ -2,18 +2,15 @@
 
 use pgrx::prelude::*;
 
-use crate::errors::OrRaise;
 use crate::plans::{plan, types};
+use crate::errors::OrRaise;
 use crate::text::{self, Text};
 
 fn set(statement: &'static str, p_queue: Option<Text>) -> bool {
     let queue = text::name(p_queue, "p_queue");
     crate::access::connect_mut(|client| {
         let stmt = plan(client, statement, &[types::TEXT]);
-        client
-            .update(&*stmt, None, &[(&queue).into()])
-            .map(|rows| !rows.is_empty())
-            .or_raise()
+        client.update(&*stmt, None, &[(&queue).into()]).map(|rows| !rows.is_empty()).or_raise()
     })
 }
 
@@ -29,10 +26,7 @@ fn pause_queue(p_queue: Option<Text>) -> bool {
 #[pg_extern]
 fn resume_queue(p_queue: Option<Text>) -> bool {
     let queue = text::name(p_queue, "p_queue");
-    let resumed = set(
-        include_str!("../../sql/queries/queue_resume.sql"),
-        Some(queue.clone()),
-    );
+    let resumed = set(include_str!("../../sql/queries/queue_resume.sql"), Some(queue.clone()));
     if resumed {
         super::wake::queue_resumed(queue.bytes());
     }
@@ -55,15 +49,8 @@ fn set_queue_limit(p_queue: Option<Text>, p_max_processing: Option<i32>) {
         }
     }
     crate::access::connect_mut(|client| {
-        let stmt = plan(
-            client,
-            include_str!("../../sql/queries/queue_set_limit.sql"),
-            &[types::TEXT, types::INT4],
-        );
-        client
-            .update(&*stmt, None, &[(&queue).into(), p_max_processing.into()])
-            .map(|_| ())
-            .or_raise()
+        let stmt = plan(client, include_str!("../../sql/queries/queue_set_limit.sql"), &[types::TEXT, types::INT4]);
+        client.update(&*stmt, None, &[(&queue).into(), p_max_processing.into()]).map(|_| ()).or_raise()
     });
     super::wake::queue_resumed(queue.bytes());
 }

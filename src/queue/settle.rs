@@ -29,28 +29,16 @@ fn settle(
 ) -> Option<Option<Text>> {
     crate::access::connect(|client| {
         let worker = resolve_worker(client, p_worker_id);
-        let stmt = plan(
-            client,
-            sql,
-            &[types::INT8, types::TEXT, extra_type, types::INT4],
-        );
+        let stmt = plan(client, sql, &[types::INT8, types::TEXT, extra_type, types::INT4]);
         let settled = client
-            .select(
-                &*stmt,
-                None,
-                &[job_id.into(), (&worker).into(), extra, attempt.into()],
-            )
+            .select(&*stmt, None, &[job_id.into(), (&worker).into(), extra, attempt.into()])
             .and_then(|rows| {
                 if rows.is_empty() {
                     return Ok(None);
                 }
                 let with_queue = rows.columns()? >= 3;
                 let row = rows.first();
-                let queue = if with_queue {
-                    row.get::<Text>(3)?
-                } else {
-                    None
-                };
+                let queue = if with_queue { row.get::<Text>(3)? } else { None };
                 Ok(Some((row.get::<pgrx::pg_sys::Oid>(2)?, queue)))
             })
             .or_raise();
@@ -91,26 +79,14 @@ fn complete(p_task_id: Option<i64>, p_worker_id: Option<Text>, attempt: Option<i
     .is_some()
 }
 
-fn fail(
-    p_task_id: Option<i64>,
-    p_error: Option<Text>,
-    p_worker_id: Option<Text>,
-    attempt: Option<i32>,
-) -> bool {
+fn fail(p_task_id: Option<i64>, p_error: Option<Text>, p_worker_id: Option<Text>, attempt: Option<i32>) -> bool {
     let job_id = required(p_task_id, "p_task_id");
     // The queue came with the update that made queue_fail.sql return it.
     let statement = match crate::version::has_column(c"task_queue", c"queue") {
         true => include_str!("../../sql/queries/queue_fail.sql"),
         false => include_str!("../../sql/queries/queue_fail_0_2_0.sql"),
     };
-    let failed = settle(
-        statement,
-        job_id,
-        p_worker_id,
-        attempt,
-        p_error.into(),
-        types::TEXT,
-    );
+    let failed = settle(statement, job_id, p_worker_id, attempt, p_error.into(), types::TEXT);
     if let Some(queue) = &failed {
         // Its retry time is new to consumers waiting for the next job.
         super::wake::jobs_added(queue.as_ref().map(Text::bytes), 1);
@@ -118,23 +94,11 @@ fn fail(
     failed.is_some()
 }
 
-fn extend(
-    p_task_id: Option<i64>,
-    p_lease: Option<Interval>,
-    p_worker_id: Option<Text>,
-    attempt: Option<i32>,
-) -> bool {
+fn extend(p_task_id: Option<i64>, p_lease: Option<Interval>, p_worker_id: Option<Text>, attempt: Option<i32>) -> bool {
     let job_id = required(p_task_id, "p_task_id");
     let lease = positive_interval(p_lease, "p_lease");
-    settle(
-        include_str!("../../sql/queries/queue_extend.sql"),
-        job_id,
-        p_worker_id,
-        attempt,
-        lease.into(),
-        types::INTERVAL,
-    )
-    .is_some()
+    settle(include_str!("../../sql/queries/queue_extend.sql"), job_id, p_worker_id, attempt, lease.into(), types::INTERVAL)
+        .is_some()
 }
 
 /// Marks this worker's job completed.
@@ -145,16 +109,8 @@ fn complete_task(p_task_id: Option<i64>, p_worker_id: default!(Option<Text>, "NU
 
 /// Marks attempt `p_attempt` of this worker's job completed.
 #[pg_extern(name = "complete_task")]
-fn complete_attempt(
-    p_task_id: Option<i64>,
-    p_worker_id: Option<Text>,
-    p_attempt: Option<i32>,
-) -> bool {
-    complete(
-        p_task_id,
-        p_worker_id,
-        Some(required(p_attempt, "p_attempt")),
-    )
+fn complete_attempt(p_task_id: Option<i64>, p_worker_id: Option<Text>, p_attempt: Option<i32>) -> bool {
+    complete(p_task_id, p_worker_id, Some(required(p_attempt, "p_attempt")))
 }
 
 /// Records a failed attempt: retried after exponential backoff with jitter,
@@ -176,12 +132,7 @@ fn fail_attempt(
     p_worker_id: Option<Text>,
     p_attempt: Option<i32>,
 ) -> bool {
-    fail(
-        p_task_id,
-        p_error,
-        p_worker_id,
-        Some(required(p_attempt, "p_attempt")),
-    )
+    fail(p_task_id, p_error, p_worker_id, Some(required(p_attempt, "p_attempt")))
 }
 
 /// Extends this worker's lease on a job to `p_lease` from now.
@@ -202,12 +153,7 @@ fn extend_attempt_lease(
     p_worker_id: Option<Text>,
     p_attempt: Option<i32>,
 ) -> bool {
-    extend(
-        p_task_id,
-        p_lease,
-        p_worker_id,
-        Some(required(p_attempt, "p_attempt")),
-    )
+    extend(p_task_id, p_lease, p_worker_id, Some(required(p_attempt, "p_attempt")))
 }
 
 /// Marks every job in `p_task_ids` that this worker holds completed (when
@@ -231,21 +177,12 @@ fn complete_tasks(
 }
 
 /// Raises 22023 unless `array` (when given) has as many elements as `ids`.
-pub(crate) fn same_length<T>(
-    array: &Option<Vec<T>>,
-    name: &str,
-    ids: &[Option<i64>],
-    ids_name: &str,
-) {
+pub(crate) fn same_length<T>(array: &Option<Vec<T>>, name: &str, ids: &[Option<i64>], ids_name: &str) {
     if let Some(array) = array {
         if array.len() != ids.len() {
             crate::errors::raise(
                 pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!(
-                    "{name} has {} elements but {ids_name} has {}",
-                    array.len(),
-                    ids.len()
-                ),
+                format!("{name} has {} elements but {ids_name} has {}", array.len(), ids.len()),
             );
         }
     }
@@ -268,10 +205,7 @@ pub(crate) fn complete_many(
         &[types::INT8_ARRAY, types::TEXT, types::INT4_ARRAY],
     );
     let rows = client.select(&*stmt, None, &[ids.into(), worker.into(), attempts.into()]);
-    settled_ids(client, rows, worker)
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect()
+    settled_ids(client, rows, worker).into_iter().map(|(id, _)| id).collect()
 }
 
 /// Records failed attempts of the jobs `ids` that `worker` holds (job
@@ -287,18 +221,9 @@ pub(crate) fn fail_many(
     let stmt = plan(
         client,
         include_str!("../../sql/queries/queue_fail_many.sql"),
-        &[
-            types::INT8_ARRAY,
-            types::TEXT,
-            types::INT4_ARRAY,
-            types::TEXT_ARRAY,
-        ],
+        &[types::INT8_ARRAY, types::TEXT, types::INT4_ARRAY, types::TEXT_ARRAY],
     );
-    let rows = client.select(
-        &*stmt,
-        None,
-        &[ids.into(), worker.into(), attempts.into(), errors.into()],
-    );
+    let rows = client.select(&*stmt, None, &[ids.into(), worker.into(), attempts.into(), errors.into()]);
     let failed = settled_ids(client, rows, worker);
     for (_, queue) in &failed {
         super::wake::jobs_added(queue.as_ref().map(Text::bytes), 1);
@@ -320,24 +245,17 @@ fn settled_ids(
                 Ok((
                     row.get::<i64>(1)?.unwrap_or_default(),
                     row.get::<pgrx::pg_sys::Oid>(2)?,
-                    if with_queue {
-                        row.get::<Text>(3)?
-                    } else {
-                        None
-                    },
+                    if with_queue { row.get::<Text>(3)? } else { None },
                 ))
             })
             .collect()
         })
         .or_raise();
-    let mut holders: Vec<pgrx::pg_sys::Oid> =
-        rows.iter().filter_map(|(_, holder, _)| *holder).collect();
+    let mut holders: Vec<pgrx::pg_sys::Oid> = rows.iter().filter_map(|(_, holder, _)| *holder).collect();
     holders.sort_unstable_by_key(|oid| oid.to_u32());
     holders.dedup();
     for holder in holders {
-        crate::access::require_holder(client, Some(holder), || {
-            format!("jobs of worker \"{worker}\"")
-        });
+        crate::access::require_holder(client, Some(holder), || format!("jobs of worker \"{worker}\""));
     }
     rows.into_iter().map(|(id, _, queue)| (id, queue)).collect()
 }

@@ -50,12 +50,7 @@ fn settle_and_consume_tasks(
     let completed = p_completed.unwrap_or_default();
     let failed = p_failed.unwrap_or_default();
     let failed_errors = p_failed_errors.map(|TextArray(errors)| errors);
-    same_length(
-        &p_completed_attempts,
-        "p_completed_attempts",
-        &completed,
-        "p_completed",
-    );
+    same_length(&p_completed_attempts, "p_completed_attempts", &completed, "p_completed");
     same_length(&p_failed_attempts, "p_failed_attempts", &failed, "p_failed");
     same_length(&failed_errors, "p_failed_errors", &failed, "p_failed");
     for (ids, name) in [(&completed, "p_completed"), (&failed, "p_failed")] {
@@ -69,56 +64,26 @@ fn settle_and_consume_tasks(
     let route = route(p_queues);
 
     let mut refused: Vec<(i64, Option<i32>, Text)> = Vec::new();
-    let jobs = consume_after(
-        batch,
-        p_worker_id,
-        p_lease,
-        p_wait,
-        route,
-        |client, worker| {
-            let mut settled = false;
-            if !completed.is_empty() {
-                let done = complete_many(
-                    client,
-                    completed.clone(),
-                    worker,
-                    p_completed_attempts.clone(),
-                );
-                settled |= !done.is_empty();
-                refused.extend(left_out(&completed, &p_completed_attempts, done, worker));
-            }
-            if !failed.is_empty() {
-                let done = fail_many(
-                    client,
-                    failed.clone(),
-                    worker,
-                    p_failed_attempts.clone(),
-                    failed_errors.clone(),
-                );
-                settled |= !done.is_empty();
-                refused.extend(left_out(&failed, &p_failed_attempts, done, worker));
-            }
-            settled
-        },
-    );
-    let claimed = jobs.into_iter().map(
-        |(id, name, payload, attempts, max_attempts, lease, priority, worker)| {
-            (
-                id,
-                Some(name),
-                payload,
-                Some(attempts),
-                Some(max_attempts),
-                Some(lease),
-                Some(priority),
-                worker,
-                "claimed",
-            )
-        },
-    );
-    let refused = refused.into_iter().map(|(id, attempt, worker)| {
-        (id, None, None, attempt, None, None, None, worker, "refused")
+    let jobs = consume_after(batch, p_worker_id, p_lease, p_wait, route, |client, worker| {
+        let mut settled = false;
+        if !completed.is_empty() {
+            let done = complete_many(client, completed.clone(), worker, p_completed_attempts.clone());
+            settled |= !done.is_empty();
+            refused.extend(left_out(&completed, &p_completed_attempts, done, worker));
+        }
+        if !failed.is_empty() {
+            let done = fail_many(client, failed.clone(), worker, p_failed_attempts.clone(), failed_errors.clone());
+            settled |= !done.is_empty();
+            refused.extend(left_out(&failed, &p_failed_attempts, done, worker));
+        }
+        settled
     });
+    let claimed = jobs.into_iter().map(|(id, name, payload, attempts, max_attempts, lease, priority, worker)| {
+        (id, Some(name), payload, Some(attempts), Some(max_attempts), Some(lease), Some(priority), worker, "claimed")
+    });
+    let refused = refused
+        .into_iter()
+        .map(|(id, attempt, worker)| (id, None, None, attempt, None, None, None, worker, "refused"));
     TableIterator::new(refused.chain(claimed).collect::<Vec<_>>())
 }
 
@@ -133,10 +98,7 @@ fn left_out(
     done.sort_unstable();
     ids.iter()
         .enumerate()
-        .filter_map(|(i, id)| {
-            id.filter(|id| done.binary_search(id).is_err())
-                .map(|id| (id, i))
-        })
+        .filter_map(|(i, id)| id.filter(|id| done.binary_search(id).is_err()).map(|id| (id, i)))
         .map(|(id, i)| (id, attempts.as_ref().and_then(|a| a[i]), worker.clone()))
         .collect()
 }

@@ -36,9 +36,7 @@ pub const POLL_INTERVAL_MS: i64 = 100;
 /// A queue as sleepers and wakers name it.
 fn queue_hash(queue: &[u8]) -> u32 {
     // FNV-1a: the same in every backend; 0 is kept for "any queue".
-    let hash = queue.iter().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ *b as u32).wrapping_mul(0x0100_0193)
-    });
+    let hash = queue.iter().fold(0x811c_9dc5_u32, |h, b| (h ^ *b as u32).wrapping_mul(0x0100_0193));
     hash.max(1)
 }
 
@@ -64,9 +62,7 @@ fn add(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>, wake: Wake) {
     }
     list.with(|wakes| {
         let mut wakes = wakes.borrow_mut();
-        match wakes.iter_mut().find(|w| {
-            w.queue == wake.queue && w.sleeping_past.is_some() == wake.sleeping_past.is_some()
-        }) {
+        match wakes.iter_mut().find(|w| w.queue == wake.queue && w.sleeping_past.is_some() == wake.sleeping_past.is_some()) {
             Some(w) => {
                 w.count = w.count.saturating_add(wake.count);
                 w.sleeping_past = w.sleeping_past.min(wake.sleeping_past);
@@ -108,9 +104,7 @@ fn old_library_sleepers() {
 /// Sets the latches of up to `wake.count` sleepers of this database that
 /// take jobs of `wake.queue` (and of every restricted one among them).
 fn wake_sleepers(wake: Wake) {
-    let Some(table) = sleepers::table() else {
-        return;
-    };
+    let Some(table) = sleepers::table() else { return };
     if table.sleeping.load(ORDER) == 0 {
         return;
     }
@@ -121,16 +115,10 @@ fn wake_sleepers(wake: Wake) {
     let mut left = wake.count;
     for n in 0..entries.len() {
         let entry = &entries[(start + n) % entries.len()];
-        if entry.live_pid().is_none()
-            || entry.database.load(ORDER) != database
-            || !takes(entry, wake.queue)
-        {
+        if entry.live_pid().is_none() || entry.database.load(ORDER) != database || !takes(entry, wake.queue) {
             continue;
         }
-        if wake
-            .sleeping_past
-            .is_some_and(|t| entry.until.load(ORDER) <= t)
-        {
+        if wake.sleeping_past.is_some_and(|t| entry.until.load(ORDER) <= t) {
             continue;
         }
         let restricted = entry.restricted.load(ORDER);
@@ -151,25 +139,14 @@ fn wake_sleepers(wake: Wake) {
 
 fn takes(entry: &sleepers::Sleeper, queue: u32) -> bool {
     let count = entry.queue_count.load(ORDER) as usize;
-    queue == 0
-        || count == 0
-        || entry.queues[..count.min(NAMED_QUEUES)]
-            .iter()
-            .any(|q| q.load(ORDER) == queue)
+    queue == 0 || count == 0 || entry.queues[..count.min(NAMED_QUEUES)].iter().any(|q| q.load(ORDER) == queue)
 }
 
 /// This transaction made `count` jobs of `queue` runnable (None: of queues
 /// it does not know): wake that many sleepers once it commits.
 pub fn jobs_added(queue: Option<&[u8]>, count: usize) {
     if count > 0 {
-        add(
-            &AT_COMMIT,
-            Wake {
-                queue: queue.map_or(0, queue_hash),
-                count,
-                sleeping_past: None,
-            },
-        );
+        add(&AT_COMMIT, Wake { queue: queue.map_or(0, queue_hash), count, sleeping_past: None });
     }
 }
 
@@ -178,34 +155,13 @@ pub fn jobs_added(queue: Option<&[u8]>, count: usize) {
 /// would sleep past that; at abort, the jobs are claimable again.
 pub fn jobs_claimed(queue: Option<&[u8]>, count: usize, lease_expiry: pg_sys::TimestampTz) {
     let queue = queue.map_or(0, queue_hash);
-    add(
-        &AT_COMMIT,
-        Wake {
-            queue,
-            count: 1,
-            sleeping_past: Some(lease_expiry),
-        },
-    );
-    add(
-        &AT_ABORT,
-        Wake {
-            queue,
-            count,
-            sleeping_past: None,
-        },
-    );
+    add(&AT_COMMIT, Wake { queue, count: 1, sleeping_past: Some(lease_expiry) });
+    add(&AT_ABORT, Wake { queue, count, sleeping_past: None });
 }
 
 /// Queue `queue` runs again: wake all of its sleepers at commit.
 pub fn queue_resumed(queue: &[u8]) {
-    add(
-        &AT_COMMIT,
-        Wake {
-            queue: queue_hash(queue),
-            count: usize::MAX,
-            sleeping_past: None,
-        },
-    );
+    add(&AT_COMMIT, Wake { queue: queue_hash(queue), count: usize::MAX, sleeping_past: None });
 }
 
 /// A consumer between two looks at the queue. Made before the look that
@@ -219,9 +175,7 @@ impl Sleeper {
     /// A sleeper taking jobs of `queues` (None: every queue); `restricted`
     /// when a scope limits which jobs it may take.
     pub fn new(queues: Option<&[Text]>, restricted: bool) -> Self {
-        let Some(table) = sleepers::table() else {
-            return Sleeper { entry: None };
-        };
+        let Some(table) = sleepers::table() else { return Sleeper { entry: None } };
         let me = unsafe { pg_sys::MyProcPid };
         // A free entry, or one whose backend is gone without clearing it.
         let entry = table.entries().iter().find(|entry| {
@@ -229,16 +183,10 @@ impl Sleeper {
             let free = pid == 0 || (pid > 0 && entry.live_pid().is_none());
             free && entry.pid.compare_exchange(pid, -1, ORDER, ORDER).is_ok()
         });
-        let Some(entry) = entry else {
-            return Sleeper { entry: None };
-        };
+        let Some(entry) = entry else { return Sleeper { entry: None } };
         entry.latch.store(sleepers::my_latch(), ORDER);
-        entry
-            .database
-            .store(unsafe { pg_sys::MyDatabaseId }.to_u32(), ORDER);
-        let named = queues
-            .filter(|queues| queues.len() <= NAMED_QUEUES)
-            .unwrap_or(&[]);
+        entry.database.store(unsafe { pg_sys::MyDatabaseId }.to_u32(), ORDER);
+        let named = queues.filter(|queues| queues.len() <= NAMED_QUEUES).unwrap_or(&[]);
         for (slot, queue) in entry.queues.iter().zip(named) {
             slot.store(queue_hash(queue.bytes()), ORDER);
         }
@@ -289,11 +237,7 @@ impl Drop for Sleeper {
             table.sleeping.fetch_sub(1, ORDER);
         }
         if let Some(queue) = unanswered {
-            wake_sleepers(Wake {
-                queue,
-                count: 1,
-                sleeping_past: None,
-            });
+            wake_sleepers(Wake { queue, count: 1, sleeping_past: None });
         }
     }
 }
@@ -302,19 +246,13 @@ impl Drop for Sleeper {
 /// commits have sent to waiting consumers since the server started (all
 /// databases); NULLs without shared memory.
 #[pg_extern(volatile, parallel_restricted)]
-fn queue_wait_stats(
-) -> TableIterator<'static, (name!(sleeping, Option<i32>), name!(wakeups, Option<i64>))> {
-    let Some(table) = sleepers::table() else {
-        return TableIterator::once((None, None));
-    };
+fn queue_wait_stats() -> TableIterator<'static, (name!(sleeping, Option<i32>), name!(wakeups, Option<i64>))> {
+    let Some(table) = sleepers::table() else { return TableIterator::once((None, None)) };
     let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
     let sleeping = table
         .entries()
         .iter()
         .filter(|entry| entry.live_pid().is_some() && entry.database.load(ORDER) == database)
         .count();
-    TableIterator::once((
-        Some(sleeping as i32),
-        Some(table.wakeups.load(ORDER) as i64),
-    ))
+    TableIterator::once((Some(sleeping as i32), Some(table.wakeups.load(ORDER) as i64)))
 }

@@ -22,36 +22,16 @@ impl Window {
 
 /// Admits one request against `current`; returns whether it is allowed and
 /// the window to store (None: leave the stored state as it is).
-pub fn admit(
-    current: Option<Window>,
-    now_us: i64,
-    max_requests: i32,
-    length_us: i64,
-) -> (bool, Option<Window>) {
+pub fn admit(current: Option<Window>, now_us: i64, max_requests: i32, length_us: i64) -> (bool, Option<Window>) {
     match current {
         Some(w) if w.is_open_at(now_us) => {
             if w.count < max_requests {
-                (
-                    true,
-                    Some(Window {
-                        count: w.count + 1,
-                        max_requests,
-                        ..w
-                    }),
-                )
+                (true, Some(Window { count: w.count + 1, max_requests, ..w }))
             } else {
                 (false, None)
             }
         }
-        _ => (
-            true,
-            Some(Window {
-                start_us: now_us,
-                length_us,
-                count: 1,
-                max_requests,
-            }),
-        ),
+        _ => (true, Some(Window { start_us: now_us, length_us, count: 1, max_requests })),
     }
 }
 
@@ -103,18 +83,7 @@ impl Gcra {
         }
         let ttl = new_tat - now_us;
         let next = tolerance - ttl;
-        let remaining = if next > -interval {
-            (next / interval).clamp(0, i32::MAX as i64) as i32
-        } else {
-            0
-        };
-        Verdict {
-            allowed: true,
-            limit,
-            remaining,
-            retry_after_us: -1,
-            reset_after_us: ttl,
-            new_tat_us: Some(new_tat),
-        }
+        let remaining = if next > -interval { (next / interval).clamp(0, i32::MAX as i64) as i32 } else { 0 };
+        Verdict { allowed: true, limit, remaining, retry_after_us: -1, reset_after_us: ttl, new_tat_us: Some(new_tat) }
     }
 }

@@ -7,8 +7,8 @@ use pgrx::PgSqlErrorCode;
 
 use super::logic::Window;
 use crate::errors::raise_with_hint;
-use crate::shared::{self, RateEntry};
 use crate::text::Text;
+use crate::shared::{self, RateEntry};
 
 /// How many slots a lookup inspects before declaring the partition full.
 const MAX_PROBE: usize = 64;
@@ -70,11 +70,7 @@ fn raise_full() -> ! {
 
 /// Runs `f` on the entry for `key` (a fresh one if absent or expired) under
 /// the partition lock. `f` returns whether to keep its changes.
-pub fn with_entry<R>(
-    key: &[u8; 16],
-    now_us: i64,
-    f: impl FnOnce(&mut RateEntry, bool) -> R,
-) -> Option<R> {
+pub fn with_entry<R>(key: &[u8; 16], now_us: i64, f: impl FnOnce(&mut RateEntry, bool) -> R) -> Option<R> {
     shared::with_rate_partition(key, |entries| {
         let (i, existing) = match probe(entries, key, now_us) {
             Slot::Found(i) => (i, entries[i].expires_at_us > now_us),
@@ -83,11 +79,7 @@ pub fn with_entry<R>(
         };
         let entry = &mut entries[i];
         if !existing {
-            *entry = RateEntry {
-                key: *key,
-                in_use: true,
-                ..RateEntry::default()
-            };
+            *entry = RateEntry { key: *key, in_use: true, ..RateEntry::default() };
         }
         f(entry, existing)
     })

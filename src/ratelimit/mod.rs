@@ -11,9 +11,9 @@
 
 mod logic;
 mod memory;
+mod table;
 #[cfg(any(test, feature = "pg_test"))]
 mod ratelimit_tests;
-mod table;
 
 pub use table::prune_expired;
 
@@ -44,8 +44,7 @@ fn positive(value: Option<i32>, argument: &str) -> i32 {
 }
 
 fn to_timestamp(us: i64) -> TimestampWithTimeZone {
-    TimestampWithTimeZone::try_from(us)
-        .unwrap_or_else(|_| TimestampWithTimeZone::positive_infinity())
+    TimestampWithTimeZone::try_from(us).unwrap_or_else(|_| TimestampWithTimeZone::positive_infinity())
 }
 
 /// Milliseconds, rounded up so that waiting that long is always enough; -1 stays -1.
@@ -74,19 +73,13 @@ fn refuse_long_state(what: String) -> ! {
 /// `p_window_seconds`; a window opens at the first call after the previous
 /// one ended.
 #[pg_extern]
-fn check_rate_limit(
-    p_key: Option<Text>,
-    p_max_requests: Option<i32>,
-    p_window_seconds: Option<i32>,
-) -> bool {
+fn check_rate_limit(p_key: Option<Text>, p_max_requests: Option<i32>, p_window_seconds: Option<i32>) -> bool {
     let key = &text::name(p_key, "p_key");
     require(Capability::Worker, "rate-limit key", key);
     let max_requests = positive(p_max_requests, "p_max_requests");
     let window_seconds = positive(p_window_seconds, "p_window_seconds");
     if window_seconds as f64 > MAX_STATE_SECONDS {
-        refuse_long_state(format!(
-            "p_window_seconds must be at most 2678400 (31 days), got {window_seconds}"
-        ));
+        refuse_long_state(format!("p_window_seconds must be at most 2678400 (31 days), got {window_seconds}"));
     }
     let length_us = window_seconds as i64 * MICROS_PER_SECOND;
     let now = now_us();
@@ -154,11 +147,7 @@ fn throttle(
             format!("p_quantity must not be negative, got {quantity}"),
         );
     }
-    let gcra = Gcra {
-        max_burst,
-        count_per_period,
-        period_us: (period_seconds * 1e6).round() as i64,
-    };
+    let gcra = Gcra { max_burst, count_per_period, period_us: (period_seconds * 1e6).round() as i64 };
     let now = now_us();
     let hashed = memory::hash_key(Kind::Gcra, key);
     let in_memory = memory::with_entry(&hashed, now, |entry, existing| {
@@ -170,13 +159,7 @@ fn throttle(
         verdict
     });
     let v = in_memory.unwrap_or_else(|| table::throttle(key, now, &gcra, quantity));
-    TableIterator::once((
-        v.allowed,
-        v.limit,
-        v.remaining,
-        ceil_ms(v.retry_after_us),
-        ceil_ms(v.reset_after_us),
-    ))
+    TableIterator::once((v.allowed, v.limit, v.remaining, ceil_ms(v.retry_after_us), ceil_ms(v.reset_after_us)))
 }
 
 /// The current fixed window of `p_key`: requests counted, the limit, and
@@ -202,12 +185,7 @@ fn rate_limit_status(
         table::window(key, now)
     };
     TableIterator::new(window.into_iter().map(|w| {
-        (
-            w.count,
-            w.max_requests,
-            to_timestamp(w.start_us),
-            to_timestamp(w.end_us()),
-        )
+        (w.count, w.max_requests, to_timestamp(w.start_us), to_timestamp(w.end_us()))
     }))
 }
 

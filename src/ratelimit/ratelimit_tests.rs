@@ -7,20 +7,14 @@ mod tests {
     use pgrx::prelude::*;
 
     fn check(key: &str, max: i32, window: i32) -> bool {
-        Spi::get_one::<bool>(&format!(
-            "SELECT distlock.check_rate_limit('{key}', {max}, {window})"
-        ))
-        .expect("query")
-        .expect("not null")
+        Spi::get_one::<bool>(&format!("SELECT distlock.check_rate_limit('{key}', {max}, {window})"))
+            .expect("query")
+            .expect("not null")
     }
 
     fn throttle(args: &str) -> (bool, i32, i32, i64, i64) {
         let row = Spi::connect(|c| {
-            let rows = c.select(
-                &format!("SELECT * FROM distlock.throttle({args})"),
-                None,
-                &[],
-            )?;
+            let rows = c.select(&format!("SELECT * FROM distlock.throttle({args})"), None, &[])?;
             let r = rows.first();
             Ok::<_, pgrx::spi::SpiError>((
                 r.get::<bool>(1)?.expect("allowed"),
@@ -54,8 +48,7 @@ mod tests {
         Spi::run("SELECT pg_sleep(1.05)").expect("let the window end");
         assert!(check("k", 2, 1));
         assert_eq!(
-            Spi::get_one::<i32>("SELECT request_count FROM distlock.rate_limit_status('k')")
-                .expect("status"),
+            Spi::get_one::<i32>("SELECT request_count FROM distlock.rate_limit_status('k')").expect("status"),
             Some(1)
         );
     }
@@ -64,18 +57,11 @@ mod tests {
     fn ratelimit_reset_forgets_the_key() {
         assert!(check("k", 1, 60));
         assert!(!check("k", 1, 60));
-        assert_eq!(
-            Spi::get_one::<bool>("SELECT distlock.reset_rate_limit('k')").expect("reset"),
-            Some(true)
-        );
-        assert_eq!(
-            Spi::get_one::<bool>("SELECT distlock.reset_rate_limit('k')").expect("reset"),
-            Some(false)
-        );
+        assert_eq!(Spi::get_one::<bool>("SELECT distlock.reset_rate_limit('k')").expect("reset"), Some(true));
+        assert_eq!(Spi::get_one::<bool>("SELECT distlock.reset_rate_limit('k')").expect("reset"), Some(false));
         assert!(check("k", 1, 60));
         assert_eq!(
-            Spi::get_one::<i64>("SELECT count(*) FROM distlock.rate_limit_status('never-used')")
-                .expect("status"),
+            Spi::get_one::<i64>("SELECT count(*) FROM distlock.rate_limit_status('never-used')").expect("status"),
             Some(0)
         );
     }
@@ -94,10 +80,7 @@ mod tests {
             ))
             .unwrap_or_else(|e| panic!("{call}: {e}"));
         }
-        assert!(
-            check("day-long", 1, 2_678_400),
-            "31 days exactly is allowed"
-        );
+        assert!(check("day-long", 1, 2_678_400), "31 days exactly is allowed");
         assert!(throttle("'day-long', 30, 1, 86400").0);
     }
 
@@ -118,25 +101,14 @@ mod tests {
         let denied = throttle("'k', 2, 1, 1");
         assert!(!denied.0);
         assert_eq!(denied.1, 3);
-        assert!(
-            denied.3 > 900 && denied.3 <= 1000,
-            "retry after about a second: {denied:?}"
-        );
+        assert!(denied.3 > 900 && denied.3 <= 1000, "retry after about a second: {denied:?}");
         let peek = throttle("'k', 2, 1, 1, 0");
         assert!(!peek.0 || peek.2 == 0, "a peek consumes nothing: {peek:?}");
         let fresh_peek = throttle("'other', 2, 1, 1, 0");
         assert_eq!((fresh_peek.0, fresh_peek.2), (true, 3));
-        assert_eq!(
-            throttle("'other', 2, 1, 1, 0").2,
-            3,
-            "peeking twice still leaves the full burst"
-        );
+        assert_eq!(throttle("'other', 2, 1, 1, 0").2, 3, "peeking twice still leaves the full burst");
         let too_big = throttle("'other', 2, 1, 1, 4");
-        assert_eq!(
-            (too_big.0, too_big.3),
-            (false, -1),
-            "more than the limit can never pass"
-        );
+        assert_eq!((too_big.0, too_big.3), (false, -1), "more than the limit can never pass");
     }
 
     #[pg_test(error = "p_key must not be NULL")]

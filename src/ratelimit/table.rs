@@ -19,16 +19,7 @@ pub fn admit(key: &Text, now_us: i64, length_us: i64, max_requests: i32) -> bool
             &[types::TEXT, types::TIMESTAMPTZ, types::INT8, types::INT4],
         );
         client
-            .update(
-                &*stmt,
-                None,
-                &[
-                    key.into(),
-                    to_timestamp(now_us).into(),
-                    length_us.into(),
-                    max_requests.into(),
-                ],
-            )
+            .update(&*stmt, None, &[key.into(), to_timestamp(now_us).into(), length_us.into(), max_requests.into()])
             .map(|rows| !rows.is_empty())
             .or_raise()
     })
@@ -41,9 +32,7 @@ pub fn window(key: &Text, now_us: i64) -> Option<Window> {
             include_str!("../../sql/queries/rl_window_status.sql"),
             &[types::TEXT, types::TIMESTAMPTZ],
         );
-        let rows = client
-            .select(&*stmt, None, &[key.into(), to_timestamp(now_us).into()])
-            .or_raise();
+        let rows = client.select(&*stmt, None, &[key.into(), to_timestamp(now_us).into()]).or_raise();
         if rows.is_empty() {
             return None;
         }
@@ -61,11 +50,7 @@ pub fn window(key: &Text, now_us: i64) -> Option<Window> {
 }
 
 fn locked_tat(client: &mut SpiClient<'_>, key: &Text, now_us: i64) -> i64 {
-    let lock = plan(
-        client,
-        include_str!("../../sql/queries/rl_gcra_lock.sql"),
-        &[types::TEXT, types::TIMESTAMPTZ],
-    );
+    let lock = plan(client, include_str!("../../sql/queries/rl_gcra_lock.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
     client
         .update(&*lock, None, &[key.into(), to_timestamp(now_us).into()])
         .and_then(first_value::<TimestampWithTimeZone>)
@@ -79,14 +64,8 @@ pub fn throttle(key: &Text, now_us: i64, gcra: &Gcra, quantity: i32) -> Verdict 
         let tat = locked_tat(client, key, now_us);
         let verdict = gcra.throttle(Some(tat), now_us, quantity);
         if let Some(new_tat) = verdict.new_tat_us.filter(|t| *t != tat) {
-            let store = plan(
-                client,
-                include_str!("../../sql/queries/rl_gcra_store.sql"),
-                &[types::TEXT, types::TIMESTAMPTZ],
-            );
-            client
-                .update(&*store, None, &[key.into(), to_timestamp(new_tat).into()])
-                .or_raise();
+            let store = plan(client, include_str!("../../sql/queries/rl_gcra_store.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
+            client.update(&*store, None, &[key.into(), to_timestamp(new_tat).into()]).or_raise();
         }
         verdict
     })
@@ -94,11 +73,7 @@ pub fn throttle(key: &Text, now_us: i64, gcra: &Gcra, quantity: i32) -> Verdict 
 
 pub fn reset(key: &Text, now_us: i64) -> bool {
     crate::access::connect_mut(|client| {
-        let stmt = plan(
-            client,
-            include_str!("../../sql/queries/rl_reset.sql"),
-            &[types::TEXT, types::TIMESTAMPTZ],
-        );
+        let stmt = plan(client, include_str!("../../sql/queries/rl_reset.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
         client
             .update(&*stmt, None, &[key.into(), to_timestamp(now_us).into()])
             .and_then(first_value::<bool>)

@@ -54,13 +54,9 @@ fn segment_size(sizes: (usize, usize)) -> usize {
 #[pg_guard]
 unsafe extern "C-unwind" fn init_state(ptr: *mut std::ffi::c_void) {
     unsafe {
-        let Some((slots, stats, tranche_id)) = CREATING else {
-            return;
-        };
+        let Some((slots, stats, tranche_id)) = CREATING else { return };
         let base = ptr.cast::<u8>();
-        let locks = base
-            .add(locks_offset((slots, stats)))
-            .cast::<pg_sys::LWLockPadded>();
+        let locks = base.add(locks_offset((slots, stats))).cast::<pg_sys::LWLockPadded>();
         super::carve(base, true, slots, stats, locks);
         for lock in 0..PARTITION_LOCKS {
             pg_sys::LWLockInitialize(std::ptr::addr_of_mut!((*locks.add(lock)).lock), tranche_id);
@@ -84,13 +80,8 @@ pub fn attach() -> Layout {
         pg_sys::LWLockRegisterTranche(sizes.tranche_id, TRANCHE.as_ptr());
         let dims = (sizes.slots_per_partition, sizes.stats_per_partition);
         CREATING = Some((dims.0, dims.1, sizes.tranche_id));
-        let base = pg_sys::GetNamedDSMSegment(
-            STATE_SEGMENT.as_ptr(),
-            segment_size(dims),
-            Some(init_state),
-            &mut found,
-        )
-        .cast::<u8>();
+        let base = pg_sys::GetNamedDSMSegment(STATE_SEGMENT.as_ptr(), segment_size(dims), Some(init_state), &mut found)
+            .cast::<u8>();
         CREATING = None;
         let locks = base.add(locks_offset(dims)).cast::<pg_sys::LWLockPadded>();
         super::carve(base, false, dims.0, dims.1, locks)

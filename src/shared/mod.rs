@@ -156,24 +156,19 @@ pub(crate) unsafe fn carve(
     unsafe {
         let header = base as *mut Header;
         if fresh {
-            std::ptr::write_bytes(
-                base,
-                0,
-                state_size(slots_per_partition, stats_per_partition),
-            );
+            std::ptr::write_bytes(base, 0, state_size(slots_per_partition, stats_per_partition));
             (*header).slots_per_partition = slots_per_partition;
             (*header).stats_per_partition = stats_per_partition;
         }
         let snowflake = base.add(std::mem::size_of::<Header>()) as *mut SnowflakeSlot;
-        let rate = (snowflake as *mut u8)
-            .add(SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>())
+        let rate = (snowflake as *mut u8).add(SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>())
             as *mut RateEntry;
         let stats = (rate as *mut u8)
             .add((*header).slots_per_partition * RATE_PARTITIONS * std::mem::size_of::<RateEntry>())
             as *mut LockStatEntry;
-        let queue_wake = (stats as *mut u8).add(
-            (*header).stats_per_partition * STATS_PARTITIONS * std::mem::size_of::<LockStatEntry>(),
-        ) as *mut QueueWakeSlot;
+        let queue_wake = (stats as *mut u8)
+            .add((*header).stats_per_partition * STATS_PARTITIONS * std::mem::size_of::<LockStatEntry>())
+            as *mut QueueWakeSlot;
         if fresh {
             for slot in 0..QUEUE_WAKE_SLOTS {
                 pg_sys::ConditionVariableInit(std::ptr::addr_of_mut!((*queue_wake.add(slot)).cv));
@@ -210,8 +205,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         }
         let mut found = false;
         let (slots, stats) = (slots_per_partition(), stats_per_partition());
-        let base = pg_sys::ShmemInitStruct(SEGMENT.as_ptr(), state_size(slots, stats), &mut found)
-            as *mut u8;
+        let base = pg_sys::ShmemInitStruct(SEGMENT.as_ptr(), state_size(slots, stats), &mut found) as *mut u8;
         let locks = pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr());
         LAYOUT = Some(carve(base, !found, slots, stats, locks));
         sleepers::attach_preloaded();
@@ -274,11 +268,7 @@ pub fn snowflake_slot(worker_id: usize) -> Option<&'static SnowflakeSlot> {
 /// The queue wake slot of `database`; None without shared memory.
 pub fn queue_wake_slot(database: pg_sys::Oid) -> Option<&'static QueueWakeSlot> {
     let layout = layout()?;
-    Some(unsafe {
-        &*layout
-            .queue_wake
-            .add(database.to_u32() as usize % QUEUE_WAKE_SLOTS)
-    })
+    Some(unsafe { &*layout.queue_wake.add(database.to_u32() as usize % QUEUE_WAKE_SLOTS) })
 }
 
 /// Runs `f` on `entries` while holding lock number `lock` exclusively.

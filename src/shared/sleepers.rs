@@ -5,9 +5,7 @@
 //! server's shared memory when preloaded, else a DSM registry segment.
 
 use std::ffi::CStr;
-use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering,
-};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use pgrx::pg_sys;
 
@@ -93,8 +91,7 @@ pub(crate) fn preload_size() -> usize {
 pub(crate) unsafe fn attach_preloaded() {
     unsafe {
         let mut found = false;
-        let table = pg_sys::ShmemInitStruct(SHMEM_NAME.as_ptr(), size(capacity()), &mut found)
-            .cast::<Sleepers>();
+        let table = pg_sys::ShmemInitStruct(SHMEM_NAME.as_ptr(), size(capacity()), &mut found).cast::<Sleepers>();
         if !found {
             initialize(table, capacity());
         }
@@ -113,13 +110,9 @@ unsafe extern "C-unwind" fn init_segment(ptr: *mut std::ffi::c_void) {
 pub(crate) unsafe fn attach_registry() {
     unsafe {
         let mut found = false;
-        SLEEPERS = pg_sys::GetNamedDSMSegment(
-            SEGMENT_NAME.as_ptr(),
-            size(capacity()),
-            Some(init_segment),
-            &mut found,
-        )
-        .cast::<Sleepers>();
+        SLEEPERS =
+            pg_sys::GetNamedDSMSegment(SEGMENT_NAME.as_ptr(), size(capacity()), Some(init_segment), &mut found)
+                .cast::<Sleepers>();
     }
 }
 

@@ -19,10 +19,7 @@ const DIRECTORY: &str = "pg_distlock";
 const FILE: &str = "pg_distlock/snowflake_marks";
 
 fn io_error(action: &str, e: std::io::Error) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_IO_ERROR,
-        format!("could not {action} \"{FILE}\": {e}"),
-    )
+    raise(PgSqlErrorCode::ERRCODE_IO_ERROR, format!("could not {action} \"{FILE}\": {e}"))
 }
 
 fn offset(worker_id: i32) -> u64 {
@@ -62,8 +59,7 @@ pub fn write(worker_id: i32, mark: i64) {
         .truncate(false)
         .open(FILE)
         .unwrap_or_else(|e| io_error("open", e));
-    file.write_all_at(&mark.to_le_bytes(), offset(worker_id))
-        .unwrap_or_else(|e| io_error("write", e));
+    file.write_all_at(&mark.to_le_bytes(), offset(worker_id)).unwrap_or_else(|e| io_error("write", e));
     file.sync_data().unwrap_or_else(|e| io_error("fsync", e));
     if created {
         // The new file's directory entry must be durable too.

@@ -19,11 +19,7 @@ const RESERVATION_MS: i64 = 100;
 /// A mark 0.1.0 kept in this database's distlock.id_generator (it persisted
 /// memory-mode marks there), so a server upgraded in place resumes above it.
 fn table_mark(client: &SpiClient<'_>, worker_id: i32) -> i64 {
-    let stmt = plan(
-        client,
-        include_str!("../../sql/queries/sf_mark.sql"),
-        &[types::INT4],
-    );
+    let stmt = plan(client, include_str!("../../sql/queries/sf_mark.sql"), &[types::INT4]);
     client
         .select(&*stmt, None, &[worker_id.into()])
         .and_then(first_value::<i64>)
@@ -33,12 +29,9 @@ fn table_mark(client: &SpiClient<'_>, worker_id: i32) -> i64 {
 
 /// After a restart: resume above the persisted mark.
 fn load(slot: &SnowflakeSlot, worker_id: i32) {
-    let mark = marks::read(worker_id).max(crate::access::connect(|client| {
-        table_mark(client, worker_id)
-    }));
+    let mark = marks::read(worker_id).max(crate::access::connect(|client| table_mark(client, worker_id)));
     let mark = super::checked_mark(worker_id, mark);
-    slot.state
-        .fetch_max(pack(mark, MAX_SEQUENCE), Ordering::AcqRel);
+    slot.state.fetch_max(pack(mark, MAX_SEQUENCE), Ordering::AcqRel);
     slot.reserved_until.fetch_max(mark, Ordering::AcqRel);
     slot.loaded.store(true, Ordering::Release);
 }
@@ -62,11 +55,7 @@ fn reserve(slot: &SnowflakeSlot, worker_id: i32, ms: i64) {
         if ms + RESERVATION_MS / 2 <= reserved {
             return;
         }
-        if slot
-            .persisting
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+        if slot.persisting.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             let _writing = Writing(slot);
             let target = (ms + RESERVATION_MS).max(slot.reserved_until.load(Ordering::Acquire));
             marks::write(worker_id, target);
@@ -92,11 +81,7 @@ pub fn next(worker_id: i32) -> Option<u64> {
         let current = slot.state.load(Ordering::Acquire);
         match step(current, now_ms()) {
             Ok(next) => {
-                if slot
-                    .state
-                    .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
+                if slot.state.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                     break next;
                 }
             }

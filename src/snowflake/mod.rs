@@ -7,9 +7,9 @@
 mod clock;
 mod marks;
 mod memory;
+mod table;
 #[cfg(any(test, feature = "pg_test"))]
 mod snowflake_tests;
-mod table;
 
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -118,10 +118,7 @@ fn snowflake_timestamp(p_id: Option<i64>) -> TimestampWithTimeZone {
         .and_then(|us| us.checked_sub(UNIX_TO_POSTGRES_EPOCH_US))
         .and_then(|us| TimestampWithTimeZone::try_from(us).ok())
         .unwrap_or_else(|| {
-            raise(
-                PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
-                format!("the timestamp of snowflake ID {id} is out of range"),
-            )
+            raise(PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW, format!("the timestamp of snowflake ID {id} is out of range"))
         })
 }
 

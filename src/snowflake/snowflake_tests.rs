@@ -5,7 +5,7 @@
 mod tests {
     use pgrx::prelude::*;
 
-    use crate::test_sql::one;
+    use crate::test_sql::{one};
 
     #[pg_test]
     fn snowflake_ids_are_unique_and_increasing_in_one_statement() {
@@ -20,10 +20,7 @@ mod tests {
     #[pg_test]
     fn snowflake_decoders_return_the_parts() {
         let id = one::<i64>("SELECT distlock.generate_snowflake_id(513)").expect("id");
-        assert_eq!(
-            one::<i32>(&format!("SELECT distlock.snowflake_worker_id({id})")),
-            Some(513)
-        );
+        assert_eq!(one::<i32>(&format!("SELECT distlock.snowflake_worker_id({id})")), Some(513));
         let seq = one::<i32>(&format!("SELECT distlock.snowflake_sequence({id})")).expect("seq");
         assert!((0..4096).contains(&seq));
         assert_eq!(
@@ -40,14 +37,8 @@ mod tests {
             ),
             Some("2021-01-01 00:00:01".into())
         );
-        assert_eq!(
-            one::<i32>("SELECT distlock.snowflake_worker_id((1000::bigint << 22) | (3 << 12) | 5)"),
-            Some(3)
-        );
-        assert_eq!(
-            one::<i32>("SELECT distlock.snowflake_sequence((1000::bigint << 22) | (3 << 12) | 5)"),
-            Some(5)
-        );
+        assert_eq!(one::<i32>("SELECT distlock.snowflake_worker_id((1000::bigint << 22) | (3 << 12) | 5)"), Some(3));
+        assert_eq!(one::<i32>("SELECT distlock.snowflake_sequence((1000::bigint << 22) | (3 << 12) | 5)"), Some(5));
     }
 
     #[pg_test]
@@ -59,15 +50,10 @@ mod tests {
         )
         .expect("mark");
         let id = one::<i64>("SELECT distlock.generate_snowflake_id(9)").expect("id");
-        assert!(
-            (id >> 22) + 1_609_459_200_000 > mark,
-            "the first ID is above the mark"
-        );
+        assert!((id >> 22) + 1_609_459_200_000 > mark, "the first ID is above the mark");
     }
 
-    #[pg_test(
-        error = "distlock.id_generator.last_ms of worker id 11 is 9223372036854775807, outside 0..3808482455551 (the 41-bit range of distlock.snowflake_epoch)"
-    )]
+    #[pg_test(error = "distlock.id_generator.last_ms of worker id 11 is 9223372036854775807, outside 0..3808482455551 (the 41-bit range of distlock.snowflake_epoch)")]
     fn snowflake_a_mark_beyond_the_layout_is_an_error_not_an_overflow() {
         Spi::run("INSERT INTO distlock.id_generator (worker_id, last_ms) VALUES (11, 9223372036854775807)").expect("mark");
         Spi::run("SELECT distlock.generate_snowflake_id(11)").expect("refused");

@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+
 use super::clock::{now_ms, wait_until};
 use super::{pack, step, unpack};
 use crate::errors::OrRaise;
@@ -19,19 +20,9 @@ thread_local! {
 /// Locks the worker id's row and returns the first state of this transaction.
 fn lock_and_start(worker_id: i32) -> u64 {
     let mark = crate::access::connect_mut(|client| {
-        let ensure = plan(
-            client,
-            include_str!("../../sql/queries/sf_ensure_row.sql"),
-            &[types::INT4],
-        );
-        client
-            .update(&*ensure, None, &[worker_id.into()])
-            .or_raise();
-        let lock = plan(
-            client,
-            include_str!("../../sql/queries/sf_lock_mark.sql"),
-            &[types::INT4],
-        );
+        let ensure = plan(client, include_str!("../../sql/queries/sf_ensure_row.sql"), &[types::INT4]);
+        client.update(&*ensure, None, &[worker_id.into()]).or_raise();
+        let lock = plan(client, include_str!("../../sql/queries/sf_lock_mark.sql"), &[types::INT4]);
         client
             .update(&*lock, None, &[worker_id.into()])
             .and_then(first_value::<i64>)
@@ -60,14 +51,8 @@ fn write_mark(worker_id: i32) {
         return;
     };
     crate::access::connect_mut(|client| {
-        let stmt = plan(
-            client,
-            include_str!("../../sql/queries/sf_store_mark.sql"),
-            &[types::INT4, types::INT8],
-        );
-        client
-            .update(&*stmt, None, &[worker_id.into(), unpack(state).0.into()])
-            .or_raise();
+        let stmt = plan(client, include_str!("../../sql/queries/sf_store_mark.sql"), &[types::INT4, types::INT8]);
+        client.update(&*stmt, None, &[worker_id.into(), unpack(state).0.into()]).or_raise();
     });
 }
 

@@ -12,9 +12,7 @@ use crate::xact;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {
-    Claimed {
-        fencing_token: i64,
-    },
+    Claimed { fencing_token: i64 },
     /// Another session holds the task.
     Busy,
     /// This session already runs it (a second claim would log a second run).
@@ -40,12 +38,7 @@ pub enum Mode {
 /// The lock is taken before the task row is read again, and that read
 /// follows the row to its latest committed version, so a claim can never
 /// act on a due slot that a just-committed release has already finished.
-pub fn claim_for_session(
-    client: &SpiClient<'_>,
-    task_id: i32,
-    worker: &Text,
-    only_if_due: bool,
-) -> Claim {
+pub fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: bool) -> Claim {
     match try_lock_task(task_id) {
         TryLock::Busy => return Claim::Busy,
         TryLock::AlreadyHeld => return Claim::AlreadyHeldHere,
@@ -65,14 +58,7 @@ pub fn claim_for_session(
     let stmt = plan(
         client,
         include_str!("../../sql/queries/claim_task.sql"),
-        &[
-            types::INT4,
-            types::BOOL,
-            types::TEXT,
-            types::INT8,
-            types::TIMESTAMPTZ,
-            types::OID,
-        ],
+        &[types::INT4, types::BOOL, types::TEXT, types::INT8, types::TIMESTAMPTZ, types::OID],
     );
     let role = crate::access::caller();
     let claimed = client
@@ -92,14 +78,7 @@ pub fn claim_for_session(
         .or_raise();
     match claimed {
         Some((Some(log_id), Some(fencing_token))) => {
-            super::held::claimed(
-                task_id,
-                super::held::Held {
-                    log_id,
-                    worker: worker.clone(),
-                    role,
-                },
-            );
+            super::held::claimed(task_id, super::held::Held { log_id, worker: worker.clone(), role });
             Claim::Claimed { fencing_token }
         }
         _ => {
@@ -111,11 +90,7 @@ pub fn claim_for_session(
 }
 
 pub fn task_exists(client: &SpiClient<'_>, task_id: i32) -> bool {
-    let stmt = plan(
-        client,
-        include_str!("../../sql/queries/task_exists.sql"),
-        &[types::INT4],
-    );
+    let stmt = plan(client, include_str!("../../sql/queries/task_exists.sql"), &[types::INT4]);
     client
         .select(&*stmt, None, &[task_id.into()])
         .map(|rows| !rows.is_empty())
@@ -123,10 +98,7 @@ pub fn task_exists(client: &SpiClient<'_>, task_id: i32) -> bool {
 }
 
 pub fn raise_unknown_task(task_id: i32) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
-        format!("task {task_id} does not exist"),
-    )
+    raise(PgSqlErrorCode::ERRCODE_NO_DATA_FOUND, format!("task {task_id} does not exist"))
 }
 
 /// Claims one task now, due or not, without waiting. True only if this call

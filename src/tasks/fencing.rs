@@ -30,11 +30,7 @@ fn check_fencing_token(p_task_id: Option<i32>, p_token: Option<i64>) -> bool {
                     return Ok(None);
                 }
                 let row = rows.first();
-                Ok(Some((
-                    row.get::<i64>(1)?,
-                    row.get::<bool>(2)?.unwrap_or(false),
-                    row.get::<i32>(3)?,
-                )))
+                Ok(Some((row.get::<i64>(1)?, row.get::<bool>(2)?.unwrap_or(false), row.get::<i32>(3)?)))
             })
             .or_raise()
     });

@@ -30,7 +30,9 @@ fn claim_due(client: &SpiClient<'_>, task_id: i32, worker: &Text, mode: Mode) ->
 /// skipping tasks that other claims hold.
 fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize, mode: Mode) -> Vec<Claimed> {
     let stmt = plan(client, include_str!("../../sql/queries/due_tasks.sql"), &[]);
-    let mut cursor = client.try_open_cursor(&*stmt, &[]).or_raise();
+    let mut cursor = client
+        .try_open_cursor(&*stmt, &[])
+        .or_raise();
     let scope = crate::scopes::of_caller(crate::scopes::Capability::Worker);
     let mut claimed = Vec::new();
     while claimed.len() < max {
@@ -55,12 +57,7 @@ fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize, mode: Mode
                 continue;
             }
             if let Claim::Claimed { fencing_token } = claim_due(client, task_id, worker, mode) {
-                claimed.push(Claimed {
-                    task_id,
-                    task_name,
-                    task_type,
-                    fencing_token,
-                });
+                claimed.push(Claimed { task_id, task_name, task_type, fencing_token });
                 if claimed.len() == max {
                     break;
                 }
@@ -76,13 +73,7 @@ fn fetch_one(p_worker_id: Option<Text>, mode: Mode) -> FetchedRow {
     require_primary("claim tasks");
     let worker = text::name(p_worker_id, "p_worker_id");
     match crate::access::connect(|client| claim_due_tasks(client, &worker, 1, mode)).pop() {
-        Some(c) => (
-            Some(c.task_id),
-            Some(c.task_name),
-            Some(c.task_type),
-            true,
-            Some(c.fencing_token),
-        ),
+        Some(c) => (Some(c.task_id), Some(c.task_name), Some(c.task_type), true, Some(c.fencing_token)),
         None => (None, None, None, false, None),
     }
 }

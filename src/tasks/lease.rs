@@ -19,13 +19,7 @@ use crate::plans::{first_two, plan, types};
 /// Claims `task_id` for `worker` for `lease`. The task's lock is held only
 /// while this transaction writes the claim, which keeps it from overlapping a
 /// live session claim; the lease itself lives in the task row.
-pub fn claim(
-    client: &SpiClient<'_>,
-    task_id: i32,
-    worker: &Text,
-    only_if_due: bool,
-    lease: Interval,
-) -> Claim {
+pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: bool, lease: Interval) -> Claim {
     match try_lock_task_for_transaction(task_id) {
         TryLock::Busy => return Claim::Busy,
         TryLock::AlreadyHeld => return Claim::AlreadyHeldHere,
@@ -38,13 +32,7 @@ pub fn claim(
     let stmt = plan(
         client,
         include_str!("../../sql/queries/claim_task_lease.sql"),
-        &[
-            types::INT4,
-            types::BOOL,
-            types::TEXT,
-            types::INTERVAL,
-            types::OID,
-        ],
+        &[types::INT4, types::BOOL, types::TEXT, types::INTERVAL, types::OID],
     );
     let claimed = client
         .select(
@@ -82,11 +70,7 @@ fn raise_lease_lost(task_id: i32, token: i64) -> ! {
 /// fencing token, or NULL when another claim is live or the task is
 /// disabled.
 #[pg_extern]
-fn try_acquire_task_lease(
-    p_task_id: Option<i32>,
-    p_worker_id: Option<Text>,
-    p_lease: Option<Interval>,
-) -> Option<i64> {
+fn try_acquire_task_lease(p_task_id: Option<i32>, p_worker_id: Option<Text>, p_lease: Option<Interval>) -> Option<i64> {
     require_primary("claim tasks");
     let task_id = required(p_task_id, "p_task_id");
     let worker = text::name(p_worker_id, "p_worker_id");
@@ -125,9 +109,7 @@ fn renew_task_lease(
             .or_raise();
         match renewed {
             Some((Some(expires_at), role)) => {
-                crate::access::require_holder(client, role, || {
-                    format!("the claim of task {task_id}")
-                });
+                crate::access::require_holder(client, role, || format!("the claim of task {task_id}"));
                 expires_at
             }
             _ if !task_exists(client, task_id) => raise_unknown_task(task_id),

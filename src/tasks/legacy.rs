@@ -21,11 +21,7 @@ pub fn may_claim(client: &SpiClient<'_>, task_id: i32, session: bool) -> bool {
 }
 
 fn older_claim_alive(client: &SpiClient<'_>, task_id: i32) -> bool {
-    let stmt = plan(
-        client,
-        include_str!("../../sql/queries/legacy_claim_alive.sql"),
-        &[types::INT4],
-    );
+    let stmt = plan(client, include_str!("../../sql/queries/legacy_claim_alive.sql"), &[types::INT4]);
     client
         .select(&*stmt, None, &[task_id.into()])
         .and_then(first_value::<bool>)

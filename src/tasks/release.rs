@@ -13,12 +13,7 @@ use crate::xact;
 
 /// Ends running claim `log_id` with `status` and schedules the task's next
 /// run (see sql/queries/finish_claim.sql); false when it was not running.
-pub fn finish_claim(
-    client: &SpiClient<'_>,
-    log_id: i64,
-    status: &str,
-    error: Option<&Text>,
-) -> bool {
+pub fn finish_claim(client: &SpiClient<'_>, log_id: i64, status: &str, error: Option<&Text>) -> bool {
     // The per-task run counters came with the update to 0.3.0.
     let statement = match crate::version::has_column(c"scheduled_tasks", c"runs_completed") {
         true => include_str!("../../sql/queries/finish_claim.sql"),
@@ -38,11 +33,7 @@ fn my_last_claim_status(client: &SpiClient<'_>, task_id: i32) -> Option<String> 
         &[types::INT4, types::TIMESTAMPTZ],
     );
     client
-        .select(
-            &*stmt,
-            None,
-            &[task_id.into(), super::backend_start().into()],
-        )
+        .select(&*stmt, None, &[task_id.into(), super::backend_start().into()])
         .and_then(first_value::<String>)
         .or_raise()
 }
@@ -107,16 +98,11 @@ fn release_task_lock(
         };
         // A session that changed role (SET ROLE) is still the holder by
         // its lock, but acts only with the claiming role's rights.
-        crate::access::require_holder(client, Some(held.role), || {
-            format!("the claim of task {task_id}")
-        });
+        crate::access::require_holder(client, Some(held.role), || format!("the claim of task {task_id}"));
         if held.worker != worker {
             raise(
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                format!(
-                    "task {task_id} is claimed by worker \"{}\", not \"{worker}\"",
-                    held.worker
-                ),
+                format!("task {task_id} is claimed by worker \"{}\", not \"{worker}\"", held.worker),
             );
         }
         if !finish_claim(client, held.log_id, status, p_error_message.as_ref()) {

@@ -27,10 +27,7 @@ mod tests {
     }
 
     fn claim(id: i32, worker: &str) -> bool {
-        one::<bool>(&format!(
-            "SELECT distlock.try_acquire_task_lock({id}, '{worker}')"
-        ))
-        .expect("bool")
+        one::<bool>(&format!("SELECT distlock.try_acquire_task_lock({id}, '{worker}')")).expect("bool")
     }
 
     fn count(sql: &str) -> i64 {
@@ -64,12 +61,7 @@ mod tests {
         // Re-entrant advisory locks must not let the holder log a second run.
         assert!(!claim(id, "w1"));
         assert!(!claim(id, "w2"));
-        assert_eq!(
-            count(&format!(
-                "SELECT 1 FROM distlock.task_execution_log WHERE task_id = {id}"
-            )),
-            1
-        );
+        assert_eq!(count(&format!("SELECT 1 FROM distlock.task_execution_log WHERE task_id = {id}")), 1);
     }
 
     #[pg_test]
@@ -79,9 +71,7 @@ mod tests {
         run("SELECT pg_sleep(0.05)");
         assert!(claim(id, "w1"));
         run("SELECT pg_sleep(0.05)");
-        run(&format!(
-            "SELECT distlock.release_task_lock({id}, 'w1', 'completed')"
-        ));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
         assert_eq!(
             one::<bool>(&format!(
                 "SELECT l.started_at >= now() + interval '50 milliseconds' \
@@ -98,15 +88,10 @@ mod tests {
     #[pg_test]
     fn tasks_disabled_task_is_not_claimed() {
         let id = due_task("t1", None);
-        run(&format!(
-            "UPDATE distlock.scheduled_tasks SET is_enabled = false WHERE id = {id}"
-        ));
+        run(&format!("UPDATE distlock.scheduled_tasks SET is_enabled = false WHERE id = {id}"));
         assert!(!claim(id, "w1"));
         assert_eq!(count("SELECT 1 FROM distlock.task_execution_log"), 0);
-        assert_eq!(
-            count("SELECT 1 FROM distlock.task_lock_holders WHERE pid = pg_backend_pid()"),
-            0
-        );
+        assert_eq!(count("SELECT 1 FROM distlock.task_lock_holders WHERE pid = pg_backend_pid()"), 0);
     }
 
     #[pg_test(error = "retry_delay of task \"slow\" must be at most 1 hour, got 02:00:00")]
@@ -122,9 +107,7 @@ mod tests {
     #[pg_test(error = "p_worker_id must not be NULL")]
     fn tasks_null_worker_is_an_error() {
         let id = due_task("t1", None);
-        run(&format!(
-            "SELECT distlock.try_acquire_task_lock({id}, NULL)"
-        ));
+        run(&format!("SELECT distlock.try_acquire_task_lock({id}, NULL)"));
     }
 
     #[pg_test(error = "p_worker_id must not be blank, got \"  \"")]
@@ -142,19 +125,12 @@ mod tests {
     fn tasks_release_completed_moves_to_next_cron_slot() {
         let id = due_task("t1", Some("@hourly"));
         assert!(claim(id, "w1"));
-        let token = one::<i64>(&format!(
-            "SELECT current_token FROM distlock.scheduled_tasks WHERE id = {id}"
-        ));
+        let token = one::<i64>(&format!("SELECT current_token FROM distlock.scheduled_tasks WHERE id = {id}"));
         assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.check_fencing_token({id}, {})",
-                token.expect("token")
-            )),
+            one::<bool>(&format!("SELECT distlock.check_fencing_token({id}, {})", token.expect("token"))),
             Some(true)
         );
-        run(&format!(
-            "SELECT distlock.release_task_lock({id}, 'w1', 'completed')"
-        ));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
         assert_eq!(
             one::<bool>(&format!(
                 "SELECT next_run_at = distlock.cron_next('@hourly', now()) AND current_token IS NULL \
@@ -164,10 +140,7 @@ mod tests {
             Some(true)
         );
         assert_eq!(
-            one::<bool>(&format!(
-                "SELECT distlock.check_fencing_token({id}, {})",
-                token.expect("token")
-            )),
+            one::<bool>(&format!("SELECT distlock.check_fencing_token({id}, {})", token.expect("token"))),
             Some(false)
         );
         assert_eq!(
@@ -183,13 +156,9 @@ mod tests {
     fn tasks_release_without_cron_leaves_task_undue() {
         let id = due_task("t1", None);
         assert!(claim(id, "w1"));
-        run(&format!(
-            "SELECT distlock.release_task_lock({id}, 'w1', 'completed')"
-        ));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
         assert_eq!(
-            one::<bool>(&format!(
-                "SELECT next_run_at IS NULL FROM distlock.scheduled_tasks WHERE id = {id}"
-            )),
+            one::<bool>(&format!("SELECT next_run_at IS NULL FROM distlock.scheduled_tasks WHERE id = {id}")),
             Some(true)
         );
     }
@@ -200,14 +169,10 @@ mod tests {
         run(&format!("UPDATE distlock.scheduled_tasks SET retry_delay = '100 seconds', consecutive_failures = 2 WHERE id = {id}"));
         assert!(claim(id, "w1"));
         assert_eq!(
-            one::<i32>(&format!(
-                "SELECT attempt FROM distlock.task_execution_log WHERE task_id = {id}"
-            )),
+            one::<i32>(&format!("SELECT attempt FROM distlock.task_execution_log WHERE task_id = {id}")),
             Some(3)
         );
-        run(&format!(
-            "SELECT distlock.release_task_lock({id}, 'w1', 'failed', 'boom')"
-        ));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'failed', 'boom')"));
         // Third failure: 100 s * 2^2 = 400 s, jittered to 200..400 s.
         assert_eq!(
             one::<bool>(&format!(
@@ -218,9 +183,7 @@ mod tests {
             Some(true)
         );
         assert_eq!(
-            one::<String>(&format!(
-                "SELECT error_message FROM distlock.task_execution_log WHERE task_id = {id}"
-            )),
+            one::<String>(&format!("SELECT error_message FROM distlock.task_execution_log WHERE task_id = {id}")),
             Some("boom".into())
         );
     }
@@ -230,9 +193,7 @@ mod tests {
         let id = due_task("t1", Some("@daily"));
         run(&format!("UPDATE distlock.scheduled_tasks SET consecutive_failures = 3, max_retries = 3 WHERE id = {id}"));
         assert!(claim(id, "w1"));
-        run(&format!(
-            "SELECT distlock.release_task_lock({id}, 'w1', 'failed')"
-        ));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'failed')"));
         assert_eq!(
             one::<bool>(&format!(
                 "SELECT next_run_at = distlock.cron_next('@daily', now()) AND consecutive_failures = 0 \
@@ -246,9 +207,7 @@ mod tests {
     fn tasks_release_rejects_unknown_status() {
         let id = due_task("t1", None);
         assert!(claim(id, "w1"));
-        run(&format!(
-            "SELECT distlock.release_task_lock({id}, 'w1', 'done')"
-        ));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'done')"));
     }
 
     #[pg_test(error = "task 9001 is not claimed by this session")]
@@ -259,30 +218,22 @@ mod tests {
             "INSERT INTO distlock.task_execution_log (task_id, worker_id, status, holder_pid, holder_backend_start) \
              VALUES ({id}, 'w1', 'running', pg_backend_pid() + 100000, now())"
         ));
-        run(&format!(
-            "SELECT distlock.release_task_lock({id}, 'w1', 'completed')"
-        ));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
     }
 
     #[pg_test(error = "task 9002 is claimed by worker \"w1\", not \"w2\"")]
     fn tasks_release_names_the_real_worker() {
         let id = due_task_with_id(9002);
         assert!(claim(id, "w1"));
-        run(&format!(
-            "SELECT distlock.release_task_lock({id}, 'w2', 'completed')"
-        ));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w2', 'completed')"));
     }
 
     #[pg_test(error = "task 9003 was already released in this transaction")]
     fn tasks_double_release_is_refused() {
         let id = due_task_with_id(9003);
         assert!(claim(id, "w1"));
-        run(&format!(
-            "SELECT distlock.release_task_lock({id}, 'w1', 'completed')"
-        ));
-        run(&format!(
-            "SELECT distlock.release_task_lock({id}, 'w1', 'completed')"
-        ));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
     }
 
     #[pg_test(error = "task 4242 does not exist")]
@@ -299,10 +250,7 @@ mod tests {
                EXCEPTION WHEN raise_exception THEN NULL; END; \
              END $$"
         ));
-        assert_eq!(
-            count("SELECT 1 FROM distlock.task_lock_holders WHERE pid = pg_backend_pid()"),
-            0
-        );
+        assert_eq!(count("SELECT 1 FROM distlock.task_lock_holders WHERE pid = pg_backend_pid()"), 0);
         assert_eq!(count("SELECT 1 FROM distlock.task_execution_log"), 0);
         assert!(claim(id, "w1"));
     }
@@ -312,13 +260,8 @@ mod tests {
         let id = due_task("t1", None);
         assert!(claim(id, "w1"));
         release_then_roll_back(id, "w1");
-        assert_eq!(
-            count("SELECT 1 FROM distlock.running_tasks WHERE holder_alive"),
-            1
-        );
-        run(&format!(
-            "SELECT distlock.release_task_lock({id}, 'w1', 'completed')"
-        ));
+        assert_eq!(count("SELECT 1 FROM distlock.running_tasks WHERE holder_alive"), 1);
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
         assert_eq!(count("SELECT 1 FROM distlock.running_tasks"), 0);
     }
 
@@ -334,16 +277,12 @@ mod tests {
         };
         assert_eq!(totals(), Some("0/0/0/0".into()));
         assert!(claim(failing, "w1"));
-        run(&format!(
-            "SELECT distlock.release_task_lock({failing}, 'w1', 'failed', 'boom')"
-        ));
+        run(&format!("SELECT distlock.release_task_lock({failing}, 'w1', 'failed', 'boom')"));
         assert!(claim(id, "w1"));
         // A release that rolls back counts nothing.
         release_then_roll_back(id, "w1");
         assert_eq!(totals(), Some("0/1/0/0".into()));
-        run(&format!(
-            "SELECT distlock.release_task_lock({id}, 'w1', 'completed')"
-        ));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
         assert_eq!(totals(), Some("1/1/0/0".into()));
         // The sweep's endings count too, and the sweep adds up what it recovered.
         run(&format!(
@@ -351,15 +290,9 @@ mod tests {
              VALUES ({id}, 'ghost', 'running', 2147483000, now() - interval '1 day', 78); \
              UPDATE distlock.scheduled_tasks SET current_token = 78 WHERE id = {id}"
         ));
-        assert_eq!(
-            count("SELECT * FROM distlock.check_and_recover_timeout_tasks()"),
-            1
-        );
+        assert_eq!(count("SELECT * FROM distlock.check_and_recover_timeout_tasks()"), 1);
         assert_eq!(totals(), Some("1/1/0/1".into()));
-        assert_eq!(
-            count("SELECT * FROM distlock.check_and_recover_timeout_tasks()"),
-            0
-        );
+        assert_eq!(count("SELECT * FROM distlock.check_and_recover_timeout_tasks()"), 0);
         assert_eq!(
             one::<String>("SELECT runs || '/' || recovered_total FROM distlock.sweep_status"),
             Some("2/1".into())
@@ -377,12 +310,8 @@ mod tests {
             "SELECT task_name, task_type, acquired FROM distlock.worker_fetch_and_execute_task('w1')",
         )
         .expect("row");
-        assert_eq!(
-            first,
-            (Some("earliest".into()), Some("b".into()), Some(true))
-        );
-        let second =
-            one::<String>("SELECT task_name FROM distlock.worker_fetch_and_execute_task('w1')");
+        assert_eq!(first, (Some("earliest".into()), Some("b".into()), Some(true)));
+        let second = one::<String>("SELECT task_name FROM distlock.worker_fetch_and_execute_task('w1')");
         assert_eq!(second, Some("later".into()));
         let none = one::<bool>(
             "SELECT task_id IS NULL AND task_name IS NULL AND task_type IS NULL AND fencing_token IS NULL \
@@ -393,23 +322,15 @@ mod tests {
 
     #[pg_test]
     fn tasks_multiple_claims_up_to_the_limit_in_due_order() {
-        run(
-            "INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) \
-             SELECT 'task' || i, 'x', now() - i * interval '1 minute' FROM generate_series(1, 5) i",
-        );
+        run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) \
+             SELECT 'task' || i, 'x', now() - i * interval '1 minute' FROM generate_series(1, 5) i");
         let names = one::<String>(
             "SELECT string_agg(task_name, ',' ORDER BY fencing_token) \
              FROM distlock.try_acquire_multiple_tasks('w1', 3) WHERE acquired",
         );
         assert_eq!(names, Some("task5,task4,task3".into()));
-        assert_eq!(
-            count("SELECT * FROM distlock.try_acquire_multiple_tasks('w1')"),
-            2
-        );
-        assert_eq!(
-            count("SELECT * FROM distlock.try_acquire_multiple_tasks('w1', 1000)"),
-            0
-        );
+        assert_eq!(count("SELECT * FROM distlock.try_acquire_multiple_tasks('w1')"), 2);
+        assert_eq!(count("SELECT * FROM distlock.try_acquire_multiple_tasks('w1', 1000)"), 0);
     }
 
     #[pg_test(error = "p_max_tasks must be between 1 and 1000, got 0")]
@@ -424,14 +345,9 @@ mod tests {
 
     #[pg_test]
     fn tasks_fencing_tokens_strictly_increase_across_tasks() {
-        run(
-            "INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) \
-             SELECT 'task' || i, 'x', now() - i * interval '1 minute' FROM generate_series(1, 4) i",
-        );
-        assert_eq!(
-            count("SELECT * FROM distlock.try_acquire_multiple_tasks('w1', 4)"),
-            4
-        );
+        run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) \
+             SELECT 'task' || i, 'x', now() - i * interval '1 minute' FROM generate_series(1, 4) i");
+        assert_eq!(count("SELECT * FROM distlock.try_acquire_multiple_tasks('w1', 4)"), 4);
         let increasing = one::<bool>(
             "SELECT bool_and(fencing_token > prev) FROM ( \
                SELECT fencing_token, lag(fencing_token) OVER (ORDER BY id) AS prev \
@@ -478,10 +394,7 @@ mod tests {
             Some("1/1".into()),
             "each run is recorded, with what it recovered"
         );
-        assert_eq!(
-            count("SELECT * FROM distlock.check_and_recover_timeout_tasks()"),
-            0
-        );
+        assert_eq!(count("SELECT * FROM distlock.check_and_recover_timeout_tasks()"), 0);
         assert_eq!(
             one::<String>("SELECT runs || '/' || last_recovered FROM distlock.sweep_status"),
             Some("2/0".into()),
@@ -497,10 +410,7 @@ mod tests {
             "UPDATE distlock.task_execution_log SET started_at = now() - interval '31 minutes' WHERE task_id = {id}"
         ));
         // Not overdue against a 60-minute default.
-        assert_eq!(
-            count("SELECT * FROM distlock.check_and_recover_timeout_tasks(60)"),
-            0
-        );
+        assert_eq!(count("SELECT * FROM distlock.check_and_recover_timeout_tasks(60)"), 0);
         // The holder is this very session, so the sweep drops the lock itself at commit.
         let swept = Spi::get_two::<i32, bool>(
             "SELECT task_id, lock_released FROM distlock.check_and_recover_timeout_tasks()",
@@ -520,15 +430,10 @@ mod tests {
     #[pg_test]
     fn tasks_sweep_uses_the_task_timeout_over_the_default() {
         let id = due_task("t1", None);
-        run(&format!(
-            "UPDATE distlock.scheduled_tasks SET timeout = '5 minutes' WHERE id = {id}"
-        ));
+        run(&format!("UPDATE distlock.scheduled_tasks SET timeout = '5 minutes' WHERE id = {id}"));
         assert!(claim(id, "w1"));
         run("UPDATE distlock.task_execution_log SET started_at = now() - interval '6 minutes'");
-        assert_eq!(
-            count("SELECT * FROM distlock.check_and_recover_timeout_tasks(30)"),
-            1
-        );
+        assert_eq!(count("SELECT * FROM distlock.check_and_recover_timeout_tasks(30)"), 1);
     }
 
     #[pg_test(error = "p_timeout_minutes must be positive, got 0")]
@@ -556,15 +461,9 @@ mod tests {
              ({id}, 'w', 'completed', now() - interval '1 hour', now() - interval '1 hour'), \
              ({id}, 'w', 'running', now() - interval '20 days', NULL)"
         ));
-        assert_eq!(
-            one::<i64>("SELECT distlock.prune_execution_log('7 days')"),
-            Some(2)
-        );
+        assert_eq!(one::<i64>("SELECT distlock.prune_execution_log('7 days')"), Some(2));
         assert_eq!(count("SELECT 1 FROM distlock.task_execution_log"), 2);
-        assert_eq!(
-            one::<i64>("SELECT distlock.prune_execution_log('0')"),
-            Some(1)
-        );
+        assert_eq!(one::<i64>("SELECT distlock.prune_execution_log('0')"), Some(1));
     }
 
     #[pg_test(error = "p_older_than must not be negative, got -1 days")]
@@ -586,9 +485,7 @@ mod tests {
         );
     }
 
-    #[pg_test(
-        error = "invalid cron expression \"every day\": Invalid pattern: Pattern must have 5 fields when seconds are disallowed."
-    )]
+    #[pg_test(error = "invalid cron expression \"every day\": Invalid pattern: Pattern must have 5 fields when seconds are disallowed.")]
     fn tasks_insert_with_invalid_cron_is_rejected() {
         run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron) VALUES ('c', 'x', 'every day')");
     }
@@ -614,9 +511,7 @@ mod tests {
         ));
     }
 
-    #[pg_test(
-        error = "value for domain distlock.run_status violates check constraint \"run_status_known\""
-    )]
+    #[pg_test(error = "value for domain distlock.run_status violates check constraint \"run_status_known\"")]
     fn tasks_log_status_is_constrained() {
         let id = due_task("t1", None);
         run(&format!(
@@ -640,17 +535,12 @@ mod tests {
             count("SELECT 1 FROM distlock.running_tasks WHERE holder_alive AND NOT past_timeout AND worker_id = 'w1'"),
             1
         );
-        run(&format!(
-            "SELECT distlock.release_task_lock({id}, 'w1', 'completed')"
-        ));
+        run(&format!("SELECT distlock.release_task_lock({id}, 'w1', 'completed')"));
         assert_eq!(
             count("SELECT 1 FROM distlock.task_stats WHERE runs = 1 AND completed = 1 AND last_status = 'completed'"),
             1
         );
-        assert_eq!(
-            count("SELECT * FROM distlock.lock_waits WHERE blocked_pid = pg_backend_pid()"),
-            0
-        );
+        assert_eq!(count("SELECT * FROM distlock.lock_waits WHERE blocked_pid = pg_backend_pid()"), 0);
     }
 
     #[pg_test]
@@ -670,12 +560,7 @@ mod tests {
             ),
             0
         );
-        assert_eq!(
-            one::<bool>(
-                "SELECT has_table_privilege('pg_monitor', 'distlock.running_tasks', 'SELECT')"
-            ),
-            Some(true)
-        );
+        assert_eq!(one::<bool>("SELECT has_table_privilege('pg_monitor', 'distlock.running_tasks', 'SELECT')"), Some(true));
     }
 
     #[pg_test]

@@ -51,32 +51,21 @@ pub fn check(c: &mut Client, ops: &[Op]) -> Vec<String> {
     violations
 }
 
-fn writes_match_the_history(
-    applied: &[Applied],
-    ops: &[Op],
-    by_id: &HashMap<u64, &Op>,
-    v: &mut Vec<String>,
-) {
+fn writes_match_the_history(applied: &[Applied], ops: &[Op], by_id: &HashMap<u64, &Op>, v: &mut Vec<String>) {
     let mut seen = HashSet::new();
     for a in applied {
         if !seen.insert(a.op) {
             v.push(format!("duplicated: write op {} applied twice", a.op));
         }
         match by_id.get(&a.op) {
-            None => v.push(format!(
-                "applied write {} (seq {}) is not in the history",
-                a.op, a.seq
-            )),
-            Some(op) if matches!(op.outcome, Outcome::Refused(_)) => v.push(format!(
-                "duplicated: write {op:?} was refused to its client but applied"
-            )),
+            None => v.push(format!("applied write {} (seq {}) is not in the history", a.op, a.seq)),
+            Some(op) if matches!(op.outcome, Outcome::Refused(_)) => {
+                v.push(format!("duplicated: write {op:?} was refused to its client but applied"))
+            }
             Some(_) => {}
         }
     }
-    for op in ops
-        .iter()
-        .filter(|o| o.kind.ends_with("write") && o.acked())
-    {
+    for op in ops.iter().filter(|o| o.kind.ends_with("write") && o.acked()) {
         if !seen.contains(&op.id) {
             v.push(format!("lost: acknowledged write {op:?} is not applied"));
         }
@@ -85,10 +74,7 @@ fn writes_match_the_history(
     for a in applied.iter().filter(|a| a.resource.starts_with("task:")) {
         let slot = a.slot.as_deref().unwrap_or("none");
         if let Some(first) = slots.insert((&a.resource, slot), a.op) {
-            v.push(format!(
-                "duplicated: slot {slot} of {} applied by writes {first} and {}",
-                a.resource, a.op
-            ));
+            v.push(format!("duplicated: slot {slot} of {} applied by writes {first} and {}", a.resource, a.op));
         }
     }
 }
@@ -98,40 +84,25 @@ fn counters_chain(c: &mut Client, applied: &[Applied], v: &mut Vec<String>) {
     for a in applied {
         let (n, token) = last.get(a.resource.as_str()).copied().unwrap_or((0, 0));
         if a.n_before != n || a.n_after != n + 1 {
-            v.push(format!(
-                "lost update: {} went {} -> {} at seq {} after reaching {n}",
-                a.resource, a.n_before, a.n_after, a.seq
-            ));
+            v.push(format!("lost update: {} went {} -> {} at seq {} after reaching {n}", a.resource, a.n_before, a.n_after, a.seq));
         }
         if a.token < token {
-            v.push(format!(
-                "stale write accepted: {} took token {} after {token} (seq {})",
-                a.resource, a.token, a.seq
-            ));
+            v.push(format!("stale write accepted: {} took token {} after {token} (seq {})", a.resource, a.token, a.seq));
         }
         last.insert(&a.resource, (a.n_after, a.token));
     }
-    for row in c
-        .query("SELECT resource, n FROM counters", &[])
-        .expect("counters")
-    {
+    for row in c.query("SELECT resource, n FROM counters", &[]).expect("counters") {
         let (resource, n): (String, i64) = (row.get(0), row.get(1));
         let expected = last.get(resource.as_str()).map_or(0, |l| l.0);
         if n != expected {
-            v.push(format!(
-                "counter {resource} is {n}, its applied writes say {expected}"
-            ));
+            v.push(format!("counter {resource} is {n}, its applied writes say {expected}"));
         }
     }
 }
 
 /// Acknowledged grants that gave a token or term.
 pub fn grants(ops: &[Op]) -> impl Iterator<Item = &Op> {
-    ops.iter().filter(|o| {
-        matches!(o.kind.as_str(), "claim" | "acquire" | "campaign")
-            && o.acked()
-            && o.token.is_some()
-    })
+    ops.iter().filter(|o| matches!(o.kind.as_str(), "claim" | "acquire" | "campaign") && o.acked() && o.token.is_some())
 }
 
 /// A write that began after a newer grant of its resource was acknowledged
@@ -139,29 +110,17 @@ pub fn grants(ops: &[Op]) -> impl Iterator<Item = &Op> {
 fn no_stale_write(applied: &[Applied], ops: &[Op], by_id: &HashMap<u64, &Op>, v: &mut Vec<String>) {
     let mut newest: HashMap<&str, Vec<(u64, i64)>> = HashMap::new(); // resource -> (acked at, token)
     for g in grants(ops) {
-        newest
-            .entry(&g.resource)
-            .or_default()
-            .push((g.end, g.token.expect("token")));
+        newest.entry(&g.resource).or_default().push((g.end, g.token.expect("token")));
     }
     for a in applied {
         let Some(op) = by_id.get(&a.op) else { continue };
-        let newer = newest
-            .get(a.resource.as_str())
-            .into_iter()
-            .flatten()
-            .find(|(at, t)| *t > a.token && *at < op.start);
+        let newer = newest.get(a.resource.as_str()).into_iter().flatten().find(|(at, t)| *t > a.token && *at < op.start);
         if let Some((_, t)) = newer {
-            v.push(format!(
-                "stale write accepted: {op:?} began after token {t} of {} was acknowledged",
-                a.resource
-            ));
+            v.push(format!("stale write accepted: {op:?} began after token {t} of {} was acknowledged", a.resource));
         }
     }
     for op in ops.iter().filter(|o| o.kind == "stale-write" && o.acked()) {
-        v.push(format!(
-            "stale write accepted: deliberately stale {op:?} committed"
-        ));
+        v.push(format!("stale write accepted: deliberately stale {op:?} committed"));
     }
 }
 
@@ -174,10 +133,9 @@ fn no_token_reissued(ops: &[Op], v: &mut Vec<String>) {
         let key = (g.resource.starts_with("task:"), g.token.expect("token"));
         let holder = (g.resource.as_str(), g.worker.as_str());
         match holders.get(&key) {
-            Some(first) if *first != holder => v.push(format!(
-                "reissued token: {} granted to {first:?} and to {holder:?}",
-                key.1
-            )),
+            Some(first) if *first != holder => {
+                v.push(format!("reissued token: {} granted to {first:?} and to {holder:?}", key.1))
+            }
             _ => {
                 holders.insert(key, holder);
             }
@@ -186,12 +144,8 @@ fn no_token_reissued(ops: &[Op], v: &mut Vec<String>) {
 }
 
 fn jobs_once(c: &mut Client, ops: &[Op], v: &mut Vec<String>) {
-    let done: Vec<(i64, i64)> = c
-        .query("SELECT job, op FROM done", &[])
-        .expect("done")
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let done: Vec<(i64, i64)> =
+        c.query("SELECT job, op FROM done", &[]).expect("done").iter().map(|r| (r.get(0), r.get(1))).collect();
     let mut jobs = HashSet::new();
     for (job, _) in &done {
         if !jobs.insert(*job) {
@@ -201,9 +155,7 @@ fn jobs_once(c: &mut Client, ops: &[Op], v: &mut Vec<String>) {
     let ops_done: HashSet<u64> = done.iter().map(|(_, op)| *op as u64).collect();
     for op in ops.iter().filter(|o| o.kind == "complete" && o.acked()) {
         if !ops_done.contains(&op.id) {
-            v.push(format!(
-                "lost: acknowledged completion {op:?} has no result"
-            ));
+            v.push(format!("lost: acknowledged completion {op:?} has no result"));
         }
     }
 }
@@ -216,18 +168,12 @@ pub fn superseded(ops: &[Op], granted: impl Fn(&Op) -> bool) -> Vec<(String, i64
     let mut picked: BTreeMap<&str, i64> = BTreeMap::new();
     for g in all.iter().filter(|g| granted(g)) {
         let token = g.token.expect("token");
-        if all
-            .iter()
-            .any(|n| n.resource == g.resource && n.token > g.token)
-        {
+        if all.iter().any(|n| n.resource == g.resource && n.token > g.token) {
             let newest = picked.entry(&g.resource).or_insert(token);
             *newest = (*newest).max(token);
         }
     }
-    picked
-        .into_iter()
-        .map(|(r, t)| (r.to_string(), t))
-        .collect()
+    picked.into_iter().map(|(r, t)| (r.to_string(), t)).collect()
 }
 
 /// Operations per kind and outcome, for the test's output.
@@ -241,9 +187,5 @@ pub fn summary(ops: &[Op]) -> String {
         };
         *counts.entry((op.kind.clone(), outcome)).or_default() += 1;
     }
-    counts
-        .iter()
-        .map(|((k, o), n)| format!("{k} {o}: {n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    counts.iter().map(|((k, o), n)| format!("{k} {o}: {n}")).collect::<Vec<_>>().join(", ")
 }

@@ -53,14 +53,8 @@ impl Mode {
 
     fn release(self, client: &mut Client, worker: &str, task_id: i32, token: i64) {
         match self {
-            Mode::Session => client.execute(
-                "SELECT distlock.release_task_lock($1, $2, 'completed')",
-                &[&task_id, &worker],
-            ),
-            Mode::Lease => client.execute(
-                "SELECT distlock.release_task_lease($1, $2, 'completed')",
-                &[&task_id, &token],
-            ),
+            Mode::Session => client.execute("SELECT distlock.release_task_lock($1, $2, 'completed')", &[&task_id, &worker]),
+            Mode::Lease => client.execute("SELECT distlock.release_task_lease($1, $2, 'completed')", &[&task_id, &token]),
         }
         .expect("release");
     }
@@ -68,55 +62,26 @@ impl Mode {
 
 /// One claimed run: mark it in flight (a second overlapping run would hit the
 /// primary key), record it, then release it as completed.
-fn run_task_in(
-    mode: Mode,
-    client: &mut Client,
-    worker: &str,
-    task_id: i32,
-    token: i64,
-    work: Duration,
-) {
-    client
-        .execute("INSERT INTO inflight VALUES ($1)", &[&task_id])
-        .expect("no overlapping run");
+fn run_task_in(mode: Mode, client: &mut Client, worker: &str, task_id: i32, token: i64, work: Duration) {
+    client.execute("INSERT INTO inflight VALUES ($1)", &[&task_id]).expect("no overlapping run");
     if !work.is_zero() {
         thread::sleep(work); // the task's own work, not synchronisation
     }
-    client
-        .execute(
-            "INSERT INTO runs VALUES ($1, $2, $3)",
-            &[&task_id, &worker, &token],
-        )
-        .expect("run");
-    client
-        .execute("DELETE FROM inflight WHERE task_id = $1", &[&task_id])
-        .expect("done");
+    client.execute("INSERT INTO runs VALUES ($1, $2, $3)", &[&task_id, &worker, &token]).expect("run");
+    client.execute("DELETE FROM inflight WHERE task_id = $1", &[&task_id]).expect("done");
     mode.release(client, worker, task_id, token);
 }
 
 fn assert_each_task_ran_once(db: &str, n: i64) {
     let mut c = connect(db);
     assert_eq!(count(&mut c, "SELECT 1 FROM runs"), n, "runs");
+    assert_eq!(count(&mut c, "SELECT DISTINCT task_id FROM runs"), n, "distinct tasks run");
     assert_eq!(
-        count(&mut c, "SELECT DISTINCT task_id FROM runs"),
-        n,
-        "distinct tasks run"
-    );
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT 1 FROM distlock.task_execution_log WHERE status = 'completed'"
-        ),
+        count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'completed'"),
         n,
         "completed log rows"
     );
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT 1 FROM distlock.task_execution_log WHERE status <> 'completed'"
-        ),
-        0
-    );
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status <> 'completed'"), 0);
     assert_eq!(
         count(&mut c, "SELECT 1 FROM distlock.scheduled_tasks WHERE next_run_at <= now() OR current_token IS NOT NULL"),
         0,
@@ -150,14 +115,7 @@ fn ten_workers_run_100_tasks(name: &str, mode_of: fn(usize) -> Mode) {
                     if !row.get::<_, bool>(2) {
                         break;
                     }
-                    run_task_in(
-                        mode,
-                        &mut c,
-                        &worker,
-                        row.get(0),
-                        row.get(1),
-                        Duration::from_millis(2),
-                    );
+                    run_task_in(mode, &mut c, &worker, row.get(0), row.get(1), Duration::from_millis(2));
                     ran += 1;
                 }
                 ran
@@ -200,13 +158,7 @@ fn release_racing_claims(name: &str, mode_of: fn(usize) -> Mode) {
                     let claimed: Vec<(i32, i64)> = if w % 2 == 0 {
                         c.query(mode.fetch_three(), &[&worker])
                     } else {
-                        c.query(
-                            &format!(
-                                "SELECT task_id, fencing_token FROM ({}) f WHERE acquired",
-                                mode.fetch_one()
-                            ),
-                            &[&worker],
-                        )
+                        c.query(&format!("SELECT task_id, fencing_token FROM ({}) f WHERE acquired", mode.fetch_one()), &[&worker])
                     }
                     .expect("claim")
                     .iter()
@@ -217,8 +169,7 @@ fn release_racing_claims(name: &str, mode_of: fn(usize) -> Mode) {
                         // it: the lock must stay held until COMMIT.
                         c.batch_execute("BEGIN").expect("begin");
                         run_task_in(mode, &mut c, &worker, task_id, token, Duration::ZERO);
-                        c.execute("SELECT pg_sleep(0.001)", &[])
-                            .expect("work after release");
+                        c.execute("SELECT pg_sleep(0.001)", &[]).expect("work after release");
                         c.batch_execute("COMMIT").expect("commit");
                     }
                 }
@@ -250,10 +201,7 @@ fn application_advisory_locks_do_not_block_task_claims() {
         .get(0);
     assert!(claimed);
     // And a held task lock does not block the application's keys either.
-    let free: bool = connect(&db)
-        .query_one("SELECT pg_try_advisory_lock(1, 1)", &[])
-        .expect("try")
-        .get(0);
+    let free: bool = connect(&db).query_one("SELECT pg_try_advisory_lock(1, 1)", &[]).expect("try").get(0);
     assert!(free, "int4 pair (1, 1) is not the task key (class, 1)");
 }
 
@@ -263,37 +211,14 @@ fn only_the_holding_session_may_release() {
     yearly_tasks(&db, 1);
     let mut holder = connect(&db);
     let mut other = connect(&db);
-    assert!(holder
-        .query_one("SELECT distlock.try_acquire_task_lock(1, 'w1')", &[])
-        .expect("claim")
-        .get::<_, bool>(0));
+    assert!(holder.query_one("SELECT distlock.try_acquire_task_lock(1, 'w1')", &[]).expect("claim").get::<_, bool>(0));
     // Same worker name, different session: refused, nothing changes.
-    let refused = other.execute(
-        "SELECT distlock.release_task_lock(1, 'w1', 'completed')",
-        &[],
-    );
+    let refused = other.execute("SELECT distlock.release_task_lock(1, 'w1', 'completed')", &[]);
     assert_eq!(sqlstate(refused), "55000");
-    assert!(!other
-        .query_one("SELECT distlock.try_acquire_task_lock(1, 'w2')", &[])
-        .expect("claim")
-        .get::<_, bool>(0));
-    assert_eq!(
-        count(
-            &mut other,
-            "SELECT 1 FROM distlock.running_tasks WHERE holder_alive AND worker_id = 'w1'"
-        ),
-        1
-    );
-    holder
-        .execute(
-            "SELECT distlock.release_task_lock(1, 'w1', 'completed')",
-            &[],
-        )
-        .expect("release");
+    assert!(!other.query_one("SELECT distlock.try_acquire_task_lock(1, 'w2')", &[]).expect("claim").get::<_, bool>(0));
+    assert_eq!(count(&mut other, "SELECT 1 FROM distlock.running_tasks WHERE holder_alive AND worker_id = 'w1'"), 1);
+    holder.execute("SELECT distlock.release_task_lock(1, 'w1', 'completed')", &[]).expect("release");
     // Double release, now in a later transaction: the claim is gone.
-    let again = holder.execute(
-        "SELECT distlock.release_task_lock(1, 'w1', 'completed')",
-        &[],
-    );
+    let again = holder.execute("SELECT distlock.release_task_lock(1, 'w1', 'completed')", &[]);
     assert_eq!(sqlstate(again), "55000");
 }

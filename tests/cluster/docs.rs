@@ -30,10 +30,7 @@ fn docs_pages() -> Vec<PathBuf> {
 /// The files whose links are checked: README.md, every docs page, and the
 /// Python client's README (it links back into the top-level README).
 fn linking_files() -> Vec<PathBuf> {
-    let mut files = vec![
-        root().join("README.md"),
-        root().join("clients/python/README.md"),
-    ];
+    let mut files = vec![root().join("README.md"), root().join("clients/python/README.md")];
     files.extend(docs_pages());
     files
 }
@@ -70,11 +67,7 @@ fn anchors(text: &str) -> BTreeSet<String> {
             Event::End(TagEnd::Heading(_)) => {
                 let base = slug(&heading.take().expect("heading text"));
                 let n = seen.entry(base.clone()).or_insert(0);
-                anchors.insert(if *n == 0 {
-                    base.clone()
-                } else {
-                    format!("{base}-{n}")
-                });
+                anchors.insert(if *n == 0 { base.clone() } else { format!("{base}-{n}") });
                 *n += 1;
             }
             Event::Text(t) | Event::Code(t) => {
@@ -98,11 +91,9 @@ fn links(text: &str) -> Vec<(usize, String)> {
     parser(text)
         .into_offset_iter()
         .filter_map(|(event, range)| match event {
-            Event::Start(Tag::Link {
-                link_type,
-                dest_url,
-                ..
-            }) if link_type != LinkType::Email => Some((range.start, dest_url.to_string())),
+            Event::Start(Tag::Link { link_type, dest_url, .. }) if link_type != LinkType::Email => {
+                Some((range.start, dest_url.to_string()))
+            }
             Event::Start(Tag::Image { dest_url, .. }) => Some((range.start, dest_url.to_string())),
             _ => None,
         })
@@ -112,41 +103,26 @@ fn links(text: &str) -> Vec<(usize, String)> {
 
 fn is_external(target: &str) -> bool {
     let lower = target.to_ascii_lowercase();
-    ["http://", "https://", "mailto:"]
-        .iter()
-        .any(|scheme| lower.starts_with(scheme))
+    ["http://", "https://", "mailto:"].iter().any(|scheme| lower.starts_with(scheme))
 }
 
 /// Why `target`, linked from `from`, does not resolve; None when it does.
-fn broken(
-    from: &Path,
-    target: &str,
-    anchor_cache: &mut HashMap<PathBuf, BTreeSet<String>>,
-) -> Option<String> {
+fn broken(from: &Path, target: &str, anchor_cache: &mut HashMap<PathBuf, BTreeSet<String>>) -> Option<String> {
     let (file, anchor) = match target.split_once('#') {
         Some((file, anchor)) => (file, Some(anchor)),
         None => (target, None),
     };
-    let path = if file.is_empty() {
-        from.to_path_buf()
-    } else {
-        from.parent().expect("a file has a parent").join(file)
-    };
+    let path =
+        if file.is_empty() { from.to_path_buf() } else { from.parent().expect("a file has a parent").join(file) };
     if !path.exists() {
         return Some(format!("{} does not exist", path.display()));
     }
     let anchor = anchor?;
     if path.extension().is_none_or(|ext| ext != "md") {
-        return Some(format!(
-            "#{anchor} points into {}, which is not markdown",
-            path.display()
-        ));
+        return Some(format!("#{anchor} points into {}, which is not markdown", path.display()));
     }
-    let known = anchor_cache
-        .entry(path.clone())
-        .or_insert_with(|| anchors(&read(&path)));
-    (!known.contains(anchor))
-        .then(|| format!("{} has no heading with anchor #{anchor}", path.display()))
+    let known = anchor_cache.entry(path.clone()).or_insert_with(|| anchors(&read(&path)));
+    (!known.contains(anchor)).then(|| format!("{} has no heading with anchor #{anchor}", path.display()))
 }
 
 #[test]
@@ -162,25 +138,13 @@ fn every_internal_link_and_anchor_resolves() {
             }
             checked += 1;
             if let Some(why) = broken(&file, &target, &mut cache) {
-                let shown = file
-                    .strip_prefix(&root)
-                    .unwrap_or(&file)
-                    .display()
-                    .to_string();
+                let shown = file.strip_prefix(&root).unwrap_or(&file).display().to_string();
                 failures.push(format!("{shown}:{line}: ({target}): {why}"));
             }
         }
     }
-    assert!(
-        checked > 30,
-        "only {checked} internal links found: is the parser reading the files?"
-    );
-    assert!(
-        failures.is_empty(),
-        "{} broken internal links:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(checked > 30, "only {checked} internal links found: is the parser reading the files?");
+    assert!(failures.is_empty(), "{} broken internal links:\n{}", failures.len(), failures.join("\n"));
 }
 
 fn is_ident(c: char) -> bool {
@@ -203,11 +167,7 @@ fn mentions(text: &str, name: &str) -> bool {
 
 #[test]
 fn every_sql_function_is_documented() {
-    let docs: String = docs_pages()
-        .iter()
-        .map(|page| read(page))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let docs: String = docs_pages().iter().map(|page| read(page)).collect::<Vec<_>>().join("\n");
     let db = fresh_db("docs_functions");
     let mut client = connect(&db);
     let names: Vec<String> = client
@@ -222,11 +182,7 @@ fn every_sql_function_is_documented() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert!(
-        names.len() > 40,
-        "only {} functions found in the extension: {names:?}",
-        names.len()
-    );
+    assert!(names.len() > 40, "only {} functions found in the extension: {names:?}", names.len());
     let missing: Vec<&String> = names.iter().filter(|name| !mentions(&docs, name)).collect();
     assert!(
         missing.is_empty(),
@@ -240,33 +196,13 @@ fn every_sql_function_is_documented() {
 #[test]
 fn slugs_and_mentions_follow_their_rules() {
     assert_eq!(slug("Failover, tested"), "failover-tested");
-    assert_eq!(
-        slug("Cutting a release (say 0.4.0)"),
-        "cutting-a-release-say-040"
-    );
-    assert_eq!(
-        slug("Running the sweep from pg_cron"),
-        "running-the-sweep-from-pg_cron"
-    );
+    assert_eq!(slug("Cutting a release (say 0.4.0)"), "cutting-a-release-say-040");
+    assert_eq!(slug("Running the sweep from pg_cron"), "running-the-sweep-from-pg_cron");
     let dup = anchors("# A\n\n## A\n\n```\n# not a heading\n```\n\n### `lock(key)` calls\n");
-    assert_eq!(
-        dup,
-        ["a", "a-1", "lockkey-calls"]
-            .map(String::from)
-            .into_iter()
-            .collect()
-    );
+    assert_eq!(dup, ["a", "a-1", "lockkey-calls"].map(String::from).into_iter().collect());
     assert!(mentions("see `distlock.lock`.", "lock"));
     assert!(mentions("`lock(p_key text)`", "lock"));
     assert!(!mentions("`unlock(k)` and `distlock.lock_id(k)`", "lock"));
-    let found =
-        links("[a](b.md#c) `[x](y.md)`\n\n```\n[p](q.md)\n```\n\n![i](img.png) <https://e.org>\n");
-    assert_eq!(
-        found,
-        vec![
-            (1, "b.md#c".to_string()),
-            (7, "img.png".to_string()),
-            (7, "https://e.org".to_string())
-        ]
-    );
+    let found = links("[a](b.md#c) `[x](y.md)`\n\n```\n[p](q.md)\n```\n\n![i](img.png) <https://e.org>\n");
+    assert_eq!(found, vec![(1, "b.md#c".to_string()), (7, "img.png".to_string()), (7, "https://e.org".to_string())]);
 }

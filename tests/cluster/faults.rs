@@ -37,19 +37,7 @@ fn fenced_task(db: &str, timeout: &str) -> Client {
 /// work), write the result under its token, release with `release`.
 fn start_worker(db: &str, fetch: &str, release: &str) -> Child {
     let mut child = Command::new(pg_bin("psql"))
-        .args([
-            "-X",
-            "-q",
-            "-At",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &primary_port().to_string(),
-            "-U",
-            "postgres",
-            "-d",
-            db,
-        ])
+        .args(["-X", "-q", "-At", "-h", "127.0.0.1", "-p", &primary_port().to_string(), "-U", "postgres", "-d", db])
         .env("PGAPPNAME", "frozen-worker")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -63,52 +51,36 @@ fn start_worker(db: &str, fetch: &str, release: &str) -> Child {
          INSERT INTO results VALUES (:token);\n\
          {release};\n"
     );
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(script.as_bytes())
-        .expect("script");
+    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("script");
     child
 }
 
 fn signal(child: &Child, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .expect("kill");
+    let status = Command::new("kill").args([sig, &child.id().to_string()]).status().expect("kill");
     assert!(status.success(), "kill {sig}");
 }
 
 /// Freezes the worker while its backend waits for WORK_LOCK, then lets the
 /// backend finish that wait (the frozen process does not read the result).
 fn freeze_at_work(observer: &mut Client, work_lock: Client, worker: &Child) {
-    eventually(
-        "the worker to claim and start its work",
-        Duration::from_secs(10),
-        || {
-            count(
+    eventually("the worker to claim and start its work", Duration::from_secs(10), || {
+        count(
             observer,
             "SELECT 1 FROM pg_stat_activity WHERE application_name = 'frozen-worker' AND wait_event_type = 'Lock'",
         ) == 1
-        },
-    );
+    });
     signal(worker, "-STOP");
     drop(work_lock); // the test's session ends, and with it WORK_LOCK
 }
 
 fn finish(worker: Child) -> (bool, String) {
     let out = worker.wait_with_output().expect("worker exits");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 fn hold_work_lock(db: &str) -> Client {
     let mut c = connect(db);
-    c.batch_execute(&format!("SELECT pg_advisory_lock({WORK_LOCK})"))
-        .expect("work lock");
+    c.batch_execute(&format!("SELECT pg_advisory_lock({WORK_LOCK})")).expect("work lock");
     c
 }
 
@@ -130,41 +102,16 @@ fn a_frozen_lease_holder_is_fenced_out_when_it_resumes() {
         Duration::from_secs(10),
         "SELECT fencing_token FROM distlock.worker_fetch_and_execute_task('rescuer', '1 minute')",
     );
-    c.execute("INSERT INTO results VALUES ($1)", &[&token])
-        .expect("rescuer writes");
-    c.execute(
-        "SELECT distlock.release_task_lease(1, $1, 'completed')",
-        &[&token],
-    )
-    .expect("rescuer releases");
+    c.execute("INSERT INTO results VALUES ($1)", &[&token]).expect("rescuer writes");
+    c.execute("SELECT distlock.release_task_lease(1, $1, 'completed')", &[&token]).expect("rescuer releases");
     signal(&worker, "-CONT");
     let (_, stderr) = finish(worker);
-    assert!(
-        stderr.contains("ERROR:  40001"),
-        "the frozen worker's write was fenced out: {stderr}"
-    );
-    assert!(
-        stderr.contains("ERROR:  55000"),
-        "the frozen worker's release was refused: {stderr}"
-    );
+    assert!(stderr.contains("ERROR:  40001"), "the frozen worker's write was fenced out: {stderr}");
+    assert!(stderr.contains("ERROR:  55000"), "the frozen worker's release was refused: {stderr}");
+    assert_eq!(count(&mut c, "SELECT 1 FROM results"), 1, "exactly one result");
+    assert_eq!(count(&mut c, &format!("SELECT 1 FROM results WHERE token = {token}")), 1);
     assert_eq!(
-        count(&mut c, "SELECT 1 FROM results"),
-        1,
-        "exactly one result"
-    );
-    assert_eq!(
-        count(
-            &mut c,
-            &format!("SELECT 1 FROM results WHERE token = {token}")
-        ),
-        1
-    );
-    assert_eq!(
-        scalar(
-            &mut c,
-            "SELECT string_agg(status, ',' ORDER BY id) FROM distlock.task_execution_log"
-        )
-        .as_deref(),
+        scalar(&mut c, "SELECT string_agg(status, ',' ORDER BY id) FROM distlock.task_execution_log").as_deref(),
         Some("abandoned,completed")
     );
 }
@@ -182,19 +129,15 @@ fn a_frozen_session_holder_past_its_timeout_is_ended_and_fenced_out() {
     freeze_at_work(&mut c, work_lock, &worker);
     // Past its timeout, the sweep ends the frozen worker's session.
     let mut swept = Vec::new();
-    eventually(
-        "the sweep to time the claim out",
-        Duration::from_secs(10),
-        || {
-            swept = c
+    eventually("the sweep to time the claim out", Duration::from_secs(10), || {
+        swept = c
             .query("SELECT worker_id, lock_released FROM distlock.check_and_recover_timeout_tasks()", &[])
             .expect("sweep")
             .iter()
             .map(|r| (r.get::<_, String>(0), r.get::<_, bool>(1)))
             .collect();
-            !swept.is_empty()
-        },
-    );
+        !swept.is_empty()
+    });
     assert_eq!(swept, vec![("frozen".to_string(), true)]);
     let token = eventually_claimed(
         &mut c,
@@ -202,37 +145,15 @@ fn a_frozen_session_holder_past_its_timeout_is_ended_and_fenced_out() {
         Duration::from_secs(10),
         "SELECT fencing_token FROM distlock.worker_fetch_and_execute_task('rescuer')",
     );
-    c.execute("INSERT INTO results VALUES ($1)", &[&token])
-        .expect("rescuer writes");
-    c.execute(
-        "SELECT distlock.release_task_lock(1, 'rescuer', 'completed')",
-        &[],
-    )
-    .expect("rescuer releases");
+    c.execute("INSERT INTO results VALUES ($1)", &[&token]).expect("rescuer writes");
+    c.execute("SELECT distlock.release_task_lock(1, 'rescuer', 'completed')", &[]).expect("rescuer releases");
     signal(&worker, "-CONT");
     let (succeeded, stderr) = finish(worker);
-    assert!(
-        !succeeded,
-        "the frozen worker finds its session ended: {stderr}"
-    );
+    assert!(!succeeded, "the frozen worker finds its session ended: {stderr}");
+    assert_eq!(count(&mut c, "SELECT 1 FROM results"), 1, "exactly one result");
+    assert_eq!(count(&mut c, &format!("SELECT 1 FROM results WHERE token = {token}")), 1);
     assert_eq!(
-        count(&mut c, "SELECT 1 FROM results"),
-        1,
-        "exactly one result"
-    );
-    assert_eq!(
-        count(
-            &mut c,
-            &format!("SELECT 1 FROM results WHERE token = {token}")
-        ),
-        1
-    );
-    assert_eq!(
-        scalar(
-            &mut c,
-            "SELECT string_agg(status, ',' ORDER BY id) FROM distlock.task_execution_log"
-        )
-        .as_deref(),
+        scalar(&mut c, "SELECT string_agg(status, ',' ORDER BY id) FROM distlock.task_execution_log").as_deref(),
         Some("timed_out,completed")
     );
 }
@@ -241,18 +162,14 @@ fn a_frozen_session_holder_past_its_timeout_is_ended_and_fenced_out() {
 /// restarting after a crash).
 fn reconnect(db: &str, application_name: &str) -> Client {
     let mut client = None;
-    eventually(
-        "the server to accept connections",
-        Duration::from_secs(60),
-        || {
-            let url = format!(
+    eventually("the server to accept connections", Duration::from_secs(60), || {
+        let url = format!(
             "host=127.0.0.1 port={} user=postgres dbname={db} application_name={application_name}",
             primary_port()
         );
-            client = Client::connect(&url, NoTls).ok();
-            client.is_some()
-        },
-    );
+        client = Client::connect(&url, NoTls).ok();
+        client.is_some()
+    });
     client.expect("connected")
 }
 
@@ -272,15 +189,9 @@ fn fleet_round(c: &mut Client, worker: &str, lease_mode: bool) -> Result<bool, p
     let mut tx = c.transaction()?;
     tx.execute("INSERT INTO results VALUES ($1, $2)", &[&task_id, &token])?;
     if lease_mode {
-        tx.execute(
-            "SELECT distlock.release_task_lease($1, $2, 'completed')",
-            &[&task_id, &token],
-        )?;
+        tx.execute("SELECT distlock.release_task_lease($1, $2, 'completed')", &[&task_id, &token])?;
     } else {
-        tx.execute(
-            "SELECT distlock.release_task_lock($1, $2, 'completed')",
-            &[&task_id, &worker],
-        )?;
+        tx.execute("SELECT distlock.release_task_lock($1, $2, 'completed')", &[&task_id, &worker])?;
     }
     tx.commit()?;
     Ok(true)
@@ -316,14 +227,10 @@ fn kill_9_of_a_client_and_of_a_backend_leaves_every_slot_run_exactly_once() {
         "distlock.worker_fetch_and_execute_task('doomed')",
         "SELECT distlock.release_task_lock(1, 'doomed', 'completed')",
     );
-    eventually(
-        "the doomed client to claim",
-        Duration::from_secs(10),
-        || {
-            count(&mut c, "SELECT 1 FROM pg_stat_activity WHERE application_name = 'frozen-worker' AND wait_event_type = 'Lock'")
+    eventually("the doomed client to claim", Duration::from_secs(10), || {
+        count(&mut c, "SELECT 1 FROM pg_stat_activity WHERE application_name = 'frozen-worker' AND wait_event_type = 'Lock'")
             == 1
-        },
-    );
+    });
     signal(&doomed, "-KILL");
     doomed.wait().expect("reaped");
     drop(work_lock);
@@ -347,64 +254,34 @@ fn kill_9_of_a_client_and_of_a_backend_leaves_every_slot_run_exactly_once() {
             })
         })
         .collect();
-    eventually(
-        "the fleet to finish some tasks",
-        Duration::from_secs(20),
-        || count(&mut c, "SELECT 1 FROM results") >= 5,
-    );
+    eventually("the fleet to finish some tasks", Duration::from_secs(20), || {
+        count(&mut c, "SELECT 1 FROM results") >= 5
+    });
     let victim: i32 = c
-        .query_one(
-            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'fleet-%' LIMIT 1",
-            &[],
-        )
+        .query_one("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'fleet-%' LIMIT 1", &[])
         .expect("a fleet backend")
         .get(0);
-    let status = Command::new("kill")
-        .args(["-KILL", &victim.to_string()])
-        .status()
-        .expect("kill");
+    let status = Command::new("kill").args(["-KILL", &victim.to_string()]).status().expect("kill");
     assert!(status.success());
-    eventually(
-        "the postmaster to end every session",
-        Duration::from_secs(30),
-        || c.simple_query("SELECT 1").is_err(),
-    );
+    eventually("the postmaster to end every session", Duration::from_secs(30), || {
+        c.simple_query("SELECT 1").is_err()
+    });
     let mut c = reconnect(&db, "nemesis-observer");
-    eventually(
-        "every slot to complete after the crash",
-        Duration::from_secs(60),
-        || {
-            // The sweep recovers session claims the restart ended.
-            let _ = c.query("SELECT distlock.check_and_recover_timeout_tasks()", &[]);
-            count(
-                &mut c,
-                "SELECT 1 FROM distlock.scheduled_tasks WHERE next_run_at <= now()",
-            ) == 0
-                && count(&mut c, "SELECT 1 FROM distlock.running_tasks") == 0
-        },
-    );
+    eventually("every slot to complete after the crash", Duration::from_secs(60), || {
+        // The sweep recovers session claims the restart ended.
+        let _ = c.query("SELECT distlock.check_and_recover_timeout_tasks()", &[]);
+        count(&mut c, "SELECT 1 FROM distlock.scheduled_tasks WHERE next_run_at <= now()") == 0
+            && count(&mut c, "SELECT 1 FROM distlock.running_tasks") == 0
+    });
     stop.store(true, Ordering::Relaxed);
     for worker in fleet {
         worker.join().expect("fleet worker");
     }
-    assert_eq!(
-        count(&mut c, "SELECT 1 FROM results"),
-        40,
-        "one result per slot"
-    );
+    assert_eq!(count(&mut c, "SELECT 1 FROM results"), 40, "one result per slot");
     assert_eq!(count(&mut c, "SELECT DISTINCT task_id FROM results"), 40);
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT 1 FROM distlock.task_execution_log WHERE status = 'completed'"
-        ),
-        40
-    );
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'completed'"), 40);
     assert!(
-        count(
-            &mut c,
-            "SELECT 1 FROM distlock.task_execution_log WHERE status = 'abandoned'"
-        ) >= 1,
+        count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'abandoned'") >= 1,
         "the killed client's claim was recovered"
     );
 }

@@ -58,11 +58,7 @@ pub fn prepare(c: &mut Client, tasks: i32, leases: &[&str], groups: &[&str], job
 }
 
 fn quoted(names: &[&str]) -> String {
-    names
-        .iter()
-        .map(|n| format!("'{n}'"))
-        .collect::<Vec<_>>()
-        .join(",")
+    names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(",")
 }
 
 #[derive(Clone, Copy)]
@@ -146,10 +142,7 @@ impl Worker {
             return true;
         }
         self.client = Client::connect(&self.conninfo, NoTls).ok();
-        let port = self
-            .client
-            .as_mut()
-            .and_then(|c| c.query_one("SELECT inet_server_port()", &[]).ok());
+        let port = self.client.as_mut().and_then(|c| c.query_one("SELECT inet_server_port()", &[]).ok());
         match port {
             Some(row) => self.port = row.get::<_, i32>(0) as u16,
             None => self.client = None,
@@ -173,60 +166,29 @@ impl Worker {
             tx.commit().map(|_| value)
         });
         let outcome = outcome_of(&result, client.is_closed());
-        self.record(
-            op,
-            kind,
-            resource,
-            result.as_ref().ok().and_then(token),
-            outcome,
-        );
+        self.record(op, kind, resource, result.as_ref().ok().and_then(token), outcome);
         result.ok()
     }
 
     /// A grant: `sql`'s first column is the token, no row or NULL when refused.
     fn grant(&mut self, kind: &str, resource: &str, sql: &str) -> Option<i64> {
-        self.run(
-            kind,
-            resource,
-            |t| *t,
-            |tx| {
-                Ok(tx
-                    .query_opt(sql, &[])?
-                    .and_then(|r| r.get::<_, Option<i64>>(0)))
-            },
-        )
-        .flatten()
+        self.run(kind, resource, |t| *t, |tx| Ok(tx.query_opt(sql, &[])?.and_then(|r| r.get::<_, Option<i64>>(0))))
+            .flatten()
     }
 
-    fn record(
-        &mut self,
-        op: crate::history::Pending,
-        kind: &str,
-        resource: &str,
-        token: Option<i64>,
-        outcome: Outcome,
-    ) {
+    fn record(&mut self, op: crate::history::Pending, kind: &str, resource: &str, token: Option<i64>, outcome: Outcome) {
         if outcome == Outcome::Unknown {
             self.client = None;
         }
-        self.history
-            .end(op, &self.name, kind, resource, token, self.port, outcome);
+        self.history.end(op, &self.name, kind, resource, token, self.port, outcome);
     }
 
     /// The fenced read-modify-write of `resource`'s counter under `token`,
     /// with `then` (a release) in the same transaction. True when it committed.
-    pub fn fenced_write(
-        &mut self,
-        kind: &str,
-        resource: &str,
-        token: i64,
-        then: Option<&str>,
-    ) -> bool {
+    pub fn fenced_write(&mut self, kind: &str, resource: &str, token: i64, then: Option<&str>) -> bool {
         let op_id = self.history.begin();
         let id = op_id.id as i64;
-        let Some(client) = self.client.as_mut() else {
-            return false;
-        };
+        let Some(client) = self.client.as_mut() else { return false };
         let result = client.transaction().and_then(|mut tx| {
             let n: i64 = tx.query_one("SELECT n FROM counters WHERE resource = $1 FOR UPDATE", &[&resource])?.get(0);
             tx.execute("UPDATE counters SET n = $2, token = $3 WHERE resource = $1", &[&resource, &(n + 1), &token])?;
@@ -264,8 +226,7 @@ fn task_round(w: &mut Worker, lease_mode: bool) {
     let client = w.client.as_mut().expect("connected");
     let result = client.transaction().and_then(|mut tx| {
         let row = tx.query_opt(fetch.as_str(), &[&name])?;
-        tx.commit()
-            .map(|_| row.map(|r| (r.get::<_, i32>(0), r.get::<_, i64>(1))))
+        tx.commit().map(|_| row.map(|r| (r.get::<_, i32>(0), r.get::<_, i64>(1))))
     });
     let outcome = outcome_of(&result, client.is_closed());
     let Ok(Some((task_id, token))) = result else {
@@ -299,12 +260,7 @@ fn lease_round(w: &mut Worker, name: &str) {
         }
     }
     let release = format!("SELECT distlock.release_lease('{name}', '{owner}')");
-    w.run(
-        "release",
-        &resource,
-        |_| Some(token),
-        |tx| tx.batch_execute(&release),
-    );
+    w.run("release", &resource, |_| Some(token), |tx| tx.batch_execute(&release));
     pause(10);
 }
 
@@ -315,12 +271,7 @@ fn election_round(w: &mut Worker, group: &str, round: u64) {
     let campaign = format!("SELECT term FROM distlock.try_become_leader('{group}', '{node}', '{HOLD}') WHERE is_leader");
     if let Some(term) = w.grant("campaign", &resource, &campaign) {
         let resign = format!("SELECT distlock.resign_leader('{group}', '{node}')");
-        w.fenced_write(
-            "write",
-            &resource,
-            term,
-            (round % 4 == 0).then_some(resign.as_str()),
-        );
+        w.fenced_write("write", &resource, term, (round % 4 == 0).then_some(resign.as_str()));
     }
     pause(30);
 }
@@ -328,34 +279,18 @@ fn election_round(w: &mut Worker, group: &str, round: u64) {
 /// Consumes a job and completes it in the transaction that records its
 /// result, as docs/queue.md advises for exactly-once effects.
 fn queue_round(w: &mut Worker) {
-    let consume = format!(
-        "SELECT task_id, attempts::int FROM distlock.consume_task('{}', '{HOLD}')",
-        w.name
-    );
-    let Some(Some((job, attempt))) = w.run(
-        "consume",
-        "job",
-        |_| None,
-        |tx| {
-            Ok(tx
-                .query_opt(consume.as_str(), &[])?
-                .map(|r| (r.get::<_, i64>(0), r.get::<_, i32>(1))))
-        },
-    ) else {
+    let consume = format!("SELECT task_id, attempts::int FROM distlock.consume_task('{}', '{HOLD}')", w.name);
+    let Some(Some((job, attempt))) = w.run("consume", "job", |_| None, |tx| {
+        Ok(tx.query_opt(consume.as_str(), &[])?.map(|r| (r.get::<_, i64>(0), r.get::<_, i32>(1))))
+    }) else {
         return pause(20);
     };
     pause(10);
     let (name, op) = (w.name.clone(), w.history.begin());
-    let Some(client) = w.client.as_mut() else {
-        return;
-    };
+    let Some(client) = w.client.as_mut() else { return };
     let result = client.transaction().and_then(|mut tx| {
-        let completed: bool = tx
-            .query_one(
-                "SELECT distlock.complete_task($1, $2, $3)",
-                &[&job, &name, &attempt],
-            )?
-            .get(0);
+        let completed: bool =
+            tx.query_one("SELECT distlock.complete_task($1, $2, $3)", &[&job, &name, &attempt])?.get(0);
         if completed {
             tx.execute("INSERT INTO done VALUES ($1, $2)", &[&job, &(op.id as i64)])?;
         }
@@ -365,11 +300,5 @@ fn queue_round(w: &mut Worker) {
         Outcome::Ok if matches!(result, Ok(false)) => Outcome::Refused("lost".to_string()),
         other => other,
     };
-    w.record(
-        op,
-        "complete",
-        &format!("job:{job}"),
-        Some(attempt as i64),
-        outcome,
-    );
+    w.record(op, "complete", &format!("job:{job}"), Some(attempt as i64), outcome);
 }

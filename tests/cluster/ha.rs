@@ -16,15 +16,8 @@ pub struct Ha {
 
 fn ports(var: &str) -> Option<[u16; 2]> {
     let value = std::env::var(var).ok()?;
-    let ports: Vec<u16> = value
-        .split(',')
-        .map(|p| p.parse().unwrap_or_else(|_| panic!("{var}: {value}")))
-        .collect();
-    Some(
-        ports
-            .try_into()
-            .unwrap_or_else(|_| panic!("{var} names two ports: {value}")),
-    )
+    let ports: Vec<u16> = value.split(',').map(|p| p.parse().unwrap_or_else(|_| panic!("{var}: {value}"))).collect();
+    Some(ports.try_into().unwrap_or_else(|_| panic!("{var} names two ports: {value}")))
 }
 
 impl Ha {
@@ -51,9 +44,7 @@ impl Ha {
     /// The port of the node that accepts writes now, if one does.
     pub fn leader(&self) -> Option<u16> {
         self.ports.into_iter().find(|&port| {
-            let url = format!(
-                "host=127.0.0.1 port={port} user=postgres dbname=postgres connect_timeout=2"
-            );
+            let url = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres connect_timeout=2");
             Client::connect(&url, NoTls)
                 .and_then(|mut c| c.query_one("SELECT NOT pg_is_in_recovery()", &[]))
                 .is_ok_and(|r| r.get(0))
@@ -65,53 +56,32 @@ impl Ha {
     /// must agree, not only PostgreSQL: it fails over only to the standby
     /// it has recorded as synchronous in etcd.
     pub fn healthy(&self, synchronous: bool) -> u16 {
-        let body = format!(
-            "{{\"synchronous_mode\": {synchronous}, \"synchronous_mode_strict\": {synchronous}}}"
-        );
-        let (role, state) = if synchronous {
-            ("/sync", "sync")
-        } else {
-            ("/async", "async")
-        };
+        let body = format!("{{\"synchronous_mode\": {synchronous}, \"synchronous_mode_strict\": {synchronous}}}");
+        let (role, state) = if synchronous { ("/sync", "sync") } else { ("/async", "async") };
         let mut leader = 0;
-        eventually(
-            "a leader and a streaming standby",
-            Duration::from_secs(120),
-            || {
-                let Some(port) = self.leader() else {
-                    return false;
-                };
-                leader = port;
-                let (l, s) = if port == self.ports[0] {
-                    (0, 1)
-                } else {
-                    (1, 0)
-                };
-                // Any node's API takes the change; it goes through etcd.
-                let _ = http(self.api[l], "PATCH", "/config", &body);
-                let mut c = connect_to(port, "postgres", "ha-test");
-                http(self.api[l], "GET", "/primary", "").is_ok_and(|code| code == 200)
+        eventually("a leader and a streaming standby", Duration::from_secs(120), || {
+            let Some(port) = self.leader() else { return false };
+            leader = port;
+            let (l, s) = if port == self.ports[0] { (0, 1) } else { (1, 0) };
+            // Any node's API takes the change; it goes through etcd.
+            let _ = http(self.api[l], "PATCH", "/config", &body);
+            let mut c = connect_to(port, "postgres", "ha-test");
+            http(self.api[l], "GET", "/primary", "").is_ok_and(|code| code == 200)
                 && http(self.api[s], "GET", role, "").is_ok_and(|code| code == 200)
                 && count(&mut c, &format!("SELECT 1 FROM pg_stat_replication WHERE state = 'streaming' AND sync_state = '{state}'")) == 1
-            },
-        );
+        });
         leader
     }
 
     /// Waits for the node that is not `old` to accept writes.
     pub fn promoted(&self, old: u16) -> u16 {
-        eventually(
-            "the standby to be promoted",
-            Duration::from_secs(60),
-            || self.leader().is_some_and(|p| p != old),
-        );
+        eventually("the standby to be promoted", Duration::from_secs(60), || self.leader().is_some_and(|p| p != old));
         self.leader().expect("leader")
     }
 }
 
 fn ports_or_panic(var: &str) -> [u16; 2] {
-    ports(var)
-        .unwrap_or_else(|| panic!("{var} is not set: run these tests through scripts/test.sh"))
+    ports(var).unwrap_or_else(|| panic!("{var} is not set: run these tests through scripts/test.sh"))
 }
 
 /// kill -9 of the postmaster of the server on `port` (found as the parent
@@ -122,21 +92,13 @@ pub fn kill_postmaster(port: u16) -> i32 {
     let backend = backend_pid(&mut c);
     let stat = std::fs::read_to_string(format!("/proc/{backend}/stat")).expect("backend stat");
     // pid (comm) state ppid ...; comm has no spaces for a backend
-    let postmaster: i32 = stat
-        .split(' ')
-        .nth(3)
-        .expect("ppid")
-        .parse()
-        .expect("ppid number");
+    let postmaster: i32 = stat.split(' ').nth(3).expect("ppid").parse().expect("ppid number");
     signal(postmaster, "-KILL");
     postmaster
 }
 
 pub fn signal(pid: i32, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("kill");
+    let status = Command::new("kill").args([sig, &pid.to_string()]).status().expect("kill");
     assert!(status.success(), "kill {sig} {pid}");
 }
 
@@ -151,9 +113,5 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<u16>
     )?;
     let mut response = String::new();
     s.read_to_string(&mut response)?;
-    Ok(response
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0))
+    Ok(response.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0))
 }

@@ -44,8 +44,7 @@ impl Op {
 /// Where a run's history goes: $DISTLOCK_TEST_DIR (scripts/test.sh's work
 /// directory) or the temporary directory.
 pub fn history_path(name: &str) -> String {
-    let dir = std::env::var("DISTLOCK_TEST_DIR")
-        .unwrap_or_else(|_| std::env::temp_dir().display().to_string());
+    let dir = std::env::var("DISTLOCK_TEST_DIR").unwrap_or_else(|_| std::env::temp_dir().display().to_string());
     format!("{dir}/{name}-history.tsv")
 }
 
@@ -65,12 +64,7 @@ pub struct Pending {
 impl History {
     pub fn create(path: &str) -> History {
         let file = File::create(path).unwrap_or_else(|e| panic!("history file {path}: {e}"));
-        History {
-            t0: Instant::now(),
-            next_id: AtomicU64::new(1),
-            path: path.to_string(),
-            file: Mutex::new(file),
-        }
+        History { t0: Instant::now(), next_id: AtomicU64::new(1), path: path.to_string(), file: Mutex::new(file) }
     }
 
     pub fn path(&self) -> &str {
@@ -82,39 +76,18 @@ impl History {
     }
 
     pub fn begin(&self) -> Pending {
-        Pending {
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            start: self.now(),
-        }
+        Pending { id: self.next_id.fetch_add(1, Ordering::Relaxed), start: self.now() }
     }
 
-    pub fn end(
-        &self,
-        op: Pending,
-        worker: &str,
-        kind: &str,
-        resource: &str,
-        token: Option<i64>,
-        port: u16,
-        outcome: Outcome,
-    ) {
+    pub fn end(&self, op: Pending, worker: &str, kind: &str, resource: &str, token: Option<i64>, port: u16, outcome: Outcome) {
         let outcome = match outcome {
             Outcome::Ok => "ok".to_string(),
             Outcome::Refused(code) => format!("refused:{code}"),
             Outcome::Unknown => "unknown".to_string(),
         };
         let token = token.map_or("-".to_string(), |t| t.to_string());
-        let line = format!(
-            "{}\t{worker}\t{kind}\t{resource}\t{token}\t{}\t{}\t{port}\t{outcome}\n",
-            op.id,
-            op.start,
-            self.now()
-        );
-        self.file
-            .lock()
-            .expect("history file")
-            .write_all(line.as_bytes())
-            .expect("history write");
+        let line = format!("{}\t{worker}\t{kind}\t{resource}\t{token}\t{}\t{}\t{port}\t{outcome}\n", op.id, op.start, self.now());
+        self.file.lock().expect("history file").write_all(line.as_bytes()).expect("history write");
     }
 
     /// Every operation recorded so far. Writers take the file's lock for each
@@ -122,20 +95,14 @@ impl History {
     pub fn read(&self) -> Vec<Op> {
         let _no_writer = self.file.lock().expect("history file");
         let file = File::open(&self.path).expect("history file");
-        BufReader::new(file)
-            .lines()
-            .map(|l| parse(&l.expect("history line")))
-            .collect()
+        BufReader::new(file).lines().map(|l| parse(&l.expect("history line"))).collect()
     }
 }
 
 fn parse(line: &str) -> Op {
     let f: Vec<&str> = line.split('\t').collect();
     assert_eq!(f.len(), 9, "history line: {line}");
-    let number = |s: &str| {
-        s.parse::<u64>()
-            .unwrap_or_else(|_| panic!("history line: {line}"))
-    };
+    let number = |s: &str| s.parse::<u64>().unwrap_or_else(|_| panic!("history line: {line}"));
     Op {
         id: number(f[0]),
         worker: f[1].to_string(),

@@ -27,11 +27,8 @@ fn lease_claim(c: &mut Client, task_id: i32, worker: &str, lease: &str) -> Optio
 }
 
 fn status_of(c: &mut Client, token: i64) -> String {
-    scalar(
-        c,
-        &format!("SELECT status FROM distlock.task_execution_log WHERE fencing_token = {token}"),
-    )
-    .expect("a log row for the token")
+    scalar(c, &format!("SELECT status FROM distlock.task_execution_log WHERE fencing_token = {token}"))
+        .expect("a log row for the token")
 }
 
 #[test]
@@ -50,24 +47,17 @@ fn a_lease_claim_is_renewed_and_released_from_other_connections() {
         .expect("renew")
         .get(0);
     assert!(renewed, "the lease now ends about 10 minutes from now");
-    assert!(heartbeat
-        .query_one("SELECT distlock.check_fencing_token(1, $1)", &[&token])
-        .expect("check")
-        .get::<_, bool>(0));
+    assert!(
+        heartbeat.query_one("SELECT distlock.check_fencing_token(1, $1)", &[&token]).expect("check").get::<_, bool>(0)
+    );
     assert_eq!(
-        count(
-            &mut heartbeat,
-            "SELECT 1 FROM distlock.running_tasks WHERE holder_alive AND holder_pid IS NULL"
-        ),
+        count(&mut heartbeat, "SELECT 1 FROM distlock.running_tasks WHERE holder_alive AND holder_pid IS NULL"),
         1,
         "shown as a live claim with no holder backend"
     );
     let mut finisher = connect(&db);
     finisher
-        .execute(
-            "SELECT distlock.release_task_lease(1, $1, 'completed')",
-            &[&token],
-        )
+        .execute("SELECT distlock.release_task_lease(1, $1, 'completed')", &[&token])
         .expect("release from a third connection");
     assert_eq!(status_of(&mut finisher, token), "completed");
     assert_eq!(
@@ -75,20 +65,11 @@ fn a_lease_claim_is_renewed_and_released_from_other_connections() {
         1,
         "the task moved on to its next slot"
     );
-    let again = finisher.execute(
-        "SELECT distlock.release_task_lease(1, $1, 'completed')",
-        &[&token],
-    );
+    let again = finisher.execute("SELECT distlock.release_task_lease(1, $1, 'completed')", &[&token]);
     assert_eq!(sqlstate(again), "55000");
-    let renew = finisher.execute(
-        "SELECT distlock.renew_task_lease(1, $1, '1 minute')",
-        &[&token],
-    );
+    let renew = finisher.execute("SELECT distlock.renew_task_lease(1, $1, '1 minute')", &[&token]);
     assert_eq!(sqlstate(renew), "55000");
-    let unknown = finisher.execute(
-        "SELECT distlock.release_task_lease(99, $1, 'completed')",
-        &[&token],
-    );
+    let unknown = finisher.execute("SELECT distlock.release_task_lease(99, $1, 'completed')", &[&token]);
     assert_eq!(sqlstate(unknown), "P0002");
 }
 
@@ -109,19 +90,12 @@ fn an_expired_lease_is_taken_over_and_its_holder_fenced_out() {
         .expect("fenced table");
     let mut old = connect(&db);
     let old_token = old
-        .query_one(
-            "SELECT fencing_token FROM distlock.worker_fetch_and_execute_task('old', '300 ms')",
-            &[],
-        )
+        .query_one("SELECT fencing_token FROM distlock.worker_fetch_and_execute_task('old', '300 ms')", &[])
         .expect("fetch")
         .get::<_, Option<i64>>(0)
         .expect("claimed");
     let mut new = connect(&db);
-    assert_eq!(
-        lease_claim(&mut new, 1, "new", "1 minute"),
-        None,
-        "not while the lease lasts"
-    );
+    assert_eq!(lease_claim(&mut new, 1, "new", "1 minute"), None, "not while the lease lasts");
     let new_token = eventually_claimed(
         &mut new,
         "the lease to run out and be taken over",
@@ -129,45 +103,18 @@ fn an_expired_lease_is_taken_over_and_its_holder_fenced_out() {
         "SELECT fencing_token FROM distlock.worker_fetch_and_execute_task('new', '1 minute')",
     );
     assert!(new_token > old_token);
-    assert_eq!(
-        status_of(&mut setup, old_token),
-        "abandoned",
-        "the superseded run is closed by the next claim"
-    );
+    assert_eq!(status_of(&mut setup, old_token), "abandoned", "the superseded run is closed by the next claim");
     // The old holder wakes up: everything it tries is refused.
+    assert_eq!(sqlstate(old.execute("INSERT INTO reports VALUES ($1)", &[&old_token])), "40001");
+    assert_eq!(sqlstate(old.execute("SELECT distlock.renew_task_lease(1, $1, '1 minute')", &[&old_token])), "55000");
     assert_eq!(
-        sqlstate(old.execute("INSERT INTO reports VALUES ($1)", &[&old_token])),
-        "40001"
-    );
-    assert_eq!(
-        sqlstate(old.execute(
-            "SELECT distlock.renew_task_lease(1, $1, '1 minute')",
-            &[&old_token]
-        )),
+        sqlstate(old.execute("SELECT distlock.release_task_lease(1, $1, 'completed')", &[&old_token])),
         "55000"
     );
-    assert_eq!(
-        sqlstate(old.execute(
-            "SELECT distlock.release_task_lease(1, $1, 'completed')",
-            &[&old_token]
-        )),
-        "55000"
-    );
-    new.execute("INSERT INTO reports VALUES ($1)", &[&new_token])
-        .expect("the new holder writes");
-    new.execute(
-        "SELECT distlock.release_task_lease(1, $1, 'completed')",
-        &[&new_token],
-    )
-    .expect("release");
+    new.execute("INSERT INTO reports VALUES ($1)", &[&new_token]).expect("the new holder writes");
+    new.execute("SELECT distlock.release_task_lease(1, $1, 'completed')", &[&new_token]).expect("release");
     assert_eq!(count(&mut setup, "SELECT 1 FROM reports"), 1);
-    assert_eq!(
-        count(
-            &mut setup,
-            "SELECT 1 FROM distlock.task_execution_log WHERE status = 'completed'"
-        ),
-        1
-    );
+    assert_eq!(count(&mut setup, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'completed'"), 1);
 }
 
 #[test]
@@ -177,65 +124,32 @@ fn lease_claims_and_session_claims_exclude_each_other() {
     let mut session = connect(&db);
     let mut leaser = connect(&db);
     let claim_session = |c: &mut Client| -> bool {
-        c.query_one("SELECT distlock.try_acquire_task_lock(1, 'session')", &[])
-            .expect("claim")
-            .get(0)
+        c.query_one("SELECT distlock.try_acquire_task_lock(1, 'session')", &[]).expect("claim").get(0)
     };
     assert!(claim_session(&mut session));
-    assert_eq!(
-        lease_claim(&mut leaser, 1, "leaser", "1 minute"),
-        None,
-        "a live session claim holds the task"
-    );
-    session
-        .execute(
-            "SELECT distlock.release_task_lock(1, 'session', 'completed')",
-            &[],
-        )
-        .expect("release");
+    assert_eq!(lease_claim(&mut leaser, 1, "leaser", "1 minute"), None, "a live session claim holds the task");
+    session.execute("SELECT distlock.release_task_lock(1, 'session', 'completed')", &[]).expect("release");
 
     let token = lease_claim(&mut leaser, 1, "leaser", "300 ms").expect("free again");
     assert!(!claim_session(&mut session), "a live lease holds the task");
-    eventually(
-        "a session claim to take over the expired lease",
-        Duration::from_secs(5),
-        || claim_session(&mut session),
-    );
-    assert_eq!(
-        sqlstate(leaser.execute(
-            "SELECT distlock.release_task_lease(1, $1, 'completed')",
-            &[&token]
-        )),
-        "55000"
-    );
+    eventually("a session claim to take over the expired lease", Duration::from_secs(5), || claim_session(&mut session));
+    assert_eq!(sqlstate(leaser.execute("SELECT distlock.release_task_lease(1, $1, 'completed')", &[&token])), "55000");
 
     // A session claim whose holder is gone is superseded by a lease claim at once.
     let pid = backend_pid(&mut session);
-    connect(&db)
-        .execute("SELECT pg_terminate_backend($1, 5000)", &[&pid])
-        .expect("terminate");
+    connect(&db).execute("SELECT pg_terminate_backend($1, 5000)", &[&pid]).expect("terminate");
     let mut superseding = None;
-    eventually(
-        "the dead holder's lock to go",
-        Duration::from_secs(5),
-        || {
-            superseding = lease_claim(&mut leaser, 1, "leaser", "1 minute");
-            superseding.is_some()
-        },
-    );
+    eventually("the dead holder's lock to go", Duration::from_secs(5), || {
+        superseding = lease_claim(&mut leaser, 1, "leaser", "1 minute");
+        superseding.is_some()
+    });
     let mut c = connect(&db);
     assert_eq!(
         count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE worker_id = 'session' AND status = 'running'"),
         0,
         "the dead session's run was closed by the lease claim"
     );
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT 1 FROM distlock.task_execution_log WHERE status = 'abandoned'"
-        ),
-        2
-    );
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'abandoned'"), 2);
 }
 
 #[test]
@@ -247,37 +161,27 @@ fn the_sweep_abandons_expired_leases_and_times_out_overdue_ones() {
     let overdue = lease_claim(&mut worker, 2, "w", "1 hour").expect("task 2");
     let mut admin = connect(&db);
     let mut recovered: Vec<(i32, bool)> = Vec::new();
-    eventually(
-        "the sweep to recover both claims",
-        Duration::from_secs(10),
-        || {
-            recovered.extend(
+    eventually("the sweep to recover both claims", Duration::from_secs(10), || {
+        recovered.extend(
             admin
                 .query("SELECT task_id, lock_released FROM distlock.check_and_recover_timeout_tasks()", &[])
                 .expect("sweep")
                 .iter()
                 .map(|r| (r.get(0), r.get(1))),
         );
-            recovered.len() >= 2
-        },
-    );
+        recovered.len() >= 2
+    });
     recovered.sort();
     assert_eq!(recovered, vec![(1, true), (2, true)]);
     assert_eq!(status_of(&mut admin, expiring), "abandoned");
     assert_eq!(status_of(&mut admin, overdue), "timed_out");
     assert_eq!(
-        count(
-            &mut admin,
-            "SELECT 1 FROM distlock.scheduled_tasks WHERE id = 1 AND next_run_at <= now()"
-        ),
+        count(&mut admin, "SELECT 1 FROM distlock.scheduled_tasks WHERE id = 1 AND next_run_at <= now()"),
         1,
         "an abandoned slot stays due"
     );
     assert_eq!(
-        sqlstate(worker.execute(
-            "SELECT distlock.renew_task_lease(2, $1, '1 hour')",
-            &[&overdue]
-        )),
+        sqlstate(worker.execute("SELECT distlock.renew_task_lease(2, $1, '1 hour')", &[&overdue])),
         "55000",
         "a timed-out claim's lease is revoked"
     );

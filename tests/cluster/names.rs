@@ -6,30 +6,23 @@ use crate::support::*;
 /// are not UTF-8 once a character is beyond ASCII.
 fn latin1_db(port: u16, name: &str) -> Client {
     let mut admin = connect_to(port, "postgres", "cluster-test");
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .expect("drop");
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
     admin
         .batch_execute(&format!(
             "CREATE DATABASE {name} ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
         ))
         .expect("create LATIN1 database");
     let mut c = connect_to(port, name, "cluster-test");
-    c.batch_execute("CREATE EXTENSION pg_distlock")
-        .expect("create extension");
+    c.batch_execute("CREATE EXTENSION pg_distlock").expect("create extension");
     c
 }
 
 fn text(c: &mut Client, sql: &str) -> String {
-    c.query_one(sql, &[])
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .get(0)
+    c.query_one(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e:?}")).get(0)
 }
 
 fn truth(c: &mut Client, sql: &str) -> bool {
-    c.query_one(sql, &[])
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .get(0)
+    c.query_one(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e:?}")).get(0)
 }
 
 #[test]
@@ -40,83 +33,30 @@ fn non_ascii_names_work_in_a_latin1_database() {
         assert_eq!(encoding, "LATIN1", "{mode}");
 
         // Locks: the Rust key is the SQL function's key, and the name is shown back.
-        assert!(
-            truth(&mut c, "SELECT distlock.try_lock('café')"),
-            "{mode}: try_lock"
-        );
+        assert!(truth(&mut c, "SELECT distlock.try_lock('café')"), "{mode}: try_lock");
         assert_eq!(
-            text(
-                &mut c,
-                "SELECT key_name FROM distlock.advisory_locks WHERE key = distlock.lock_id('café')"
-            ),
+            text(&mut c, "SELECT key_name FROM distlock.advisory_locks WHERE key = distlock.lock_id('café')"),
             "café",
             "{mode}: the held key is shown with its name"
         );
-        assert!(
-            truth(&mut c, "SELECT distlock.unlock('café')"),
-            "{mode}: unlock"
-        );
+        assert!(truth(&mut c, "SELECT distlock.unlock('café')"), "{mode}: unlock");
 
         // Leases, semaphores, elections.
-        assert!(
-            truth(
-                &mut c,
-                "SELECT distlock.acquire_lease('bail', 'propriétaire', '1 minute') IS NOT NULL"
-            ),
-            "{mode}"
-        );
-        assert!(
-            truth(
-                &mut c,
-                "SELECT distlock.renew_lease('bail', 'propriétaire', '1 minute')"
-            ),
-            "{mode}"
-        );
+        assert!(truth(&mut c, "SELECT distlock.acquire_lease('bail', 'propriétaire', '1 minute') IS NOT NULL"), "{mode}");
+        assert!(truth(&mut c, "SELECT distlock.renew_lease('bail', 'propriétaire', '1 minute')"), "{mode}");
+        assert_eq!(text(&mut c, "SELECT owner FROM distlock.lease_state WHERE name = 'bail'"), "propriétaire", "{mode}");
+        assert!(truth(&mut c, "SELECT distlock.release_lease('bail', 'propriétaire')"), "{mode}");
+        assert!(truth(&mut c, "SELECT distlock.acquire_semaphore('sémaphore', 2, 'nöd', '1 minute')"), "{mode}");
+        assert!(truth(&mut c, "SELECT distlock.release_semaphore('sémaphore', 'nöd')"), "{mode}");
         assert_eq!(
-            text(
-                &mut c,
-                "SELECT owner FROM distlock.lease_state WHERE name = 'bail'"
-            ),
-            "propriétaire",
-            "{mode}"
-        );
-        assert!(
-            truth(
-                &mut c,
-                "SELECT distlock.release_lease('bail', 'propriétaire')"
-            ),
-            "{mode}"
-        );
-        assert!(
-            truth(
-                &mut c,
-                "SELECT distlock.acquire_semaphore('sémaphore', 2, 'nöd', '1 minute')"
-            ),
-            "{mode}"
-        );
-        assert!(
-            truth(
-                &mut c,
-                "SELECT distlock.release_semaphore('sémaphore', 'nöd')"
-            ),
-            "{mode}"
-        );
-        assert_eq!(
-            text(
-                &mut c,
-                "SELECT leader FROM distlock.try_become_leader('grüppe', 'knöt', '1 minute')"
-            ),
+            text(&mut c, "SELECT leader FROM distlock.try_become_leader('grüppe', 'knöt', '1 minute')"),
             "knöt",
             "{mode}: the leader's name comes back"
         );
-        assert!(
-            truth(&mut c, "SELECT distlock.resign_leader('grüppe', 'knöt')"),
-            "{mode}"
-        );
+        assert!(truth(&mut c, "SELECT distlock.resign_leader('grüppe', 'knöt')"), "{mode}");
 
         // The queue hands back the names it stored.
-        c.batch_execute("SELECT distlock.enqueue_task('tâche', '{\"clé\": \"é\"}')")
-            .expect("enqueue");
+        c.batch_execute("SELECT distlock.enqueue_task('tâche', '{\"clé\": \"é\"}')").expect("enqueue");
         let job = c
             .query_one("SELECT task_id, task_name, worker_id, payload->>'clé' FROM distlock.consume_task('wörker')", &[])
             .expect("consume");
@@ -124,34 +64,13 @@ fn non_ascii_names_work_in_a_latin1_database() {
         assert_eq!(job.get::<_, String>(2), "wörker", "{mode}");
         assert_eq!(job.get::<_, String>(3), "é", "{mode}");
         let job_id: i64 = job.get(0);
-        assert!(
-            truth(
-                &mut c,
-                &format!("SELECT distlock.complete_task({job_id}, 'wörker')")
-            ),
-            "{mode}"
-        );
+        assert!(truth(&mut c, &format!("SELECT distlock.complete_task({job_id}, 'wörker')")), "{mode}");
 
         // Rate limits key on the same bytes every time.
-        assert!(
-            truth(&mut c, "SELECT distlock.check_rate_limit('clé', 1, 3600)"),
-            "{mode}"
-        );
-        assert!(
-            !truth(&mut c, "SELECT distlock.check_rate_limit('clé', 1, 3600)"),
-            "{mode}: the second is refused"
-        );
-        assert!(
-            truth(
-                &mut c,
-                "SELECT allowed FROM distlock.throttle('clé', 1, 1, 3600)"
-            ),
-            "{mode}"
-        );
-        assert!(
-            truth(&mut c, "SELECT distlock.reset_rate_limit('clé')"),
-            "{mode}"
-        );
+        assert!(truth(&mut c, "SELECT distlock.check_rate_limit('clé', 1, 3600)"), "{mode}");
+        assert!(!truth(&mut c, "SELECT distlock.check_rate_limit('clé', 1, 3600)"), "{mode}: the second is refused");
+        assert!(truth(&mut c, "SELECT allowed FROM distlock.throttle('clé', 1, 1, 3600)"), "{mode}");
+        assert!(truth(&mut c, "SELECT distlock.reset_rate_limit('clé')"), "{mode}");
 
         // Scheduled tasks: claim and release under a non-ASCII worker id.
         c.batch_execute(
@@ -165,19 +84,10 @@ fn non_ascii_names_work_in_a_latin1_database() {
         assert_eq!(claim.get::<_, String>(1), "tâche planifiée", "{mode}");
         assert_eq!(claim.get::<_, String>(2), "týpe", "{mode}");
         let task_id: i32 = claim.get(0);
-        let wrong = c.query_one(
-            &format!("SELECT distlock.release_task_lock({task_id}, 'àutre', 'completed')"),
-            &[],
-        );
-        assert_eq!(
-            sqlstate(wrong),
-            "55000",
-            "{mode}: another worker's release is refused, not a panic"
-        );
-        c.batch_execute(&format!(
-            "SELECT distlock.release_task_lock({task_id}, 'wörker', 'failed', 'érreur')"
-        ))
-        .expect("release");
+        let wrong = c.query_one(&format!("SELECT distlock.release_task_lock({task_id}, 'àutre', 'completed')"), &[]);
+        assert_eq!(sqlstate(wrong), "55000", "{mode}: another worker's release is refused, not a panic");
+        c.batch_execute(&format!("SELECT distlock.release_task_lock({task_id}, 'wörker', 'failed', 'érreur')"))
+            .expect("release");
         assert_eq!(
             text(&mut c, &format!("SELECT worker_id || ':' || error_message FROM distlock.task_execution_log WHERE task_id = {task_id}")),
             "wörker:érreur",
@@ -235,29 +145,15 @@ fn every_name_is_refused_when_blank_or_longer_than_1000_bytes_before_anything_is
 
     // 1000 bytes is the limit, not 999.
     let longest = "é".repeat(500);
-    assert!(truth(
-        &mut c,
-        &format!("SELECT distlock.acquire_lease('{longest}', '{longest}', '1 minute') IS NOT NULL")
-    ));
-    assert!(truth(
-        &mut c,
-        &format!("SELECT distlock.try_lock('{longest}')")
-    ));
-    c.batch_execute(&format!("SELECT distlock.enqueue_task('{longest}')"))
-        .expect("a 1000-byte task name");
+    assert!(truth(&mut c, &format!("SELECT distlock.acquire_lease('{longest}', '{longest}', '1 minute') IS NOT NULL")));
+    assert!(truth(&mut c, &format!("SELECT distlock.try_lock('{longest}')")));
+    c.batch_execute(&format!("SELECT distlock.enqueue_task('{longest}')")).expect("a 1000-byte task name");
     let task = c.execute(
         &format!("INSERT INTO distlock.scheduled_tasks (task_name, task_type) VALUES ('{longest}x', 't')"),
         &[],
     );
-    assert_eq!(
-        sqlstate(task),
-        "23514",
-        "a scheduled task's name obeys the same rule"
-    );
-    let task = c.execute(
-        "INSERT INTO distlock.scheduled_tasks (task_name, task_type) VALUES (E'\\t', 't')",
-        &[],
-    );
+    assert_eq!(sqlstate(task), "23514", "a scheduled task's name obeys the same rule");
+    let task = c.execute("INSERT INTO distlock.scheduled_tasks (task_name, task_type) VALUES (E'\\t', 't')", &[]);
     assert_eq!(sqlstate(task), "23514", "and may not be blank");
 }
 

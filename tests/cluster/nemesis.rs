@@ -42,10 +42,7 @@ const ROLES: &[Role] = &[
 const RESTART_EVERY: Duration = Duration::from_secs(50);
 
 fn env_number(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| {
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name} is not a number: {v}"))
-    })
+    std::env::var(name).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{name} is not a number: {v}")))
 }
 
 /// xorshift64*: enough to pick faults, and replayable from its seed.
@@ -64,10 +61,7 @@ impl Rng {
 /// every 200 ms, reconnecting after crashes.
 fn keeper(db: String, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
     thread::spawn(move || {
-        let url = format!(
-            "host=127.0.0.1 port={} user=postgres dbname={db} application_name=keeper",
-            primary_port()
-        );
+        let url = format!("host=127.0.0.1 port={} user=postgres dbname={db} application_name=keeper", primary_port());
         let mut client: Option<Client> = None;
         while !stop.load(Ordering::Relaxed) {
             thread::sleep(Duration::from_millis(200)); // the sweep's period
@@ -89,60 +83,37 @@ struct Frozen(i32);
 
 impl Drop for Frozen {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-CONT", &self.0.to_string()])
-            .status();
+        let _ = std::process::Command::new("kill").args(["-CONT", &self.0.to_string()]).status();
     }
 }
 
 fn fleet_backends(c: &mut Client, db: &str) -> Vec<i32> {
-    c.query(
-        "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE 'fleet-%'",
-        &[&db],
-    )
-    .map(|rows| rows.iter().map(|r| r.get(0)).collect())
-    .unwrap_or_default()
+    c.query("SELECT pid FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE 'fleet-%'", &[&db])
+        .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+        .unwrap_or_default()
 }
 
 #[test]
 fn fenced_writes_survive_a_nemesis_with_nothing_lost_applied_twice_or_stale() {
     let Some(seconds) = env_number("DISTLOCK_SOAK_SECONDS") else {
-        eprintln!(
-            "nemesis soak: skipped, DISTLOCK_SOAK_SECONDS is not set (scripts/test.sh sets 120)"
-        );
+        eprintln!("nemesis soak: skipped, DISTLOCK_SOAK_SECONDS is not set (scripts/test.sh sets 120)");
         return;
     };
     let seed = env_number("DISTLOCK_SOAK_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .as_nanos() as u64
-            | 1
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos() as u64 | 1
     });
     eprintln!("nemesis soak: {seconds} s, DISTLOCK_SOAK_SEED={seed}");
     let mut rng = Rng(seed);
     let db = fresh_db("nemesis_soak");
-    prepare(
-        &mut connect(&db),
-        8,
-        &["ledger", "archive"],
-        &["scheduler"],
-        0,
-    );
+    prepare(&mut connect(&db), 8, &["ledger", "archive"], &["scheduler"], 0);
     let history = Arc::new(History::create(&history_path("nemesis")));
-    let conninfo = format!(
-        "host=127.0.0.1 port={} user=postgres dbname={db} connect_timeout=2",
-        primary_port()
-    );
+    let conninfo = format!("host=127.0.0.1 port={} user=postgres dbname={db} connect_timeout=2", primary_port());
     let fleet = Fleet::start(&conninfo, ROLES, &history);
     let stop_keeper = Arc::new(AtomicBool::new(false));
     let keeper = keeper(db.clone(), stop_keeper.clone());
     let mut zombie = Worker::new(&conninfo, "zombie", &history);
 
-    let (start, until) = (
-        Instant::now(),
-        Instant::now() + Duration::from_secs(seconds),
-    );
+    let (start, until) = (Instant::now(), Instant::now() + Duration::from_secs(seconds));
     let mut faults: BTreeMap<&str, usize> = BTreeMap::new();
     let mut restarts = 0;
     while Instant::now() < until {
@@ -155,9 +126,7 @@ fn fenced_writes_survive_a_nemesis_with_nothing_lost_applied_twice_or_stale() {
         }
         let mut c = connect_when_up(primary_port(), &db, "nemesis");
         let backends = fleet_backends(&mut c, &db);
-        let Some(&pid) = backends.get(rng.below(backends.len().max(1) as u64) as usize) else {
-            continue;
-        };
+        let Some(&pid) = backends.get(rng.below(backends.len().max(1) as u64) as usize) else { continue };
         let fault = match rng.below(10) {
             0..=3 => {
                 signal(pid, "-STOP");
@@ -175,11 +144,7 @@ fn fenced_writes_survive_a_nemesis_with_nothing_lost_applied_twice_or_stale() {
             }
             _ => {
                 let stale = superseded(&history.read(), |_| true);
-                let Some((resource, token)) =
-                    stale.get(rng.below(stale.len().max(1) as u64) as usize)
-                else {
-                    continue;
-                };
+                let Some((resource, token)) = stale.get(rng.below(stale.len().max(1) as u64) as usize) else { continue };
                 if !zombie.connected() {
                     continue;
                 }
@@ -192,55 +157,25 @@ fn fenced_writes_survive_a_nemesis_with_nothing_lost_applied_twice_or_stale() {
 
     // The fleet recovers by itself: every kind of hold writes again.
     let healed = history.now();
-    eventually(
-        "every kind of worker to write again after the faults",
-        Duration::from_secs(60),
-        || {
-            let ops = history.read();
-            ["task:", "lease:", "election:"].iter().all(|r| {
-                ops.iter().any(|o| {
-                    o.kind == "write" && o.resource.starts_with(r) && o.start > healed && o.acked()
-                })
-            })
-        },
-    );
+    eventually("every kind of worker to write again after the faults", Duration::from_secs(60), || {
+        let ops = history.read();
+        ["task:", "lease:", "election:"]
+            .iter()
+            .all(|r| ops.iter().any(|o| o.kind == "write" && o.resource.starts_with(r) && o.start > healed && o.acked()))
+    });
     fleet.stop();
     stop_keeper.store(true, Ordering::Relaxed);
     keeper.join().expect("keeper");
 
     let ops = history.read();
-    eprintln!(
-        "nemesis soak: faults {faults:?}\nhistory {}: {}",
-        history.path(),
-        summary(&ops)
-    );
+    eprintln!("nemesis soak: faults {faults:?}\nhistory {}: {}", history.path(), summary(&ops));
     let violations = check(&mut connect(&db), &ops);
-    assert!(
-        violations.is_empty(),
-        "{} violations (seed {seed}), history in {}:\n{}",
-        violations.len(),
-        history.path(),
-        violations.join("\n")
-    );
-    let writes = ops
-        .iter()
-        .filter(|o| o.kind == "write" && o.acked())
-        .count();
-    assert!(
-        writes >= 100,
-        "enough acknowledged writes to mean something ({writes})"
-    );
+    assert!(violations.is_empty(), "{} violations (seed {seed}), history in {}:\n{}", violations.len(), history.path(), violations.join("\n"));
+    let writes = ops.iter().filter(|o| o.kind == "write" && o.acked()).count();
+    assert!(writes >= 100, "enough acknowledged writes to mean something ({writes})");
     if seconds >= 60 {
-        for fault in [
-            "SIGSTOP",
-            "pg_terminate_backend",
-            "stale write",
-            "server restart",
-        ] {
-            assert!(
-                faults.contains_key(fault),
-                "the nemesis never tried {fault}: {faults:?}"
-            );
+        for fault in ["SIGSTOP", "pg_terminate_backend", "stale write", "server restart"] {
+            assert!(faults.contains_key(fault), "the nemesis never tried {fault}: {faults:?}");
         }
     }
 }

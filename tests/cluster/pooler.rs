@@ -14,17 +14,9 @@ fn pooled(db: &str, application_name: &str) -> Client {
 /// Runs `clients` pooled clients for `run_for`; each repeatedly tries to take
 /// the resource with `acquire` and, when it did, records its holding period
 /// in `holds` (between acquire and release), then releases with `release`.
-fn contend(
-    db: &str,
-    clients: usize,
-    run_for: Duration,
-    acquire: &'static str,
-    release: &'static str,
-) {
+fn contend(db: &str, clients: usize, run_for: Duration, acquire: &'static str, release: &'static str) {
     connect(db)
-        .batch_execute(
-            "CREATE TABLE holds (owner text, token bigint, started timestamptz, ended timestamptz)",
-        )
+        .batch_execute("CREATE TABLE holds (owner text, token bigint, started timestamptz, ended timestamptz)")
         .expect("holds table");
     let until = Instant::now() + run_for;
     let workers: Vec<_> = (0..clients)
@@ -104,10 +96,7 @@ fn a_semaphore_has_at_most_max_holders() {
     );
     let mut c = connect(&db);
     let overlap = max_overlap(&mut c);
-    assert!(
-        (2..=3).contains(&overlap),
-        "at most 3 holders at once, and more than one ({overlap})"
-    );
+    assert!((2..=3).contains(&overlap), "at most 3 holders at once, and more than one ({overlap})");
 }
 
 #[test]
@@ -126,52 +115,23 @@ fn a_stale_lease_owner_is_fenced_out_after_expiry() {
         .expect("fenced table");
     let mut old = pooled(&db, "old-owner");
     let mut new = pooled(&db, "new-owner");
-    let t1: i64 = scalar(
-        &mut old,
-        "SELECT distlock.acquire_lease('report-writer', 'old', '300 ms')",
-    )
-    .expect("token")
-    .parse()
-    .expect("bigint");
-    old.batch_execute(&format!("INSERT INTO reports VALUES ('from old', {t1})"))
-        .expect("old writes while it holds");
+    let t1: i64 = scalar(&mut old, "SELECT distlock.acquire_lease('report-writer', 'old', '300 ms')")
+        .expect("token")
+        .parse()
+        .expect("bigint");
+    old.batch_execute(&format!("INSERT INTO reports VALUES ('from old', {t1})")).expect("old writes while it holds");
     eventually("the old lease to expire", Duration::from_secs(5), || {
-        scalar(
-            &mut new,
-            "SELECT distlock.acquire_lease('report-writer', 'new', '1 minute')",
-        )
-        .is_some()
+        scalar(&mut new, "SELECT distlock.acquire_lease('report-writer', 'new', '1 minute')").is_some()
     });
-    let t2: i64 = scalar(
-        &mut new,
-        "SELECT token FROM distlock.leases WHERE name = 'report-writer'",
-    )
-    .expect("token")
-    .parse()
-    .expect("bigint");
+    let t2: i64 = scalar(&mut new, "SELECT token FROM distlock.leases WHERE name = 'report-writer'")
+        .expect("token")
+        .parse()
+        .expect("bigint");
     assert!(t2 > t1);
-    assert_eq!(
-        sqlstate(old.batch_execute(&format!("INSERT INTO reports VALUES ('late', {t1})"))),
-        "40001"
-    );
-    assert_eq!(
-        scalar(
-            &mut old,
-            "SELECT distlock.renew_lease('report-writer', 'old', '1 minute')"
-        )
-        .as_deref(),
-        Some("f")
-    );
-    assert_eq!(
-        scalar(
-            &mut old,
-            "SELECT distlock.release_lease('report-writer', 'old')"
-        )
-        .as_deref(),
-        Some("f")
-    );
-    new.batch_execute(&format!("INSERT INTO reports VALUES ('from new', {t2})"))
-        .expect("new writes");
+    assert_eq!(sqlstate(old.batch_execute(&format!("INSERT INTO reports VALUES ('late', {t1})"))), "40001");
+    assert_eq!(scalar(&mut old, "SELECT distlock.renew_lease('report-writer', 'old', '1 minute')").as_deref(), Some("f"));
+    assert_eq!(scalar(&mut old, "SELECT distlock.release_lease('report-writer', 'old')").as_deref(), Some("f"));
+    new.batch_execute(&format!("INSERT INTO reports VALUES ('from new', {t2})")).expect("new writes");
     assert_eq!(count(&mut setup, "SELECT 1 FROM reports"), 2);
 }
 
@@ -213,18 +173,8 @@ fn elections_have_one_leader_per_term_and_terms_increase() {
         n.join().expect("node");
     }
     let mut c = connect(&db);
-    assert!(
-        count(&mut c, "SELECT DISTINCT term FROM observed") >= 3,
-        "leadership changed hands"
-    );
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT term FROM observed GROUP BY term HAVING count(DISTINCT node) > 1"
-        ),
-        0,
-        "one leader per term"
-    );
+    assert!(count(&mut c, "SELECT DISTINCT term FROM observed") >= 3, "leadership changed hands");
+    assert_eq!(count(&mut c, "SELECT term FROM observed GROUP BY term HAVING count(DISTINCT node) > 1"), 0, "one leader per term");
     assert_eq!(
         count(&mut c, "SELECT 1 FROM (SELECT term, lag(term) OVER (ORDER BY at) AS prev FROM observed) s WHERE term < prev"),
         0,
@@ -262,13 +212,7 @@ fn the_job_queue_works_through_pgbouncer() {
     let mut c = connect(&db);
     assert_eq!(count(&mut c, "SELECT DISTINCT job FROM done"), 300);
     assert_eq!(count(&mut c, "SELECT 1 FROM done"), 300);
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT 1 FROM distlock.jobs WHERE status = 'completed'"
-        ),
-        300
-    );
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.jobs WHERE status = 'completed'"), 300);
 }
 
 /// Transaction-level lock calls are safe behind the pooler: the lock ends
@@ -277,9 +221,7 @@ fn the_job_queue_works_through_pgbouncer() {
 #[test]
 fn transaction_level_lock_calls_serialize_through_pgbouncer() {
     let db = fresh_db("pooler_xact_lock");
-    connect(&db)
-        .batch_execute("CREATE TABLE counter (n int); INSERT INTO counter VALUES (0)")
-        .expect("counter");
+    connect(&db).batch_execute("CREATE TABLE counter (n int); INSERT INTO counter VALUES (0)").expect("counter");
     let (clients, rounds) = (12, 15);
     let workers: Vec<_> = (0..clients)
         .map(|i| {
@@ -306,11 +248,8 @@ fn transaction_level_lock_calls_serialize_through_pgbouncer() {
     let n: i32 = c.query_one("SELECT n FROM counter", &[]).expect("n").get(0);
     assert_eq!(n, clients * rounds, "no lost update");
     assert_eq!(
-        count(
-            &mut c,
-            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 \
-                       AND ((classid::bigint << 32) | objid::bigint) = distlock.lock_id('counter')"
-        ),
+        count(&mut c, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 \
+                       AND ((classid::bigint << 32) | objid::bigint) = distlock.lock_id('counter')"),
         0,
         "nothing left held on the pooled server connections"
     );
@@ -368,25 +307,10 @@ fn lease_mode_task_claims_run_each_task_once_through_pgbouncer() {
     }
     let mut c = connect(&db);
     assert_eq!(count(&mut c, "SELECT 1 FROM runs"), 60);
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT 1 FROM distlock.task_execution_log WHERE status = 'completed'"
-        ),
-        60
-    );
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT 1 FROM distlock.task_execution_log WHERE status <> 'completed'"
-        ),
-        0
-    );
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'completed'"), 60);
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status <> 'completed'"), 0);
     assert!(
-        count(
-            &mut c,
-            "SELECT 1 FROM runs WHERE backends[1] <> backends[2] OR backends[2] <> backends[3]"
-        ) > 0,
+        count(&mut c, "SELECT 1 FROM runs WHERE backends[1] <> backends[2] OR backends[2] <> backends[3]") > 0,
         "some claims were renewed or recorded on another server connection"
     );
 }

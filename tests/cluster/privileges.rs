@@ -7,11 +7,7 @@ use crate::support::*;
 const PUBLIC_FUNCTIONS: &[&str] = &[];
 
 fn rows(c: &mut Client, sql: &str) -> Vec<String> {
-    c.query(sql, &[])
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
+    c.query(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e:?}")).iter().map(|r| r.get(0)).collect()
 }
 
 fn lint(c: &mut Client, install: &str) {
@@ -21,14 +17,8 @@ fn lint(c: &mut Client, install: &str) {
           WHERE p.pronamespace = 'distlock'::regnamespace \
             AND has_function_privilege('public', p.oid, 'EXECUTE') ORDER BY 1",
     );
-    let unexpected: Vec<_> = public_functions
-        .iter()
-        .filter(|f| !PUBLIC_FUNCTIONS.contains(&f.as_str()))
-        .collect();
-    assert!(
-        unexpected.is_empty(),
-        "{install}: functions executable by PUBLIC: {unexpected:?}"
-    );
+    let unexpected: Vec<_> = public_functions.iter().filter(|f| !PUBLIC_FUNCTIONS.contains(&f.as_str())).collect();
+    assert!(unexpected.is_empty(), "{install}: functions executable by PUBLIC: {unexpected:?}");
 
     let unpinned_definers = rows(
         c,
@@ -36,10 +26,7 @@ fn lint(c: &mut Client, install: &str) {
           WHERE p.pronamespace = 'distlock'::regnamespace AND p.prosecdef \
             AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) s WHERE s LIKE 'search\\_path=%') ORDER BY 1",
     );
-    assert!(
-        unpinned_definers.is_empty(),
-        "{install}: SECURITY DEFINER without a pinned search_path: {unpinned_definers:?}"
-    );
+    assert!(unpinned_definers.is_empty(), "{install}: SECURITY DEFINER without a pinned search_path: {unpinned_definers:?}");
 
     let writable = rows(
         c,
@@ -50,10 +37,7 @@ fn lint(c: &mut Client, install: &str) {
             AND a.grantee <> c.relowner \
             AND a.privilege_type IN ('INSERT', 'UPDATE', 'DELETE', 'TRUNCATE') ORDER BY 1",
     );
-    assert!(
-        writable.is_empty(),
-        "{install}: tables writable by roles other than the owner: {writable:?}"
-    );
+    assert!(writable.is_empty(), "{install}: tables writable by roles other than the owner: {writable:?}");
 
     let sequences = rows(
         c,
@@ -63,10 +47,7 @@ fn lint(c: &mut Client, install: &str) {
           WHERE c.relnamespace = 'distlock'::regnamespace AND c.relkind = 'S' \
             AND a.grantee <> c.relowner ORDER BY 1",
     );
-    assert!(
-        sequences.is_empty(),
-        "{install}: sequences usable by roles other than the owner: {sequences:?}"
-    );
+    assert!(sequences.is_empty(), "{install}: sequences usable by roles other than the owner: {sequences:?}");
 
     let public_relations = rows(
         c,
@@ -74,10 +55,7 @@ fn lint(c: &mut Client, install: &str) {
           WHERE c.relnamespace = 'distlock'::regnamespace \
             AND EXISTS (SELECT 1 FROM aclexplode(c.relacl) a WHERE a.grantee = 0) ORDER BY 1",
     );
-    assert!(
-        public_relations.is_empty(),
-        "{install}: relations with PUBLIC privileges: {public_relations:?}"
-    );
+    assert!(public_relations.is_empty(), "{install}: relations with PUBLIC privileges: {public_relations:?}");
 }
 
 #[test]
@@ -87,12 +65,8 @@ fn fresh_and_updated_installs_grant_nothing_to_public_and_no_table_writes_to_any
     lint(&mut connect_to(port, &fresh, "lint"), "fresh install");
 
     let mut admin = connect_to(port, "postgres", "lint");
-    admin
-        .batch_execute("DROP DATABASE IF EXISTS privileges_updated WITH (FORCE)")
-        .expect("drop");
-    admin
-        .batch_execute("CREATE DATABASE privileges_updated")
-        .expect("create");
+    admin.batch_execute("DROP DATABASE IF EXISTS privileges_updated WITH (FORCE)").expect("drop");
+    admin.batch_execute("CREATE DATABASE privileges_updated").expect("create");
     let mut updated = connect_to(port, "privileges_updated", "lint");
     // A worker role granted what 0.1.0's README asked for keeps none of the
     // table writes or sequence use after the update.
@@ -115,8 +89,7 @@ fn fresh_and_updated_installs_grant_nothing_to_public_and_no_table_writes_to_any
 /// database that held its grants from an earlier run.
 fn fresh_roles(c: &mut Client, roles: &[&str]) {
     for role in roles {
-        c.batch_execute(&format!("DROP ROLE IF EXISTS {role}; CREATE ROLE {role}"))
-            .expect("role");
+        c.batch_execute(&format!("DROP ROLE IF EXISTS {role}; CREATE ROLE {role}")).expect("role");
     }
 }
 
@@ -130,10 +103,7 @@ fn snapshot(c: &mut Client) -> Vec<String> {
     tables
         .iter()
         .flat_map(|table| {
-            rows(
-                c,
-                &format!("SELECT '{table} ' || t::text FROM {table} t ORDER BY t::text"),
-            )
+            rows(c, &format!("SELECT '{table} ' || t::text FROM {table} t ORDER BY t::text"))
         })
         .collect()
 }
@@ -146,15 +116,7 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
     let port = plain_port();
     let db = fresh_db_on(port, "privileges_roles");
     let mut c = connect_to(port, &db, "privileges");
-    fresh_roles(
-        &mut c,
-        &[
-            "distlock_app_a",
-            "distlock_app_b",
-            "distlock_ops",
-            "distlock_watch",
-        ],
-    );
+    fresh_roles(&mut c, &["distlock_app_a", "distlock_app_b", "distlock_ops", "distlock_watch"]);
     c.batch_execute(
         "SELECT distlock.grant_capability(r, cap) \
            FROM unnest(ARRAY['distlock_app_a', 'distlock_app_b']::regrole[]) r, \
@@ -186,21 +148,12 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
         let result = as_role(&mut c, "distlock_app_a", |c| scalar(c, sql));
         assert!(result.is_some_and(|v| v != "f"), "distlock_app_a: {sql}");
     }
-    let job = rows(
-        &mut c,
-        "SELECT id::text FROM distlock.task_queue WHERE status = 'processing'",
-    )
-    .concat();
+    let job = rows(&mut c, "SELECT id::text FROM distlock.task_queue WHERE status = 'processing'").concat();
     // The claim A keeps running, to be refused to B below.
-    as_role(&mut c, "distlock_app_a", |c| {
-        scalar(c, "SELECT distlock.try_acquire_task_lock(2, 'a1')")
-    });
+    as_role(&mut c, "distlock_app_a", |c| scalar(c, "SELECT distlock.try_acquire_task_lock(2, 'a1')"));
     // And a lease-mode claim, renewed and released by token from anywhere.
     let lease_token = as_role(&mut c, "distlock_app_a", |c| {
-        scalar(
-            c,
-            "SELECT distlock.try_acquire_task_lease(3, 'a1', '1 hour')",
-        )
+        scalar(c, "SELECT distlock.try_acquire_task_lease(3, 'a1', '1 hour')")
     })
     .expect("lease-mode claim");
 
@@ -253,34 +206,20 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
         refused(&mut c, "distlock_app_b", &sql);
     }
     // The same session, now B: A's claim is A's.
-    refused(
-        &mut c,
-        "distlock_app_b",
-        "SELECT distlock.release_task_lock(2, 'a1', 'completed')",
-    );
+    refused(&mut c, "distlock_app_b", "SELECT distlock.release_task_lock(2, 'a1', 'completed')");
     // Taking with A's owner string gets nothing while A holds it.
     for sql in [
         "SELECT distlock.acquire_lease('shared-lease', 'node', '1 hour') IS NULL",
         "SELECT NOT distlock.acquire_semaphore('pool', 2, 'node', '1 hour')",
         "SELECT NOT is_leader FROM distlock.try_become_leader('group', 'node', '1 hour')",
     ] {
-        assert_eq!(
-            as_role(&mut c, "distlock_app_b", |c| scalar(c, sql)).as_deref(),
-            Some("t"),
-            "{sql}"
-        );
+        assert_eq!(as_role(&mut c, "distlock_app_b", |c| scalar(c, sql)).as_deref(), Some("t"), "{sql}");
     }
     assert_eq!(snapshot(&mut c), before, "refused calls changed nothing");
 
     // A monitor reads the views and can take nothing.
-    as_role(&mut c, "distlock_watch", |c| {
-        scalar(c, "SELECT count(*) FROM distlock.leases")
-    });
-    refused(
-        &mut c,
-        "distlock_watch",
-        "SELECT distlock.acquire_lease('x', 'y', '1 hour')",
-    );
+    as_role(&mut c, "distlock_watch", |c| scalar(c, "SELECT count(*) FROM distlock.leases"));
+    refused(&mut c, "distlock_watch", "SELECT distlock.acquire_lease('x', 'y', '1 hour')");
     // An admin acts on any role's holds.
     for sql in [
         "SELECT distlock.release_lease('shared-lease', 'node')".to_string(),
@@ -288,11 +227,7 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
         "SELECT distlock.resign_leader('group', 'node')".to_string(),
         format!("SELECT 't' FROM distlock.release_task_lease(3, {lease_token}, 'completed')"),
     ] {
-        assert_eq!(
-            as_role(&mut c, "distlock_ops", |c| scalar(c, &sql)).as_deref(),
-            Some("t"),
-            "admin: {sql}"
-        );
+        assert_eq!(as_role(&mut c, "distlock_ops", |c| scalar(c, &sql)).as_deref(), Some("t"), "admin: {sql}");
     }
     // An unknown capability is refused by grant and revoke alike, and
     // revoking it takes nothing away.
@@ -302,23 +237,12 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
     ] {
         assert_eq!(sqlstate(c.simple_query(sql)), "22023", "{sql}");
     }
-    assert_eq!(
-        scalar(
-            &mut c,
-            "SELECT has_schema_privilege('distlock_app_a', 'distlock', 'USAGE')"
-        )
-        .as_deref(),
-        Some("t")
-    );
+    assert_eq!(scalar(&mut c, "SELECT has_schema_privilege('distlock_app_a', 'distlock', 'USAGE')").as_deref(), Some("t"));
     // And A still settles its own.
     let own = "SELECT distlock.release_task_lock(2, 'a1', 'completed')";
     as_role(&mut c, "distlock_app_a", |c| scalar(c, own));
     assert_eq!(
-        as_role(&mut c, "distlock_app_a", |c| scalar(
-            c,
-            "SELECT distlock.release_semaphore('pool', 'node')"
-        ))
-        .as_deref(),
+        as_role(&mut c, "distlock_app_a", |c| scalar(c, "SELECT distlock.release_semaphore('pool', 'node')")).as_deref(),
         Some("t")
     );
 }
@@ -343,17 +267,11 @@ fn look_alike_objects_on_the_callers_search_path_are_never_used() {
          VALUES ('report', 'etl', '@hourly', now());",
     )
     .expect("setup");
-    c.batch_execute("SET ROLE distlock_hostile")
-        .expect("hostile");
+    c.batch_execute("SET ROLE distlock_hostile").expect("hostile");
     let mut plants = String::new();
     for (name, args, returns, value) in [
         ("now", "", "timestamptz", "'2000-01-01'::timestamptz"),
-        (
-            "clock_timestamp",
-            "",
-            "timestamptz",
-            "'2000-01-01'::timestamptz",
-        ),
+        ("clock_timestamp", "", "timestamptz", "'2000-01-01'::timestamptz"),
         ("nextval", "regclass", "bigint", "1"),
         ("pg_backend_pid", "", "int", "1"),
         ("random", "", "float8", "0"),
@@ -363,18 +281,9 @@ fn look_alike_objects_on_the_callers_search_path_are_never_used() {
         ("pg_try_advisory_lock", "bigint", "boolean", "true"),
         ("pg_advisory_unlock", "bigint", "boolean", "true"),
         ("pg_try_advisory_xact_lock", "bigint", "boolean", "true"),
-        (
-            "cron_next",
-            "text, timestamptz",
-            "timestamptz",
-            "'2000-01-01'::timestamptz",
-        ),
+        ("cron_next", "text, timestamptz", "timestamptz", "'2000-01-01'::timestamptz"),
     ] {
-        let call_args = if args.is_empty() {
-            String::new()
-        } else {
-            args.to_string()
-        };
+        let call_args = if args.is_empty() { String::new() } else { args.to_string() };
         plants.push_str(&format!(
             "CREATE FUNCTION public.{name}({call_args}) RETURNS {returns} LANGUAGE sql AS \
              $$ INSERT INTO public.side_effects VALUES ('{name}'); SELECT {value} $$;"
@@ -388,11 +297,7 @@ fn look_alike_objects_on_the_callers_search_path_are_never_used() {
         (">", "timestamptz", "timestamptz"),
         ("<", "bigint", "bigint"),
     ] {
-        let function = format!(
-            "plant_{}_{}",
-            left,
-            op.replace('=', "eq").replace('<', "lt").replace('>', "gt")
-        );
+        let function = format!("plant_{}_{}", left, op.replace('=', "eq").replace('<', "lt").replace('>', "gt"));
         plants.push_str(&format!(
             "CREATE FUNCTION public.{function}({left}, {right}) RETURNS boolean LANGUAGE sql AS \
              $$ INSERT INTO public.side_effects VALUES ('operator {op}'); SELECT true $$; \
@@ -409,30 +314,17 @@ fn look_alike_objects_on_the_callers_search_path_are_never_used() {
          $$ INSERT INTO public.side_effects VALUES ('operator +'); SELECT '2000-01-01'::timestamptz $$;",
     )
     .expect("plant +");
-    c.batch_execute(&plants)
-        .unwrap_or_else(|e| panic!("plants: {e}"));
-    for table in [
-        "task_queue",
-        "lease_state",
-        "semaphore_holders",
-        "semaphore_state",
-        "leader_state",
-        "scheduled_tasks",
-        "task_execution_log",
-        "lock_names",
-        "rate_limit_gcra",
-        "rate_limit_windows",
-        "id_generator",
-        "role_capabilities",
-    ] {
+    c.batch_execute(&plants).unwrap_or_else(|e| panic!("plants: {e}"));
+    for table in ["task_queue", "lease_state", "semaphore_holders", "semaphore_state", "leader_state",
+                  "scheduled_tasks", "task_execution_log", "lock_names", "rate_limit_gcra", "rate_limit_windows",
+                  "id_generator", "role_capabilities"] {
         c.batch_execute(&format!(
             "CREATE TABLE public.{table} (LIKE public.side_effects); \
              CREATE TEMP TABLE {table} (LIKE public.side_effects);"
         ))
         .expect("look-alike tables");
     }
-    c.batch_execute("SET search_path = pg_temp, public, pg_catalog")
-        .expect("hostile search_path");
+    c.batch_execute("SET search_path = pg_temp, public, pg_catalog").expect("hostile search_path");
     // The calls below qualify their own casts and operators: the plants are
     // meant for pg_distlock's statements, not for the test's.
 
@@ -467,11 +359,7 @@ fn look_alike_objects_on_the_callers_search_path_are_never_used() {
         assert_eq!(scalar(&mut c, sql).as_deref(), Some(expected), "{sql}");
     }
     // Lease-mode task claims: the token is passed from call to call.
-    let token = scalar(
-        &mut c,
-        "SELECT distlock.try_acquire_task_lease(1, 'h', '1 hour')",
-    )
-    .expect("lease claim");
+    let token = scalar(&mut c, "SELECT distlock.try_acquire_task_lease(1, 'h', '1 hour')").expect("lease claim");
     for (sql, expected) in [
         (format!("SELECT distlock.renew_task_lease(1, {token}, '1 hour') OPERATOR(pg_catalog.>) pg_catalog.now()"), "t"),
         (format!("SELECT distlock.check_fencing_token(1, {token})"), "t"),
@@ -481,28 +369,13 @@ fn look_alike_objects_on_the_callers_search_path_are_never_used() {
     ] {
         assert_eq!(scalar(&mut c, &sql).as_deref(), Some(expected), "{sql}");
     }
-    c.batch_execute("RESET ROLE; SET search_path = DEFAULT")
-        .expect("reset");
-    assert_eq!(
-        rows(&mut c, "SELECT what FROM public.side_effects"),
-        Vec::<String>::new(),
-        "planted objects ran"
-    );
+    c.batch_execute("RESET ROLE; SET search_path = DEFAULT").expect("reset");
+    assert_eq!(rows(&mut c, "SELECT what FROM public.side_effects"), Vec::<String>::new(), "planted objects ran");
     for table in ["task_queue", "lease_state", "scheduled_tasks", "lock_names"] {
-        assert_eq!(
-            count(&mut c, &format!("SELECT 1 FROM public.{table}")),
-            0,
-            "public.{table} was written"
-        );
+        assert_eq!(count(&mut c, &format!("SELECT 1 FROM public.{table}")), 0, "public.{table} was written");
     }
     // The real tables got the work.
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT 1 FROM distlock.task_execution_log WHERE status IN ('completed', 'failed')"
-        ),
-        3
-    );
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status IN ('completed', 'failed')"), 3);
     assert_eq!(count(&mut c, "SELECT 1 FROM distlock.completed_jobs"), 1);
 }
 
@@ -514,8 +387,7 @@ fn an_admin_defines_tasks_but_cannot_forge_a_token() {
     let db = fresh_db_on(port, "privileges_forge");
     let mut c = connect_to(port, &db, "privileges");
     fresh_roles(&mut c, &["distlock_forger"]);
-    c.batch_execute("SELECT distlock.grant_capability('distlock_forger', 'admin')")
-        .expect("admin");
+    c.batch_execute("SELECT distlock.grant_capability('distlock_forger', 'admin')").expect("admin");
     refused(
         &mut c,
         "distlock_forger",
@@ -526,11 +398,7 @@ fn an_admin_defines_tasks_but_cannot_forge_a_token() {
         "distlock_forger",
         "INSERT INTO distlock.scheduled_tasks (id, task_name, task_type, lease_expires_at) VALUES (100, 'forged', 'x', now())",
     );
-    refused(
-        &mut c,
-        "distlock_forger",
-        "UPDATE distlock.scheduled_tasks SET current_token = 1",
-    );
+    refused(&mut c, "distlock_forger", "UPDATE distlock.scheduled_tasks SET current_token = 1");
     as_role(&mut c, "distlock_forger", |c| {
         c.batch_execute(
             "INSERT INTO distlock.scheduled_tasks (id, task_name, task_type, schedule_cron, timeout) \
@@ -538,17 +406,11 @@ fn an_admin_defines_tasks_but_cannot_forge_a_token() {
         )
     })
     .expect("an admin defines a task");
-    assert_eq!(
-        scalar(&mut c, "SELECT distlock.check_fencing_token(100, 1)").as_deref(),
-        Some("f")
-    );
+    assert_eq!(scalar(&mut c, "SELECT distlock.check_fencing_token(100, 1)").as_deref(), Some("f"));
 }
 
 /// A connection that keeps the notices and warnings it receives.
-fn connect_keeping_notices(
-    port: u16,
-    db: &str,
-) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+fn connect_keeping_notices(port: u16, db: &str) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = notices.clone();
     let client = postgres::Config::new()
@@ -556,11 +418,7 @@ fn connect_keeping_notices(
         .port(port)
         .user("postgres")
         .dbname(db)
-        .notice_callback(move |notice| {
-            sink.lock()
-                .expect("notices")
-                .push(notice.message().to_string())
-        })
+        .notice_callback(move |notice| sink.lock().expect("notices").push(notice.message().to_string()))
         .connect(NoTls)
         .expect("connect");
     (client, notices)
@@ -576,22 +434,10 @@ fn an_update_resets_grants_to_the_capabilities_and_keeps_users_grants_out_of_pg_
     let port = plain_port();
     let mut admin = connect_to(port, "postgres", "privileges");
     for db in ["privileges_init", "privileges_restored"] {
-        admin
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
-            .expect("drop");
+        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).expect("drop");
     }
-    admin
-        .batch_execute("CREATE DATABASE privileges_init")
-        .expect("db");
-    fresh_roles(
-        &mut admin,
-        &[
-            "distlock_reader",
-            "distlock_consumer",
-            "distlock_legacy",
-            "distlock_admin",
-        ],
-    );
+    admin.batch_execute("CREATE DATABASE privileges_init").expect("db");
+    fresh_roles(&mut admin, &["distlock_reader", "distlock_consumer", "distlock_legacy", "distlock_admin"]);
     let (mut c, notices) = connect_keeping_notices(port, "privileges_init");
     // Users' grants recorded as the extension's own.
     let foreign_initial = |c: &mut Client| {
@@ -617,28 +463,19 @@ fn an_update_resets_grants_to_the_capabilities_and_keeps_users_grants_out_of_pg_
     )
     .expect("0.1.0, users' grants, 0.2.0 and capabilities");
     assert!(
-        foreign_initial(&mut c)
-            .iter()
-            .any(|line| line.contains("distlock_consumer")),
+        foreign_initial(&mut c).iter().any(|line| line.contains("distlock_consumer")),
         "the 0.1.0 -> 0.2.0 script records the grant it carries over as the extension's own"
     );
     notices.lock().expect("notices").clear();
-    c.batch_execute("ALTER EXTENSION pg_distlock UPDATE")
-        .expect("update");
+    c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
     let said = notices.lock().expect("notices").join("\n");
     for expected in [
         "revoked EXECUTE on function distlock.complete_task(bigint,text) from distlock_legacy",
         "revoked INSERT ON distlock.scheduled_tasks FROM distlock_admin",
     ] {
-        assert!(
-            said.contains(expected),
-            "no WARNING \"{expected}\" in:\n{said}"
-        );
+        assert!(said.contains(expected), "no WARNING \"{expected}\" in:\n{said}");
     }
-    assert!(
-        !said.contains("distlock_consumer"),
-        "a grant the consumer capability gives was taken away:\n{said}"
-    );
+    assert!(!said.contains("distlock_consumer"), "a grant the consumer capability gives was taken away:\n{said}");
     let privilege = |c: &mut Client, sql: &str| scalar(c, sql).as_deref() == Some("t");
     let consumer_consumes = "SELECT has_function_privilege('distlock_consumer', \
                               'distlock.consume_task(text, interval, interval, text[])', 'EXECUTE')";
@@ -646,42 +483,19 @@ fn an_update_resets_grants_to_the_capabilities_and_keeps_users_grants_out_of_pg_
     assert!(!privilege(&mut c, "SELECT has_function_privilege('distlock_legacy', 'distlock.complete_task(bigint, text)', 'EXECUTE')"));
     assert!(!privilege(&mut c, "SELECT has_column_privilege('distlock_admin', 'distlock.scheduled_tasks', 'current_token', 'INSERT')"));
     assert!(privilege(&mut c, "SELECT has_column_privilege('distlock_admin', 'distlock.scheduled_tasks', 'task_name', 'INSERT')"));
-    assert!(privilege(
-        &mut c,
-        "SELECT has_table_privilege('distlock_reader', 'distlock.queue_stats', 'SELECT')"
-    ));
+    assert!(privilege(&mut c, "SELECT has_table_privilege('distlock_reader', 'distlock.queue_stats', 'SELECT')"));
     let foreign = foreign_initial(&mut c);
-    assert!(
-        foreign.is_empty(),
-        "users' grants recorded as the extension's own: {foreign:?}"
-    );
+    assert!(foreign.is_empty(), "users' grants recorded as the extension's own: {foreign:?}");
 
     let dump = format!("/tmp/pg_distlock_privileges_{}.pgdump", std::process::id());
     pg_tool(port, "pg_dump", &["-Fc", "-f", &dump, "privileges_init"]);
-    admin
-        .batch_execute("DROP DATABASE IF EXISTS privileges_restored WITH (FORCE)")
-        .expect("drop");
-    admin
-        .batch_execute("CREATE DATABASE privileges_restored")
-        .expect("db");
-    pg_tool(
-        port,
-        "pg_restore",
-        &["--exit-on-error", "-d", "privileges_restored", &dump],
-    );
+    admin.batch_execute("DROP DATABASE IF EXISTS privileges_restored WITH (FORCE)").expect("drop");
+    admin.batch_execute("CREATE DATABASE privileges_restored").expect("db");
+    pg_tool(port, "pg_restore", &["--exit-on-error", "-d", "privileges_restored", &dump]);
     let _ = std::fs::remove_file(&dump);
     let mut restored = connect_to(port, "privileges_restored", "privileges");
-    assert!(
-        privilege(
-            &mut restored,
-            "SELECT has_table_privilege('distlock_reader', 'distlock.queue_stats', 'SELECT')"
-        ),
-        "a user's grant was lost in the restore"
-    );
-    assert!(
-        privilege(&mut restored, consumer_consumes),
-        "a user's grant was lost in the restore"
-    );
+    assert!(privilege(&mut restored, "SELECT has_table_privilege('distlock_reader', 'distlock.queue_stats', 'SELECT')"), "a user's grant was lost in the restore");
+    assert!(privilege(&mut restored, consumer_consumes), "a user's grant was lost in the restore");
     assert!(privilege(&mut restored, "SELECT has_column_privilege('distlock_admin', 'distlock.scheduled_tasks', 'task_name', 'INSERT')"));
     assert!(!privilege(&mut restored, "SELECT has_column_privilege('distlock_admin', 'distlock.scheduled_tasks', 'current_token', 'INSERT')"));
 }

@@ -67,21 +67,12 @@ fn sixteen_consumers_never_have_more_than_the_limit_processing() {
             })
         })
         .collect();
-    let results: Vec<(i64, i64)> = consumers
-        .into_iter()
-        .map(|h| h.join().expect("consumer"))
-        .collect();
+    let results: Vec<(i64, i64)> = consumers.into_iter().map(|h| h.join().expect("consumer")).collect();
     let peak = results.iter().map(|r| r.0).max().unwrap_or(0);
     let completed: i64 = results.iter().map(|r| r.1).sum();
     assert_eq!(completed, JOBS, "every job completed once");
-    assert!(
-        peak <= LIMIT,
-        "{peak} jobs of a queue limited to {LIMIT} were processing at once"
-    );
-    assert_eq!(
-        peak, LIMIT,
-        "the consumers never reached the limit: the test proves nothing"
-    );
+    assert!(peak <= LIMIT, "{peak} jobs of a queue limited to {LIMIT} were processing at once");
+    assert_eq!(peak, LIMIT, "the consumers never reached the limit: the test proves nothing");
 }
 
 /// A consumer waiting on a full queue looks again by itself (no completion
@@ -106,37 +97,26 @@ fn a_consumer_waiting_on_a_full_queue_takes_the_room_a_completion_makes() {
         let mut c = connect_to(primary_port(), &waiter_db, "waiter");
         let started = Instant::now();
         let got = c
-            .query("SELECT task_id FROM distlock.consume_task('waiter', p_wait => '20 seconds', p_queues => ARRAY['one'])", &[])
+            .query(
+                "SELECT task_id FROM distlock.consume_task('waiter', p_wait => '20 seconds', p_queues => ARRAY['one'])",
+                &[],
+            )
             .expect("wait for room");
         (got.len(), started.elapsed())
     });
-    // The waiter has found the queue full a few times over before room is made.
-    eventually(
-        "the waiter waits in the server",
-        Duration::from_secs(10),
-        || {
-            count(&mut holder, "SELECT 1 FROM pg_stat_activity WHERE application_name = 'waiter' AND wait_event = 'Extension'")
-            == 1
-        },
-    );
-    // Not a synchronization: time for the waiter's looks to space out.
+    eventually("the waiter waits in the server", Duration::from_secs(10), || {
+        let sql = "SELECT 1 FROM pg_stat_activity WHERE application_name = 'waiter' AND wait_event = 'Extension'";
+        count(&mut holder, sql) == 1
+    });
+    // Not a synchronization: time for the waiter's looks at the full queue to space out.
     thread::sleep(Duration::from_millis(1500));
-    assert!(
-        !waiter.is_finished(),
-        "the waiter left while the queue was full"
-    );
+    assert!(!waiter.is_finished(), "the waiter left while the queue was full");
     let done: bool = holder
-        .query_one(
-            "SELECT distlock.complete_task($1, 'holder', $2)",
-            &[&held.0, &held.1],
-        )
+        .query_one("SELECT distlock.complete_task($1, 'holder', $2)", &[&held.0, &held.1])
         .expect("complete")
         .get(0);
     assert!(done, "the holder's job completes");
     let (got, elapsed) = waiter.join().expect("waiter");
     assert_eq!(got, 1, "the waiter took the second job");
-    assert!(
-        elapsed < Duration::from_secs(10),
-        "the waiter looked again only after {elapsed:?}"
-    );
+    assert!(elapsed < Duration::from_secs(10), "the waiter looked again only after {elapsed:?}");
 }

@@ -55,35 +55,23 @@ fn start_waiting_on(
         let started = Instant::now();
         let rows = c.simple_query(&sql)?;
         let job = rows.iter().find_map(|m| match m {
-            postgres::SimpleQueryMessage::Row(row) => {
-                row.get(0).map(|v| v.parse::<i64>().expect("id"))
-            }
+            postgres::SimpleQueryMessage::Row(row) => row.get(0).map(|v| v.parse::<i64>().expect("id")),
             _ => None,
         });
-        Ok(Waited {
-            job,
-            took: started.elapsed(),
-        })
+        Ok(Waited { job, took: started.elapsed() })
     });
-    eventually(
-        &format!("{worker} to sleep in the server"),
-        Duration::from_secs(10),
-        || sleeping(server_port, db) > before,
-    );
+    eventually(&format!("{worker} to sleep in the server"), Duration::from_secs(10), || {
+        sleeping(server_port, db) > before
+    });
     handle
 }
 
-fn finish(
-    handle: thread::JoinHandle<Result<Waited, postgres::Error>>,
-) -> Result<Waited, postgres::Error> {
+fn finish(handle: thread::JoinHandle<Result<Waited, postgres::Error>>) -> Result<Waited, postgres::Error> {
     handle.join().expect("waiting thread")
 }
 
 fn enqueue(c: &mut Client, name: &str) -> i64 {
-    scalar(c, &format!("SELECT distlock.enqueue_task('{name}')"))
-        .expect("id")
-        .parse()
-        .expect("id")
+    scalar(c, &format!("SELECT distlock.enqueue_task('{name}')")).expect("id").parse().expect("id")
 }
 
 /// A consumer of a paused queue that holds a job sleeps (start_waiting_on
@@ -92,34 +80,16 @@ fn enqueue(c: &mut Client, name: &str) -> i64 {
 fn a_waiting_consumer_of_a_paused_queue_sleeps_until_it_is_resumed() {
     let db = fresh_db("queue_wait_paused");
     let mut admin = connect(&db);
-    admin
-        .batch_execute("SELECT distlock.pause_queue('email')")
-        .expect("pause");
-    let job: i64 = scalar(
-        &mut admin,
-        "SELECT distlock.enqueue_task('job', p_queue => 'email')",
-    )
-    .expect("id")
-    .parse()
-    .expect("id");
-    let waiter = start_waiting_on(
-        primary_port(),
-        primary_port(),
-        &db,
-        "mailer",
-        "60 seconds",
-        "ARRAY['email']",
-    );
+    admin.batch_execute("SELECT distlock.pause_queue('email')").expect("pause");
+    let job: i64 = scalar(&mut admin, "SELECT distlock.enqueue_task('job', p_queue => 'email')")
+        .expect("id")
+        .parse()
+        .expect("id");
+    let waiter = start_waiting_on(primary_port(), primary_port(), &db, "mailer", "60 seconds", "ARRAY['email']");
     let resumed = Instant::now();
-    admin
-        .batch_execute("SELECT distlock.resume_queue('email')")
-        .expect("resume");
+    admin.batch_execute("SELECT distlock.resume_queue('email')").expect("resume");
     assert_eq!(finish(waiter).expect("wait").job, Some(job));
-    assert!(
-        resumed.elapsed() < Duration::from_secs(5),
-        "took the job {:?} after the resume",
-        resumed.elapsed()
-    );
+    assert!(resumed.elapsed() < Duration::from_secs(5), "took the job {:?} after the resume", resumed.elapsed());
 }
 
 /// A consumer waiting on one queue sleeps through another queue's job and
@@ -128,42 +98,22 @@ fn a_waiting_consumer_of_a_paused_queue_sleeps_until_it_is_resumed() {
 fn a_waiting_consumer_of_one_queue_takes_only_that_queues_jobs() {
     let db = fresh_db("queue_wait_routing");
     let mut producer = connect(&db);
-    let waiter = start_waiting_on(
-        primary_port(),
-        primary_port(),
-        &db,
-        "mailer",
-        "60 seconds",
-        "ARRAY['email']",
-    );
+    let waiter = start_waiting_on(primary_port(), primary_port(), &db, "mailer", "60 seconds", "ARRAY['email']");
     let enqueue_in = |c: &mut Client, queue: &str| -> i64 {
-        scalar(
-            c,
-            &format!("SELECT distlock.enqueue_task('job', p_queue => '{queue}')"),
-        )
-        .expect("id")
-        .parse()
-        .expect("id")
+        scalar(c, &format!("SELECT distlock.enqueue_task('job', p_queue => '{queue}')")).expect("id").parse().expect("id")
     };
     let thumbnail = enqueue_in(&mut producer, "thumbnails");
     let email = enqueue_in(&mut producer, "email");
     assert_eq!(finish(waiter).expect("wait").job, Some(email));
     assert_eq!(
-        scalar(
-            &mut producer,
-            &format!("SELECT status FROM distlock.jobs WHERE id = {thumbnail}")
-        )
-        .as_deref(),
+        scalar(&mut producer, &format!("SELECT status FROM distlock.jobs WHERE id = {thumbnail}")).as_deref(),
         Some("pending"),
         "the other queue's job is left for its own consumers"
     );
 }
 
 fn wakeups(c: &mut Client) -> i64 {
-    scalar(c, "SELECT wakeups FROM distlock.queue_wait_stats()")
-        .expect("wakeups")
-        .parse()
-        .expect("wakeups")
+    scalar(c, "SELECT wakeups FROM distlock.queue_wait_stats()").expect("wakeups").parse().expect("wakeups")
 }
 
 /// A commit wakes as many waiting consumers as it made jobs runnable, of
@@ -174,46 +124,17 @@ fn a_commit_wakes_one_waiting_consumer_per_job_of_its_queue_and_a_claim_wakes_no
     let db = fresh_db("queue_wait_herd");
     let mut producer = connect(&db);
     let waiters_a: Vec<_> = (0..6)
-        .map(|i| {
-            start_waiting_on(
-                primary_port(),
-                primary_port(),
-                &db,
-                &format!("a-{i}"),
-                "60 seconds",
-                "ARRAY['a']",
-            )
-        })
+        .map(|i| start_waiting_on(primary_port(), primary_port(), &db, &format!("a-{i}"), "60 seconds", "ARRAY['a']"))
         .collect();
     let waiters_b: Vec<_> = (0..4)
-        .map(|i| {
-            start_waiting_on(
-                primary_port(),
-                primary_port(),
-                &db,
-                &format!("b-{i}"),
-                "60 seconds",
-                "ARRAY['b', 'x']",
-            )
-        })
+        .map(|i| start_waiting_on(primary_port(), primary_port(), &db, &format!("b-{i}"), "60 seconds", "ARRAY['b', 'x']"))
         .collect();
-    assert_eq!(
-        scalar(
-            &mut producer,
-            "SELECT sleeping FROM distlock.queue_wait_stats()"
-        )
-        .as_deref(),
-        Some("10")
-    );
+    assert_eq!(scalar(&mut producer, "SELECT sleeping FROM distlock.queue_wait_stats()").as_deref(), Some("10"));
     let before = wakeups(&mut producer);
     let job = enqueue_into(&mut producer, "a");
     let (woken, asleep): (Vec<_>, Vec<_>) = settle_waiters(waiters_a, 1);
     assert_eq!(woken, [job], "one consumer of queue a took the job");
-    assert_eq!(
-        wakeups(&mut producer) - before,
-        1,
-        "the enqueue woke one consumer, and its claim none"
-    );
+    assert_eq!(wakeups(&mut producer) - before, 1, "the enqueue woke one consumer, and its claim none");
 
     producer
         .batch_execute(
@@ -222,45 +143,21 @@ fn a_commit_wakes_one_waiting_consumer_per_job_of_its_queue_and_a_claim_wakes_no
         )
         .expect("four jobs");
     let (woken_b, asleep_b) = settle_waiters(waiters_b, 3);
-    assert_eq!(
-        woken_b.len(),
-        3,
-        "three consumers of queue b took the three jobs"
-    );
-    assert_eq!(
-        wakeups(&mut producer) - before,
-        4,
-        "three more wake-ups, none for the queue nobody waits on"
-    );
-    assert_eq!(
-        scalar(
-            &mut producer,
-            "SELECT sleeping FROM distlock.queue_wait_stats()"
-        )
-        .as_deref(),
-        Some("6")
-    );
+    assert_eq!(woken_b.len(), 3, "three consumers of queue b took the three jobs");
+    assert_eq!(wakeups(&mut producer) - before, 4, "three more wake-ups, none for the queue nobody waits on");
+    assert_eq!(scalar(&mut producer, "SELECT sleeping FROM distlock.queue_wait_stats()").as_deref(), Some("6"));
     producer
         .batch_execute(&format!(
             "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Extension'"
         ))
         .expect("cancel the others");
     for waiter in asleep.into_iter().chain(asleep_b) {
-        assert!(
-            finish(waiter).is_err(),
-            "a consumer left waiting was cancelled"
-        );
+        assert!(finish(waiter).is_err(), "a consumer left waiting was cancelled");
     }
 }
 
 fn enqueue_into(c: &mut Client, queue: &str) -> i64 {
-    scalar(
-        c,
-        &format!("SELECT distlock.enqueue_task('job', p_queue => '{queue}')"),
-    )
-    .expect("id")
-    .parse()
-    .expect("id")
+    scalar(c, &format!("SELECT distlock.enqueue_task('job', p_queue => '{queue}')")).expect("id").parse().expect("id")
 }
 
 type Waiter = thread::JoinHandle<Result<Waited, postgres::Error>>;
@@ -268,17 +165,12 @@ type Waiter = thread::JoinHandle<Result<Waited, postgres::Error>>;
 /// Waits until `returned` of `waiters` have returned; their jobs, and the
 /// waiters still waiting (the wake-up count shows that no other was woken).
 fn settle_waiters(waiters: Vec<Waiter>, returned: usize) -> (Vec<i64>, Vec<Waiter>) {
-    eventually(
-        "the woken consumers to return",
-        Duration::from_secs(10),
-        || waiters.iter().filter(|w| w.is_finished()).count() >= returned,
-    );
+    eventually("the woken consumers to return", Duration::from_secs(10), || {
+        waiters.iter().filter(|w| w.is_finished()).count() >= returned
+    });
     let (done, waiting): (Vec<_>, Vec<_>) = waiters.into_iter().partition(|w| w.is_finished());
     assert_eq!(done.len(), returned, "only the woken consumers returned");
-    let jobs = done
-        .into_iter()
-        .map(|w| finish(w).expect("wait").job.expect("a job"))
-        .collect();
+    let jobs = done.into_iter().map(|w| finish(w).expect("wait").job.expect("a job")).collect();
     (jobs, waiting)
 }
 
@@ -288,27 +180,17 @@ fn a_committed_enqueue_wakes_a_waiting_consumer_and_a_rolled_back_one_does_not()
     let mut producer = connect(&db);
 
     let waiter = start_waiting(primary_port(), primary_port(), &db, "w1", "3 seconds");
-    producer
-        .batch_execute("BEGIN; SELECT distlock.enqueue_task('rolled-back'); ROLLBACK;")
-        .expect("rollback");
+    producer.batch_execute("BEGIN; SELECT distlock.enqueue_task('rolled-back'); ROLLBACK;").expect("rollback");
     let got = finish(waiter).expect("wait");
     assert_eq!(got.job, None, "a rolled-back job was handed out");
-    assert!(
-        got.took >= Duration::from_millis(2900),
-        "returned after {:?} of a 3 s wait",
-        got.took
-    );
+    assert!(got.took >= Duration::from_millis(2900), "returned after {:?} of a 3 s wait", got.took);
 
     let waiter = start_waiting(primary_port(), primary_port(), &db, "w2", "60 seconds");
     let committed = Instant::now();
     let id = enqueue(&mut producer, "committed");
     let got = finish(waiter).expect("wait");
     assert_eq!(got.job, Some(id));
-    assert!(
-        committed.elapsed() < Duration::from_secs(5),
-        "woken {:?} after the commit",
-        committed.elapsed()
-    );
+    assert!(committed.elapsed() < Duration::from_secs(5), "woken {:?} after the commit", committed.elapsed());
 }
 
 #[test]
@@ -318,23 +200,13 @@ fn a_claim_rolled_back_wakes_a_waiting_consumer() {
     let id = enqueue(&mut producer, "job");
     let mut first = connect(&db);
     first.batch_execute("BEGIN").expect("begin");
-    assert_eq!(
-        scalar(
-            &mut first,
-            "SELECT task_id FROM distlock.consume_task('first')"
-        ),
-        Some(id.to_string())
-    );
+    assert_eq!(scalar(&mut first, "SELECT task_id FROM distlock.consume_task('first')"), Some(id.to_string()));
     let waiter = start_waiting(primary_port(), primary_port(), &db, "second", "60 seconds");
     let rolled_back = Instant::now();
     first.batch_execute("ROLLBACK").expect("rollback");
     let got = finish(waiter).expect("wait");
     assert_eq!(got.job, Some(id));
-    assert!(
-        rolled_back.elapsed() < Duration::from_secs(5),
-        "woken {:?} after the rollback",
-        rolled_back.elapsed()
-    );
+    assert!(rolled_back.elapsed() < Duration::from_secs(5), "woken {:?} after the rollback", rolled_back.elapsed());
 }
 
 #[test]
@@ -343,29 +215,14 @@ fn a_lease_running_out_wakes_a_waiting_consumer() {
     let mut producer = connect(&db);
     let id = enqueue(&mut producer, "job");
     // A consumer that claims and then goes silent.
-    assert_eq!(
-        scalar(
-            &mut producer,
-            "SELECT task_id FROM distlock.consume_task('gone', '2 seconds')"
-        ),
-        Some(id.to_string())
-    );
+    assert_eq!(scalar(&mut producer, "SELECT task_id FROM distlock.consume_task('gone', '2 seconds')"), Some(id.to_string()));
     let claimed = Instant::now();
     let waiter = start_waiting(primary_port(), primary_port(), &db, "next", "60 seconds");
     let got = finish(waiter).expect("wait");
     assert_eq!(got.job, Some(id));
     let after = claimed.elapsed();
-    assert!(
-        after >= Duration::from_millis(1900) && after < Duration::from_secs(10),
-        "taken over {after:?} after the claim"
-    );
-    assert_eq!(
-        scalar(
-            &mut producer,
-            &format!("SELECT attempts FROM distlock.jobs WHERE id = {id}")
-        ),
-        Some("2".into())
-    );
+    assert!(after >= Duration::from_millis(1900) && after < Duration::from_secs(10), "taken over {after:?} after the claim");
+    assert_eq!(scalar(&mut producer, &format!("SELECT attempts FROM distlock.jobs WHERE id = {id}")), Some("2".into()));
 }
 
 #[test]
@@ -375,84 +232,46 @@ fn a_waiting_consumer_stops_at_cancel_and_statement_timeout() {
     let pid = backend_pid(&mut c);
     let waiter = thread::spawn(move || {
         let started = Instant::now();
-        let result =
-            c.simple_query("SELECT * FROM distlock.consume_task('w', p_wait => '60 seconds')");
+        let result = c.simple_query("SELECT * FROM distlock.consume_task('w', p_wait => '60 seconds')");
         (sqlstate(result), started.elapsed(), c)
     });
     let mut admin = connect(&db);
     eventually("the consumer to wait", Duration::from_secs(10), || {
-        scalar(
-            &mut admin,
-            &format!("SELECT wait_event_type FROM pg_stat_activity WHERE pid = {pid}"),
-        )
-        .as_deref()
+        scalar(&mut admin, &format!("SELECT wait_event_type FROM pg_stat_activity WHERE pid = {pid}")).as_deref()
             == Some("Extension")
     });
-    admin
-        .batch_execute(&format!("SELECT pg_cancel_backend({pid})"))
-        .expect("cancel");
+    admin.batch_execute(&format!("SELECT pg_cancel_backend({pid})")).expect("cancel");
     let (state, took, mut c) = waiter.join().expect("thread");
     assert_eq!(state, "57014");
     assert!(took < Duration::from_secs(10), "cancel took {took:?}");
 
-    c.batch_execute("SET statement_timeout = '300ms'")
-        .expect("set");
+    c.batch_execute("SET statement_timeout = '300ms'").expect("set");
     let started = Instant::now();
-    assert_eq!(
-        sqlstate(
-            c.simple_query("SELECT * FROM distlock.consume_task('w', p_wait => '60 seconds')")
-        ),
-        "57014"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "statement_timeout took {:?}",
-        started.elapsed()
-    );
+    assert_eq!(sqlstate(c.simple_query("SELECT * FROM distlock.consume_task('w', p_wait => '60 seconds')")), "57014");
+    assert!(started.elapsed() < Duration::from_secs(10), "statement_timeout took {:?}", started.elapsed());
     // The session is usable afterwards and no longer counted as sleeping:
     // a claim in another session is not slowed by wake-ups.
     c.batch_execute("RESET statement_timeout").expect("reset");
-    assert_eq!(
-        scalar(&mut c, "SELECT count(*) FROM distlock.consume_task('w')"),
-        Some("0".into())
-    );
+    assert_eq!(scalar(&mut c, "SELECT count(*) FROM distlock.consume_task('w')"), Some("0".into()));
 }
 
 #[test]
 fn waiting_is_refused_where_the_snapshot_cannot_move() {
     let db = fresh_db("queue_wait_isolation");
     let mut c = connect(&db);
-    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        .expect("begin");
-    assert_eq!(
-        sqlstate(c.simple_query("SELECT * FROM distlock.consume_task('w', p_wait => '1 second')")),
-        "0A000"
-    );
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").expect("begin");
+    assert_eq!(sqlstate(c.simple_query("SELECT * FROM distlock.consume_task('w', p_wait => '1 second')")), "0A000");
 }
 
 #[test]
 fn a_consumer_waits_through_pgbouncer_holding_one_server_connection() {
     let db = fresh_db("queue_wait_pooler");
     // Three of the pool's four server connections wait; the fourth still serves.
-    let waiters: Vec<_> = (0..3)
-        .map(|i| {
-            start_waiting(
-                pooler_port(),
-                primary_port(),
-                &db,
-                &format!("pooled-{i}"),
-                "60 seconds",
-            )
-        })
-        .collect();
+    let waiters: Vec<_> =
+        (0..3).map(|i| start_waiting(pooler_port(), primary_port(), &db, &format!("pooled-{i}"), "60 seconds")).collect();
     let mut producer = connect_to(pooler_port(), &db, "producer");
-    let ids: Vec<i64> = (0..3)
-        .map(|i| enqueue(&mut producer, &format!("job-{i}")))
-        .collect();
-    let mut got: Vec<i64> = waiters
-        .into_iter()
-        .map(|w| finish(w).expect("wait").job.expect("a job"))
-        .collect();
+    let ids: Vec<i64> = (0..3).map(|i| enqueue(&mut producer, &format!("job-{i}"))).collect();
+    let mut got: Vec<i64> = waiters.into_iter().map(|w| finish(w).expect("wait").job.expect("a job")).collect();
     got.sort_unstable();
     assert_eq!(got, ids);
 }
@@ -465,11 +284,7 @@ fn without_preload_a_waiting_consumer_still_gets_the_job() {
     let committed = Instant::now();
     let id = enqueue(&mut producer, "job");
     assert_eq!(finish(waiter).expect("wait").job, Some(id));
-    assert!(
-        committed.elapsed() < Duration::from_secs(5),
-        "found {:?} after the commit",
-        committed.elapsed()
-    );
+    assert!(committed.elapsed() < Duration::from_secs(5), "found {:?} after the commit", committed.elapsed());
 }
 
 /// CPU ticks (user + system, 1/100 s) a server process has used so far.
@@ -490,42 +305,25 @@ fn a_waiting_consumer_does_not_spin_on_a_locked_expired_job() {
     let db = fresh_db("queue_wait_locked_expired");
     let mut c = connect(&db);
     let job = enqueue(&mut c, "stuck");
-    c.batch_execute("SELECT * FROM distlock.consume_task('gone', '1 second')")
-        .expect("claim with a short lease");
+    c.batch_execute("SELECT * FROM distlock.consume_task('gone', '1 second')").expect("claim with a short lease");
     let mut locker = connect(&db);
     locker
-        .batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM distlock.task_queue WHERE id = {job} FOR UPDATE"
-        ))
+        .batch_execute(&format!("BEGIN; SELECT 1 FROM distlock.task_queue WHERE id = {job} FOR UPDATE"))
         .expect("lock the job's row");
     eventually("the lease to run out", Duration::from_secs(10), || {
-        count(
-            &mut c,
-            &format!("SELECT 1 FROM distlock.jobs WHERE id = {job} AND lease_expires_at < now()"),
-        ) == 1
+        count(&mut c, &format!("SELECT 1 FROM distlock.jobs WHERE id = {job} AND lease_expires_at < now()")) == 1
     });
     let mut waiter = connect(&db);
     let pid = backend_pid(&mut waiter);
     let before = cpu_ticks(pid);
     let started = Instant::now();
-    let got = waiter
-        .query(
-            "SELECT task_id FROM distlock.consume_task('w', '1 minute', '3 seconds')",
-            &[],
-        )
-        .expect("wait");
+    let got = waiter.query("SELECT task_id FROM distlock.consume_task('w', '1 minute', '3 seconds')", &[]).expect("wait");
     let took = started.elapsed();
     let used = cpu_ticks(pid) - before;
     locker.batch_execute("ROLLBACK").expect("unlock");
     assert!(got.is_empty(), "the locked job was handed out");
-    assert!(
-        took >= Duration::from_millis(2900),
-        "the wait ended early: {took:?}"
-    );
-    assert!(
-        used <= 3,
-        "the waiting backend used {used} CPU ticks in 3 s (idle is 0; spinning used 27)"
-    );
+    assert!(took >= Duration::from_millis(2900), "the wait ended early: {took:?}");
+    assert!(used <= 3, "the waiting backend used {used} CPU ticks in 3 s (idle is 0; spinning used 27)");
 }
 
 /// A waiting consumer names its wait in pg_stat_activity: `DistlockQueueWait`
@@ -533,11 +331,7 @@ fn a_waiting_consumer_does_not_spin_on_a_locked_expired_job() {
 /// before; in both modes (condition variable and latch).
 #[test]
 fn a_waiting_consumer_shows_a_named_wait_event() {
-    let expected = if PG_MAJOR >= 17 {
-        "DistlockQueueWait"
-    } else {
-        "Extension"
-    };
+    let expected = if PG_MAJOR >= 17 { "DistlockQueueWait" } else { "Extension" };
     for (mode, port) in storage_modes() {
         let db = fresh_db_on(port, &format!("queue_wait_event_{mode}"));
         let waiter = start_waiting(port, port, &db, "named", "60 seconds");
@@ -549,11 +343,7 @@ fn a_waiting_consumer_shows_a_named_wait_event() {
                   WHERE datname = '{db}' AND application_name = 'named'"
             ),
         );
-        assert_eq!(
-            shown.as_deref(),
-            Some(format!("Extension/{expected}").as_str()),
-            "{mode} mode"
-        );
+        assert_eq!(shown.as_deref(), Some(format!("Extension/{expected}").as_str()), "{mode} mode");
         enqueue(&mut watcher, "wake");
         assert!(finish(waiter).expect("wait").job.is_some(), "{mode} mode");
     }

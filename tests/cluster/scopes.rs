@@ -13,13 +13,10 @@ fn two_tenants(name: &str, capabilities: &[&str]) -> (Client, String, String) {
     let mut c = connect_to(port, &db, "scopes");
     let (a, b) = (format!("{name}_a"), format!("{name}_b"));
     for (role, scope) in [(&a, "a."), (&b, "b.")] {
-        c.batch_execute(&format!("DROP ROLE IF EXISTS {role}; CREATE ROLE {role}"))
-            .expect("role");
+        c.batch_execute(&format!("DROP ROLE IF EXISTS {role}; CREATE ROLE {role}")).expect("role");
         for capability in capabilities {
-            c.batch_execute(&format!(
-                "SELECT distlock.grant_capability('{role}', '{capability}', '{scope}')"
-            ))
-            .expect("grant");
+            c.batch_execute(&format!("SELECT distlock.grant_capability('{role}', '{capability}', '{scope}')"))
+                .expect("grant");
         }
     }
     (c, a, b)
@@ -30,11 +27,7 @@ fn allowed(c: &mut Client, role: &str, sql: &str) -> Option<String> {
 }
 
 fn texts(c: &mut Client, sql: &str) -> Vec<String> {
-    c.query(sql, &[])
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
+    c.query(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e:?}")).iter().map(|r| r.get(0)).collect()
 }
 
 /// "A scoped worker claims only tasks whose name or type is in its scope:
@@ -49,18 +42,11 @@ fn a_scoped_worker_claims_only_tasks_whose_name_or_type_is_in_its_scope() {
     )
     .expect("tasks");
     let claimed = as_role(&mut c, &a, |c| {
-        let mut ids = texts(
-            c,
-            "SELECT task_id::text FROM distlock.try_acquire_multiple_tasks('wa', 10) ORDER BY 1",
-        );
+        let mut ids = texts(c, "SELECT task_id::text FROM distlock.try_acquire_multiple_tasks('wa', 10) ORDER BY 1");
         ids.extend(texts(c, "SELECT task_id::text FROM distlock.worker_fetch_and_execute_task('wa', '1 hour') WHERE acquired"));
         ids
     });
-    assert_eq!(
-        claimed,
-        ["1", "3"],
-        "A claims its task by name and the one typed a.kind, nothing else"
-    );
+    assert_eq!(claimed, ["1", "3"], "A claims its task by name and the one typed a.kind, nothing else");
     for sql in [
         "SELECT distlock.try_acquire_task_lock(2, 'wa')",
         "SELECT distlock.try_acquire_task_lease(4, 'wa', '1 hour')",
@@ -73,10 +59,7 @@ fn a_scoped_worker_claims_only_tasks_whose_name_or_type_is_in_its_scope() {
         "the refused claims took nothing"
     );
     let claimed_by_b = as_role(&mut c, &b, |c| {
-        texts(
-            c,
-            "SELECT task_id::text FROM distlock.try_acquire_multiple_tasks('wb', 10) ORDER BY 1",
-        )
+        texts(c, "SELECT task_id::text FROM distlock.try_acquire_multiple_tasks('wb', 10) ORDER BY 1")
     });
     assert_eq!(claimed_by_b, ["2", "4"]);
 }
@@ -90,33 +73,11 @@ fn a_scoped_worker_neither_takes_nor_reads_names_outside_its_scope() {
     let (mut c, a, b) = two_tenants("scopes_names", &["worker"]);
     c.batch_execute("INSERT INTO distlock.scheduled_tasks (id, task_name, task_type) VALUES (2, 'b.report', 'etl')")
         .expect("task");
-    let b_token = allowed(
-        &mut c,
-        &b,
-        "SELECT distlock.try_acquire_task_lease(2, 'wb', '1 hour')",
-    )
-    .expect("b claims");
-    let b_lease = allowed(
-        &mut c,
-        &b,
-        "SELECT distlock.acquire_lease('b.lease', 'nb', '1 hour')",
-    )
-    .expect("b lease");
-    allowed(
-        &mut c,
-        &b,
-        "SELECT distlock.acquire_semaphore('b.sem', 2, 'nb', '1 hour')",
-    );
-    allowed(
-        &mut c,
-        &b,
-        "SELECT is_leader FROM distlock.try_become_leader('b.group', 'nb', '1 hour')",
-    );
-    allowed(
-        &mut c,
-        &b,
-        "SELECT distlock.check_rate_limit('b.key', 5, 60)",
-    );
+    let b_token = allowed(&mut c, &b, "SELECT distlock.try_acquire_task_lease(2, 'wb', '1 hour')").expect("b claims");
+    let b_lease = allowed(&mut c, &b, "SELECT distlock.acquire_lease('b.lease', 'nb', '1 hour')").expect("b lease");
+    allowed(&mut c, &b, "SELECT distlock.acquire_semaphore('b.sem', 2, 'nb', '1 hour')");
+    allowed(&mut c, &b, "SELECT is_leader FROM distlock.try_become_leader('b.group', 'nb', '1 hour')");
+    allowed(&mut c, &b, "SELECT distlock.check_rate_limit('b.key', 5, 60)");
     for sql in [
         format!("SELECT distlock.check_fencing_token(2, {b_token})"),
         format!("SELECT distlock.check_lease_token('b.lease', {b_lease})"),
@@ -134,59 +95,17 @@ fn a_scoped_worker_neither_takes_nor_reads_names_outside_its_scope() {
         refused(&mut c, &a, &sql);
     }
     // The same calls in A's own scope go through.
-    assert_eq!(
-        allowed(
-            &mut c,
-            &a,
-            "SELECT distlock.acquire_lease('a.lease', 'na', '1 hour') IS NOT NULL"
-        )
-        .as_deref(),
-        Some("t")
-    );
-    assert_eq!(
-        allowed(
-            &mut c,
-            &a,
-            "SELECT distlock.acquire_semaphore('a.sem', 2, 'na', '1 hour')"
-        )
-        .as_deref(),
-        Some("t")
-    );
-    assert_eq!(
-        allowed(
-            &mut c,
-            &a,
-            "SELECT is_leader FROM distlock.try_become_leader('a.group', 'na', '1 hour')"
-        )
-        .as_deref(),
-        Some("t")
-    );
-    assert_eq!(
-        allowed(
-            &mut c,
-            &a,
-            "SELECT distlock.check_rate_limit('a.key', 5, 60)"
-        )
-        .as_deref(),
-        Some("t")
-    );
+    assert_eq!(allowed(&mut c, &a, "SELECT distlock.acquire_lease('a.lease', 'na', '1 hour') IS NOT NULL").as_deref(), Some("t"));
+    assert_eq!(allowed(&mut c, &a, "SELECT distlock.acquire_semaphore('a.sem', 2, 'na', '1 hour')").as_deref(), Some("t"));
+    assert_eq!(allowed(&mut c, &a, "SELECT is_leader FROM distlock.try_become_leader('a.group', 'na', '1 hour')").as_deref(), Some("t"));
+    assert_eq!(allowed(&mut c, &a, "SELECT distlock.check_rate_limit('a.key', 5, 60)").as_deref(), Some("t"));
     // B's holds are untouched.
     assert_eq!(
-        allowed(
-            &mut c,
-            &b,
-            &format!("SELECT distlock.check_lease_token('b.lease', {b_lease})")
-        )
-        .as_deref(),
+        allowed(&mut c, &b, &format!("SELECT distlock.check_lease_token('b.lease', {b_lease})")).as_deref(),
         Some("t")
     );
     assert_eq!(
-        allowed(
-            &mut c,
-            &b,
-            &format!("SELECT distlock.check_fencing_token(2, {b_token})")
-        )
-        .as_deref(),
+        allowed(&mut c, &b, &format!("SELECT distlock.check_fencing_token(2, {b_token})")).as_deref(),
         Some("t")
     );
 }
@@ -198,28 +117,14 @@ fn scoped_producers_and_consumers_stay_in_their_scope() {
     let (mut c, a, b) = two_tenants("scopes_queue", &["producer", "consumer"]);
     allowed(&mut c, &b, "SELECT distlock.enqueue_task('b.invoice', '{\"secret\": 1}', now() - interval '1 hour', 9)");
     allowed(&mut c, &a, "SELECT distlock.enqueue_task('a.mail', '{}')");
-    refused(
-        &mut c,
-        &a,
-        "SELECT distlock.enqueue_task('b.invoice', '{}')",
-    );
+    refused(&mut c, &a, "SELECT distlock.enqueue_task('b.invoice', '{}')");
     let got = as_role(&mut c, &a, |c| {
-        texts(
-            c,
-            "SELECT task_name FROM distlock.consume_tasks(10, 'wa', '1 hour') ORDER BY 1",
-        )
+        texts(c, "SELECT task_name FROM distlock.consume_tasks(10, 'wa', '1 hour') ORDER BY 1")
     });
-    assert_eq!(
-        got,
-        ["a.mail"],
-        "A never receives B's older, higher-priority job"
-    );
+    assert_eq!(got, ["a.mail"], "A never receives B's older, higher-priority job");
     // Waiting: A's wait ends empty while B's job stays pending.
     let waited = as_role(&mut c, &a, |c| {
-        texts(
-            c,
-            "SELECT task_name FROM distlock.consume_task('wa', '1 hour', '0.3 seconds')",
-        )
+        texts(c, "SELECT task_name FROM distlock.consume_task('wa', '1 hour', '0.3 seconds')")
     });
     assert!(waited.is_empty(), "A's wait gave it {waited:?}");
     let got_by_b = as_role(&mut c, &b, |c| {
@@ -265,25 +170,15 @@ fn a_scoped_monitor_sees_only_rows_named_in_its_scope() {
     let waiter_db = db.to_string();
     let waiter = std::thread::spawn(move || {
         let mut w = connect_to(primary_port(), &waiter_db, "waiter-b");
-        w.batch_execute(&format!(
-            "SET ROLE {b}; SELECT distlock.lock(424242::bigint, '3 seconds')"
-        ))
-        .ok();
+        w.batch_execute(&format!("SET ROLE {b}; SELECT distlock.lock(424242::bigint, '3 seconds')")).ok();
     });
-    eventually(
-        "the waiter waits",
-        std::time::Duration::from_secs(10),
-        || {
-            count(&mut c, "SELECT 1 FROM pg_stat_activity WHERE application_name = 'waiter-b' AND wait_event_type = 'Lock'") == 1
-        },
-    );
+    eventually("the waiter waits", std::time::Duration::from_secs(10), || {
+        count(&mut c, "SELECT 1 FROM pg_stat_activity WHERE application_name = 'waiter-b' AND wait_event_type = 'Lock'") == 1
+    });
     let views = [
         ("distlock.running_tasks", "task_name"),
         ("distlock.task_stats", "task_name"),
-        (
-            "distlock.advisory_locks",
-            "coalesce(task_name, key_name, key::text, key1::text)",
-        ),
+        ("distlock.advisory_locks", "coalesce(task_name, key_name, key::text, key1::text)"),
         ("distlock.leases", "name"),
         ("distlock.leaders", "group_name"),
         ("distlock.queue_stats", "task_name"),
@@ -293,31 +188,14 @@ fn a_scoped_monitor_sees_only_rows_named_in_its_scope() {
         let sql = format!("SELECT {column} FROM {view} ORDER BY 1");
         let seen_by_a = as_role(&mut c, &a, |c| texts(c, &sql));
         assert!(!seen_by_a.is_empty(), "{view}: A sees none of its own rows");
-        assert!(
-            seen_by_a.iter().all(|name| name.starts_with("a.")),
-            "{view}: A sees {seen_by_a:?}"
-        );
+        assert!(seen_by_a.iter().all(|name| name.starts_with("a.")), "{view}: A sees {seen_by_a:?}");
         let seen_by_owner = texts(&mut c, &sql);
-        assert!(
-            seen_by_owner.iter().any(|name| !name.starts_with("a.")),
-            "{view}: the owner sees all: {seen_by_owner:?}"
-        );
+        assert!(seen_by_owner.iter().any(|name| !name.starts_with("a.")), "{view}: the owner sees all: {seen_by_owner:?}");
     }
-    let waits_seen_by_a = as_role(&mut c, &a, |c| {
-        count(c, "SELECT * FROM distlock.lock_waits")
-    });
-    assert_eq!(
-        waits_seen_by_a, 0,
-        "a wait for a bigint lock is hidden from a scoped monitor"
-    );
-    assert_eq!(
-        count(&mut c, "SELECT * FROM distlock.lock_waits"),
-        1,
-        "and shown to the owner"
-    );
-    holder_b
-        .batch_execute("SELECT distlock.unlock_all()")
-        .expect("unlock");
+    let waits_seen_by_a = as_role(&mut c, &a, |c| count(c, "SELECT * FROM distlock.lock_waits"));
+    assert_eq!(waits_seen_by_a, 0, "a wait for a bigint lock is hidden from a scoped monitor");
+    assert_eq!(count(&mut c, "SELECT * FROM distlock.lock_waits"), 1, "and shown to the owner");
+    holder_b.batch_execute("SELECT distlock.unlock_all()").expect("unlock");
     waiter.join().expect("waiter");
 }
 
@@ -328,70 +206,38 @@ fn a_scoped_monitor_sees_only_rows_named_in_its_scope() {
 fn scopes_follow_membership_and_changes_reach_running_sessions() {
     let (mut c, a, b) = two_tenants("scopes_changes", &["worker"]);
     let mut session = connect_to(primary_port(), "scopes_changes", "tenant-a");
-    session
-        .batch_execute(&format!("SET ROLE {a}"))
-        .expect("set role");
+    session.batch_execute(&format!("SET ROLE {a}")).expect("set role");
     let lease = |s: &mut Client, name: &str| {
-        s.simple_query(&format!(
-            "SELECT distlock.acquire_lease('{name}', 'na', '1 hour')"
-        ))
-        .map(|_| ())
+        s.simple_query(&format!("SELECT distlock.acquire_lease('{name}', 'na', '1 hour')")).map(|_| ())
     };
     lease(&mut session, "a.x").expect("in scope");
     assert_eq!(sqlstate(lease(&mut session, "b.x")), "42501");
 
-    c.batch_execute(&format!(
-        "SELECT distlock.grant_capability('{a}', 'worker', 'b.')"
-    ))
-    .expect("rescope");
-    assert_eq!(
-        sqlstate(lease(&mut session, "a.y")),
-        "42501",
-        "the new scope replaces the old one"
-    );
+    c.batch_execute(&format!("SELECT distlock.grant_capability('{a}', 'worker', 'b.')")).expect("rescope");
+    assert_eq!(sqlstate(lease(&mut session, "a.y")), "42501", "the new scope replaces the old one");
     lease(&mut session, "b.y").expect("the new scope");
 
     // A member of B: the union of both scopes.
-    c.batch_execute(&format!(
-        "SELECT distlock.grant_capability('{a}', 'worker', 'a.'); GRANT {b} TO {a}"
-    ))
-    .expect("member");
+    c.batch_execute(&format!("SELECT distlock.grant_capability('{a}', 'worker', 'a.'); GRANT {b} TO {a}"))
+        .expect("member");
     lease(&mut session, "a.z").expect("its own scope");
     assert_eq!(sqlstate(lease(&mut session, "c.z")), "42501");
-    c.batch_execute(&format!(
-        "SELECT distlock.grant_capability('{b}', 'worker')"
-    ))
-    .expect("b unscoped");
+    c.batch_execute(&format!("SELECT distlock.grant_capability('{b}', 'worker')")).expect("b unscoped");
     lease(&mut session, "c.z").expect("B's unscoped grant reaches its member");
-    c.batch_execute(&format!("REVOKE {b} FROM {a}"))
-        .expect("not a member");
-    assert_eq!(
-        sqlstate(lease(&mut session, "c.w")),
-        "42501",
-        "membership gone, scope back"
-    );
+    c.batch_execute(&format!("REVOKE {b} FROM {a}")).expect("not a member");
+    assert_eq!(sqlstate(lease(&mut session, "c.w")), "42501", "membership gone, scope back");
 
-    c.batch_execute(&format!("SELECT distlock.grant_capability('{a}', 'admin')"))
-        .expect("admin");
+    c.batch_execute(&format!("SELECT distlock.grant_capability('{a}', 'admin')")).expect("admin");
     lease(&mut session, "c.w").expect("an admin's scope is every name");
-    c.batch_execute(&format!(
-        "SELECT distlock.revoke_capability('{a}', 'admin')"
-    ))
-    .expect("no admin");
-    assert_eq!(
-        sqlstate(lease(&mut session, "c.v")),
-        "42501",
-        "revoking admin keeps the worker scope"
-    );
+    c.batch_execute(&format!("SELECT distlock.revoke_capability('{a}', 'admin')")).expect("no admin");
+    assert_eq!(sqlstate(lease(&mut session, "c.v")), "42501", "revoking admin keeps the worker scope");
     assert_eq!(
         scalar(&mut c, &format!("SELECT scope FROM distlock.role_capabilities WHERE role = '{a}'::regrole AND capability = 'worker'"))
             .as_deref(),
         Some("a."),
     );
     for (scope, capability) in [("''", "worker"), ("'x'", "admin")] {
-        let result = c.simple_query(&format!(
-            "SELECT distlock.grant_capability('{a}', '{capability}', {scope})"
-        ));
+        let result = c.simple_query(&format!("SELECT distlock.grant_capability('{a}', '{capability}', {scope})"));
         assert_eq!(sqlstate(result), "22023", "scope {scope} for {capability}");
     }
 }
@@ -410,38 +256,13 @@ fn without_scopes_names_are_one_namespace() {
     }
     c.batch_execute("INSERT INTO distlock.scheduled_tasks (id, task_name, task_type) VALUES (1, 'a.report', 'etl')")
         .expect("task");
-    allowed(
-        &mut c,
-        &a,
-        "SELECT distlock.enqueue_task('a.invoice', '{\"secret\": 1}')",
-    );
-    let got = as_role(&mut c, &b, |c| {
-        texts(
-            c,
-            "SELECT payload::text FROM distlock.consume_tasks(10, 'wb', '1 hour')",
-        )
-    });
+    allowed(&mut c, &a, "SELECT distlock.enqueue_task('a.invoice', '{\"secret\": 1}')");
+    let got = as_role(&mut c, &b, |c| texts(c, "SELECT payload::text FROM distlock.consume_tasks(10, 'wb', '1 hour')"));
+    assert_eq!(got, ["{\"secret\": 1}"], "B receives A's job and its payload");
+    assert_eq!(allowed(&mut c, &b, "SELECT distlock.try_acquire_task_lock(1, 'wb')").as_deref(), Some("t"));
+    allowed(&mut c, &a, "SELECT is_leader FROM distlock.try_become_leader('a.group', 'node-of-a', '1 hour')");
     assert_eq!(
-        got,
-        ["{\"secret\": 1}"],
-        "B receives A's job and its payload"
-    );
-    assert_eq!(
-        allowed(&mut c, &b, "SELECT distlock.try_acquire_task_lock(1, 'wb')").as_deref(),
-        Some("t")
-    );
-    allowed(
-        &mut c,
-        &a,
-        "SELECT is_leader FROM distlock.try_become_leader('a.group', 'node-of-a', '1 hour')",
-    );
-    assert_eq!(
-        allowed(
-            &mut c,
-            &b,
-            "SELECT leader FROM distlock.try_become_leader('a.group', 'nb', '1 hour')"
-        )
-        .as_deref(),
+        allowed(&mut c, &b, "SELECT leader FROM distlock.try_become_leader('a.group', 'nb', '1 hour')").as_deref(),
         Some("node-of-a"),
         "B learns who leads A's group"
     );
@@ -453,33 +274,12 @@ fn without_scopes_names_are_one_namespace() {
 fn a_semaphore_has_one_limit_for_every_role() {
     let (mut c, a, b) = two_tenants("scopes_semaphore", &[]);
     for role in [&a, &b] {
-        c.batch_execute(&format!(
-            "SELECT distlock.grant_capability('{role}', 'worker')"
-        ))
-        .expect("worker");
+        c.batch_execute(&format!("SELECT distlock.grant_capability('{role}', 'worker')")).expect("worker");
     }
-    assert_eq!(
-        allowed(
-            &mut c,
-            &a,
-            "SELECT distlock.acquire_semaphore('s', 1, 'na', '1 hour')"
-        )
-        .as_deref(),
-        Some("t")
-    );
-    let result = as_role(&mut c, &b, |c| {
-        c.simple_query("SELECT distlock.acquire_semaphore('s', 1000, 'nb', '1 hour')")
-    });
+    assert_eq!(allowed(&mut c, &a, "SELECT distlock.acquire_semaphore('s', 1, 'na', '1 hour')").as_deref(), Some("t"));
+    let result = as_role(&mut c, &b, |c| c.simple_query("SELECT distlock.acquire_semaphore('s', 1000, 'nb', '1 hour')"));
     assert_eq!(sqlstate(result), "22023");
-    assert_eq!(
-        allowed(
-            &mut c,
-            &b,
-            "SELECT distlock.acquire_semaphore('s', 1, 'nb', '1 hour')"
-        )
-        .as_deref(),
-        Some("f")
-    );
+    assert_eq!(allowed(&mut c, &b, "SELECT distlock.acquire_semaphore('s', 1, 'nb', '1 hour')").as_deref(), Some("f"));
 }
 
 /// "Leases, semaphore slots and leaderships last at most
@@ -489,10 +289,7 @@ fn a_semaphore_has_one_limit_for_every_role() {
 fn no_role_holds_a_name_longer_than_max_hold_ttl() {
     let (mut c, a, b) = two_tenants("scopes_ttl", &[]);
     for role in [&a, &b] {
-        c.batch_execute(&format!(
-            "SELECT distlock.grant_capability('{role}', 'worker')"
-        ))
-        .expect("worker");
+        c.batch_execute(&format!("SELECT distlock.grant_capability('{role}', 'worker')")).expect("worker");
     }
     for sql in [
         "SELECT distlock.acquire_lease('x', 'na', '1 day 1 second')",
@@ -502,29 +299,14 @@ fn no_role_holds_a_name_longer_than_max_hold_ttl() {
         let result = as_role(&mut c, &a, |c| c.simple_query(sql));
         assert_eq!(sqlstate(result), "22023", "{sql}");
     }
-    c.batch_execute("SET distlock.max_hold_ttl = '1s'")
-        .expect("superuser sets it");
-    allowed(
-        &mut c,
-        &a,
-        "SELECT distlock.acquire_lease('x', 'na', '1 second')",
-    );
+    c.batch_execute("SET distlock.max_hold_ttl = '1s'").expect("superuser sets it");
+    allowed(&mut c, &a, "SELECT distlock.acquire_lease('x', 'na', '1 second')");
     let taken = |c: &mut Client| {
-        as_role(c, &b, |c| {
-            scalar(
-                c,
-                "SELECT distlock.acquire_lease('x', 'nb', '1 second') IS NOT NULL",
-            )
-        })
-        .as_deref()
+        as_role(c, &b, |c| scalar(c, "SELECT distlock.acquire_lease('x', 'nb', '1 second') IS NOT NULL")).as_deref()
             == Some("t")
     };
     assert!(!taken(&mut c), "A holds it");
-    eventually(
-        "B takes the name once A's lease ran out",
-        std::time::Duration::from_secs(5),
-        || taken(&mut c),
-    );
+    eventually("B takes the name once A's lease ran out", std::time::Duration::from_secs(5), || taken(&mut c));
 }
 
 /// "Not isolated even with scopes: advisory locks (`lock`, `try_lock`: a
@@ -532,17 +314,10 @@ fn no_role_holds_a_name_longer_than_max_hold_ttl() {
 #[test]
 fn advisory_locks_are_not_scoped() {
     let (mut c, a, b) = two_tenants("scopes_locks", &["worker"]);
-    assert_eq!(
-        allowed(&mut c, &a, "SELECT distlock.try_lock('b.lock')").as_deref(),
-        Some("t")
-    );
+    assert_eq!(allowed(&mut c, &a, "SELECT distlock.try_lock('b.lock')").as_deref(), Some("t"));
     let mut other = connect_to(primary_port(), "scopes_locks", "tenant-b");
     other.batch_execute(&format!("SET ROLE {b}")).expect("role");
-    assert_eq!(
-        scalar(&mut other, "SELECT distlock.try_lock('b.lock')").as_deref(),
-        Some("f"),
-        "A holds B's name"
-    );
+    assert_eq!(scalar(&mut other, "SELECT distlock.try_lock('b.lock')").as_deref(), Some("f"), "A holds B's name");
 }
 
 /// "... A change reaches running sessions": also the first scoped grant of
@@ -551,28 +326,16 @@ fn advisory_locks_are_not_scoped() {
 #[test]
 fn the_first_scoped_grant_reaches_running_sessions() {
     let (mut c, a, _) = two_tenants("scopes_first", &[]);
-    c.batch_execute(&format!(
-        "SELECT distlock.grant_capability('{a}', 'worker')"
-    ))
-    .expect("unscoped");
+    c.batch_execute(&format!("SELECT distlock.grant_capability('{a}', 'worker')")).expect("unscoped");
     let mut session = connect_to(primary_port(), "scopes_first", "tenant-a");
-    session
-        .batch_execute(&format!("SET ROLE {a}"))
-        .expect("set role");
+    session.batch_execute(&format!("SET ROLE {a}")).expect("set role");
     let limited = |s: &mut Client, key: &str| {
-        s.simple_query(&format!("SELECT distlock.check_rate_limit('{key}', 5, 60)"))
-            .map(|_| ())
+        s.simple_query(&format!("SELECT distlock.check_rate_limit('{key}', 5, 60)")).map(|_| ())
     };
     limited(&mut session, "b.key").expect("no scope anywhere yet");
-    c.batch_execute(&format!(
-        "SELECT distlock.grant_capability('{a}', 'worker', 'a.')"
-    ))
-    .expect("scoped");
+    c.batch_execute(&format!("SELECT distlock.grant_capability('{a}', 'worker', 'a.')")).expect("scoped");
     assert_eq!(sqlstate(limited(&mut session, "b.key")), "42501");
     limited(&mut session, "a.key").expect("in scope");
-    c.batch_execute(&format!(
-        "SELECT distlock.grant_capability('{a}', 'worker')"
-    ))
-    .expect("unscoped again");
+    c.batch_execute(&format!("SELECT distlock.grant_capability('{a}', 'worker')")).expect("unscoped again");
     limited(&mut session, "b.key").expect("no scope anywhere again");
 }

@@ -31,20 +31,12 @@ fn library_statements() -> Vec<(String, String)> {
         .filter(|path| path.extension().is_some_and(|e| e == "sql"))
         .map(|path| {
             let sql = std::fs::read_to_string(&path).expect("read statement");
-            let name = path
-                .file_name()
-                .expect("name")
-                .to_string_lossy()
-                .into_owned();
+            let name = path.file_name().expect("name").to_string_lossy().into_owned();
             (name, sql.trim().trim_end_matches(';').to_string())
         })
         .collect();
     statements.sort();
-    assert!(
-        statements.len() > 50,
-        "read only {} statements",
-        statements.len()
-    );
+    assert!(statements.len() > 50, "read only {} statements", statements.len());
     statements
 }
 
@@ -55,58 +47,29 @@ fn the_library_runs_no_sql_outside_sql_queries() {
     let mut inline = Vec::new();
     let mut stack = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
     let starts_statement = |line: &str| {
-        [
-            "\"SELECT ",
-            "\"INSERT ",
-            "\"UPDATE ",
-            "\"DELETE ",
-            "\"WITH ",
-            "\"CALL ",
-            "\"DO ",
-            "\"LOCK ",
-        ]
-        .iter()
-        .any(|start| line.contains(start))
+        ["\"SELECT ", "\"INSERT ", "\"UPDATE ", "\"DELETE ", "\"WITH ", "\"CALL ", "\"DO ", "\"LOCK "]
+            .iter()
+            .any(|start| line.contains(start))
     };
     while let Some(path) = stack.pop() {
         if path.is_dir() {
-            stack.extend(
-                std::fs::read_dir(&path)
-                    .expect("dir")
-                    .map(|e| e.expect("entry").path()),
-            );
+            stack.extend(std::fs::read_dir(&path).expect("dir").map(|e| e.expect("entry").path()));
             continue;
         }
-        let name = path
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .into_owned();
+        let name = path.file_name().expect("name").to_string_lossy().into_owned();
         if !name.ends_with(".rs") || name.ends_with("_tests.rs") || name == "test_sql.rs" {
             continue;
         }
         let source = std::fs::read_to_string(&path).expect("read");
         // Test modules at the end of a file run their own SQL, as a test.
-        let library_part = source
-            .split("#[cfg(any(test, feature = \"pg_test\"))]\n#[pg_schema]")
-            .next()
-            .unwrap_or("");
+        let library_part = source.split("#[cfg(any(test, feature = \"pg_test\"))]\n#[pg_schema]").next().unwrap_or("");
         for (number, line) in library_part.lines().enumerate() {
             if starts_statement(line) {
-                inline.push(format!(
-                    "{}:{}: {}",
-                    path.display(),
-                    number + 1,
-                    line.trim()
-                ));
+                inline.push(format!("{}:{}: {}", path.display(), number + 1, line.trim()));
             }
         }
     }
-    assert!(
-        inline.is_empty(),
-        "SQL written inline instead of in sql/queries:\n{}",
-        inline.join("\n")
-    );
+    assert!(inline.is_empty(), "SQL written inline instead of in sql/queries:\n{}", inline.join("\n"));
 }
 
 /// An object one of the statements depends on.
@@ -125,18 +88,14 @@ fn declared_parameters(file: &str, sql: &str) -> Vec<String> {
         .lines()
         .find_map(|line| line.strip_prefix("-- params:"))
         .unwrap_or_else(|| panic!("{file} has no \"-- params:\" line"));
-    list.split(',')
-        .map(|t| t.trim().to_string())
-        .filter(|t| t != "none")
-        .collect()
+    list.split(',').map(|t| t.trim().to_string()).filter(|t| t != "none").collect()
 }
 
 /// Compiles each statement, with the parameter types the library prepares
 /// it with, into a `BEGIN ATOMIC` function and reads what PostgreSQL
 /// recorded that function depends on.
 fn objects_the_statements_use(c: &mut Client) -> BTreeSet<Used> {
-    c.batch_execute("DROP SCHEMA IF EXISTS probe CASCADE; CREATE SCHEMA probe")
-        .expect("probe schema");
+    c.batch_execute("DROP SCHEMA IF EXISTS probe CASCADE; CREATE SCHEMA probe").expect("probe schema");
     let mut used = BTreeSet::new();
     for (number, (file, sql)) in library_statements().iter().enumerate() {
         let types = declared_parameters(file, sql);
@@ -175,16 +134,8 @@ fn objects_the_statements_use(c: &mut Client) -> BTreeSet<Used> {
 /// field that names a type (consttype, resulttype, vartype, paramtype, ...).
 fn node_tree_oids(tree: &str) -> Vec<(String, u32)> {
     let mut found = Vec::new();
-    let tokens: Vec<&str> = tree
-        .split(|ch: char| ch.is_whitespace() || ch == '{' || ch == '}')
-        .filter(|t| !t.is_empty())
-        .collect();
-    let number = |t: &str| {
-        t.trim_matches(|ch| ch == '(' || ch == ')')
-            .parse::<u32>()
-            .ok()
-            .filter(|n| *n > 0)
-    };
+    let tokens: Vec<&str> = tree.split(|ch: char| ch.is_whitespace() || ch == '{' || ch == '}').filter(|t| !t.is_empty()).collect();
+    let number = |t: &str| t.trim_matches(|ch| ch == '(' || ch == ')').parse::<u32>().ok().filter(|n| *n > 0);
     let mut i = 0;
     while i < tokens.len() {
         let Some(field) = tokens[i].strip_prefix(':') else {
@@ -193,8 +144,7 @@ fn node_tree_oids(tree: &str) -> Vec<(String, u32)> {
         };
         // Fields that end like a type's but hold an enum value.
         let enum_field = matches!(field, "jointype" | "nulltesttype" | "booltesttype");
-        let is_type = !enum_field
-            && (field.ends_with("type") || field.ends_with("typeid") || field == "typeId");
+        let is_type = !enum_field && (field.ends_with("type") || field.ends_with("typeid") || field == "typeId");
         match field {
             "funcid" | "aggfnoid" | "winfnoid" | "opno" | "relid" => {
                 if let Some(oid) = tokens.get(i + 1).and_then(|t| number(t)) {
@@ -218,17 +168,9 @@ fn node_tree_oids(tree: &str) -> Vec<(String, u32)> {
             "consttype" if tokens.get(i + 1) == Some(&"2205") => {
                 found.push(("consttype".to_string(), 2205));
                 if let Some(at) = tokens[i..].iter().position(|t| *t == ":constvalue") {
-                    let bytes: Vec<u32> = tokens[i + at + 3..]
-                        .iter()
-                        .take(4)
-                        .filter_map(|t| t.parse::<i64>().ok())
-                        .map(|b| (b & 0xff) as u32)
-                        .collect();
+                    let bytes: Vec<u32> = tokens[i + at + 3..].iter().take(4).filter_map(|t| t.parse::<i64>().ok()).map(|b| (b & 0xff) as u32).collect();
                     if bytes.len() == 4 {
-                        found.push((
-                            "regclass".to_string(),
-                            bytes[0] | bytes[1] << 8 | bytes[2] << 16 | bytes[3] << 24,
-                        ));
+                        found.push(("regclass".to_string(), bytes[0] | bytes[1] << 8 | bytes[2] << 16 | bytes[3] << 24));
                     }
                 }
             }
@@ -274,10 +216,7 @@ fn statements_resolved_differently(c: &mut Client) -> Vec<String> {
         _ => format!("pg_catalog.{t}"),
     };
     for (number, (file, sql)) in library_statements().iter().enumerate() {
-        let types: Vec<String> = declared_parameters(file, sql)
-            .iter()
-            .map(qualified)
-            .collect();
+        let types: Vec<String> = declared_parameters(file, sql).iter().map(qualified).collect();
         let created = c.batch_execute(&format!(
             "CREATE FUNCTION pg_temp.statement_{number}({}) RETURNS void LANGUAGE sql BEGIN ATOMIC {sql}; END",
             types.join(", ")
@@ -307,9 +246,7 @@ fn statements_resolved_differently(c: &mut Client) -> Vec<String> {
 }
 
 fn one_string(c: &mut Client, sql: &str) -> String {
-    c.query_one(sql, &[])
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .get(0)
+    c.query_one(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e:?}")).get(0)
 }
 
 /// A look-alike: what it imitates, the SQL that plants it, and a query
@@ -349,49 +286,15 @@ fn plant_sql(c: &mut Client, n: usize, object: &Used) -> Option<(String, String,
                 )
                 .expect("function");
             let (name, signature, kind, args, result, retset, nargs, rettype, schema, pseudo): (
-                String,
-                String,
-                String,
-                String,
-                String,
-                bool,
-                i32,
-                String,
-                String,
-                bool,
-            ) = (
-                row.get(0),
-                row.get(1),
-                row.get(2),
-                row.get(3),
-                row.get(4),
-                row.get(5),
-                row.get(6),
-                row.get(7),
-                row.get(8),
-                row.get(9),
-            );
-            assert!(
-                !pseudo,
-                "{signature} takes or returns a pseudo-type: plant it by hand"
-            );
+                String, String, String, String, String, bool, i32, String, String, bool,
+            ) = (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4), row.get(5), row.get(6), row.get(7), row.get(8), row.get(9));
+            assert!(!pseudo, "{signature} takes or returns a pseudo-type: plant it by hand");
             let quoted = one_string(c, &format!("SELECT quote_ident('{name}')"));
             let positional: Vec<String> = (1..=nargs).map(|i| format!("${i}")).collect();
             let sql = if kind == "a" {
-                let arg_types = one_string(
-                    c,
-                    &format!("SELECT pg_get_function_identity_arguments({oid})"),
-                );
-                let state_args = if arg_types.is_empty() {
-                    rettype.clone()
-                } else {
-                    format!("{rettype}, {arg_types}")
-                };
-                let aggregate_args = if arg_types.is_empty() {
-                    "*".to_string()
-                } else {
-                    arg_types
-                };
+                let arg_types = one_string(c, &format!("SELECT pg_get_function_identity_arguments({oid})"));
+                let state_args = if arg_types.is_empty() { rettype.clone() } else { format!("{rettype}, {arg_types}") };
+                let aggregate_args = if arg_types.is_empty() { "*".to_string() } else { arg_types };
                 format!(
                     "CREATE FUNCTION {HOSTILE}.plant_{n}({state_args}) RETURNS {rettype} LANGUAGE plpgsql {pin} \
                      AS $$ BEGIN {hit} RETURN $1; END $$; \
@@ -402,21 +305,13 @@ fn plant_sql(c: &mut Client, n: usize, object: &Used) -> Option<(String, String,
                 )
             } else {
                 let call = format!("{schema}.{quoted}({})", positional.join(", "));
-                let body = if retset {
-                    format!("RETURN QUERY SELECT * FROM {call};")
-                } else {
-                    format!("RETURN {call};")
-                };
+                let body = if retset { format!("RETURN QUERY SELECT * FROM {call};") } else { format!("RETURN {call};") };
                 format!(
                     "CREATE FUNCTION {HOSTILE}.{quoted}({args}) RETURNS {result} LANGUAGE plpgsql {pin} \
                      AS $$ BEGIN {hit} {body} END $$;"
                 )
             };
-            let qualified = if signature.starts_with(&format!("{schema}.")) {
-                signature
-            } else {
-                format!("{schema}.{signature}")
-            };
+            let qualified = if signature.starts_with(&format!("{schema}.")) { signature } else { format!("{schema}.{signature}") };
             Some((format!("function {qualified}"), sql, None))
         }
         Used::Operator(oid) => {
@@ -428,27 +323,10 @@ fn plant_sql(c: &mut Client, n: usize, object: &Used) -> Option<(String, String,
                     &[&pg_oid(oid)],
                 )
                 .expect("operator");
-            let (op, left, right, result, schema, prefix): (
-                String,
-                String,
-                String,
-                String,
-                String,
-                bool,
-            ) = (
-                row.get(0),
-                row.get(1),
-                row.get(2),
-                row.get(3),
-                row.get(4),
-                row.get(5),
-            );
+            let (op, left, right, result, schema, prefix): (String, String, String, String, String, bool) =
+                (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4), row.get(5));
             let (params, apply, args) = if prefix {
-                (
-                    right.clone(),
-                    format!("OPERATOR({schema}.{op}) $1"),
-                    format!("RIGHTARG = {right}"),
-                )
+                (right.clone(), format!("OPERATOR({schema}.{op}) $1"), format!("RIGHTARG = {right}"))
             } else {
                 (
                     format!("{left}, {right}"),
@@ -495,8 +373,7 @@ fn plant_sql(c: &mut Client, n: usize, object: &Used) -> Option<(String, String,
             let row = c
                 .query_one("SELECT relname::text, relkind::text, oid::regclass::text FROM pg_class WHERE oid = $1", &[&pg_oid(oid)])
                 .expect("relation");
-            let (name, kind, qualified): (String, String, String) =
-                (row.get(0), row.get(1), row.get(2));
+            let (name, kind, qualified): (String, String, String) = (row.get(0), row.get(1), row.get(2));
             let (sql, ran) = match kind.as_str() {
                 // Readers and writers of a look-alike table go through a view
                 // whose condition (checked on insert too) records them.
@@ -640,23 +517,12 @@ const CALLS: &[(&str, &str)] = &[
 /// Functions only the extension's owner may call; called by the owner with
 /// the hostile search_path in force.
 const OWNER_CALLS: &[(&str, &str)] = &[
-    (
-        "distlock.capability_privileges(text)",
-        "SELECT * FROM distlock.capability_privileges('worker')",
-    ),
-    (
-        "distlock.revoke_capability(regrole,text)",
-        "SELECT distlock.revoke_capability('distlock_sp_hostile', 'monitor')",
-    ),
-    (
-        "distlock.grant_capability(regrole,text,text)",
-        "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor', 'scoped.')",
-    ),
+    ("distlock.capability_privileges(text)", "SELECT * FROM distlock.capability_privileges('worker')"),
+    ("distlock.revoke_capability(regrole,text)", "SELECT distlock.revoke_capability('distlock_sp_hostile', 'monitor')"),
+    ("distlock.grant_capability(regrole,text,text)",
+     "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor', 'scoped.')"),
     // Fired by every change of role_capabilities.
-    (
-        "distlock.role_capabilities_changed()",
-        "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor')",
-    ),
+    ("distlock.role_capabilities_changed()", "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor')"),
 ];
 
 /// On both storage modes: with pg_distlock preloaded (shared memory) and
@@ -689,31 +555,15 @@ fn hostile_caller_runs_everything(mode: &str, port: u16) {
     .iter()
     .map(|r| r.get(0))
     .collect();
-    let called: BTreeSet<String> = CALLS
-        .iter()
-        .chain(OWNER_CALLS)
-        .map(|(f, _)| f.to_string())
-        .collect();
+    let called: BTreeSet<String> = CALLS.iter().chain(OWNER_CALLS).map(|(f, _)| f.to_string()).collect();
     let uncalled: Vec<_> = functions.difference(&called).collect();
-    assert!(
-        uncalled.is_empty(),
-        "functions of the extension the test does not call: {uncalled:?}"
-    );
+    assert!(uncalled.is_empty(), "functions of the extension the test does not call: {uncalled:?}");
     let unknown: Vec<_> = called.difference(&functions).collect();
-    assert!(
-        unknown.is_empty(),
-        "calls of functions the extension does not have: {unknown:?}"
-    );
+    assert!(unknown.is_empty(), "calls of functions the extension does not have: {unknown:?}");
 
     let used = objects_the_statements_use(&mut c);
-    assert!(
-        used.iter().any(|u| matches!(u, Used::Operator(_))),
-        "no operators found: the derivation is broken"
-    );
-    assert!(
-        used.iter().any(|u| matches!(u, Used::Relation(_))),
-        "no relations found: the derivation is broken"
-    );
+    assert!(used.iter().any(|u| matches!(u, Used::Operator(_))), "no operators found: the derivation is broken");
+    assert!(used.iter().any(|u| matches!(u, Used::Relation(_))), "no relations found: the derivation is broken");
 
     // The plants, each with a sequence that counts its runs whatever the
     // statement's fate (a sequence ignores rollbacks). Planted by the
@@ -727,46 +577,33 @@ fn hostile_caller_runs_everything(mode: &str, port: u16) {
     let mut planted: Vec<Plant> = Vec::new();
     for object in &used {
         if let Some(plant) = plant(&mut c, planted.len(), object) {
-            c.batch_execute(&plant.create)
-                .unwrap_or_else(|e| panic!("planting {}: {}: {e:?}", plant.what, plant.create));
+            c.batch_execute(&plant.create).unwrap_or_else(|e| panic!("planting {}: {}: {e:?}", plant.what, plant.create));
             planted.push(plant);
         }
     }
-    assert!(
-        planted
-            .iter()
-            .any(|p| p.what.starts_with("function pg_catalog.")),
-        "no pg_catalog function planted"
-    );
+    assert!(planted.iter().any(|p| p.what.starts_with("function pg_catalog.")), "no pg_catalog function planted");
 
-    c.batch_execute(&format!("SET search_path = pg_temp, {HOSTILE}, pg_catalog"))
-        .expect("hostile search_path");
+    c.batch_execute(&format!("SET search_path = pg_temp, {HOSTILE}, pg_catalog")).expect("hostile search_path");
     // Resolution, whether or not a look-alike would run: each statement,
     // compiled again with the hostile search_path in force, must name
     // exactly the objects it named before (an unqualified name in a branch
     // that the calls below never execute is caught here).
     let resolved_elsewhere = statements_resolved_differently(&mut c);
-    c.batch_execute(&format!("SET ROLE {HOSTILE}"))
-        .expect("hostile");
+    c.batch_execute(&format!("SET ROLE {HOSTILE}")).expect("hostile");
     for (function, sql) in CALLS {
         match c.batch_execute(sql) {
             Ok(()) => {}
             // Lock telemetry lives in shared memory only.
-            Err(e)
-                if !preloaded
-                    && e.code()
-                        == Some(&postgres::error::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) => {}
+            Err(e) if !preloaded && e.code() == Some(&postgres::error::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) => {}
             Err(e) => panic!("{mode}: {function}: {sql}: {e:?}"),
         }
     }
     c.batch_execute("RESET ROLE").expect("owner");
     for (function, sql) in OWNER_CALLS {
-        c.batch_execute(sql)
-            .unwrap_or_else(|e| panic!("{function}: {sql}: {e:?}"));
+        c.batch_execute(sql).unwrap_or_else(|e| panic!("{function}: {sql}: {e:?}"));
     }
     // The monitoring views, read by the hostile role.
-    c.batch_execute(&format!("SET ROLE {HOSTILE}"))
-        .expect("hostile");
+    c.batch_execute(&format!("SET ROLE {HOSTILE}")).expect("hostile");
     let views: Vec<String> = rows(
         &mut c,
         "SELECT c.oid::pg_catalog.regclass::pg_catalog.text FROM pg_catalog.pg_class c \
@@ -781,22 +618,15 @@ fn hostile_caller_runs_everything(mode: &str, port: u16) {
     for view in &views {
         match c.batch_execute(&format!("SELECT * FROM {view}")) {
             Ok(()) => {}
-            Err(e)
-                if !preloaded
-                    && e.code()
-                        == Some(&postgres::error::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) => {}
+            Err(e) if !preloaded && e.code() == Some(&postgres::error::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) => {}
             Err(e) => panic!("{mode}: {view}: {e:?}"),
         }
     }
-    c.batch_execute("RESET ROLE; SET search_path = DEFAULT; DROP SCHEMA probe CASCADE")
-        .expect("reset");
+    c.batch_execute("RESET ROLE; SET search_path = DEFAULT; DROP SCHEMA probe CASCADE").expect("reset");
 
     let mut ran = Vec::new();
     for plant in &planted {
-        let called: bool = c
-            .query_one(&plant.ran, &[])
-            .unwrap_or_else(|e| panic!("{}: {e:?}", plant.ran))
-            .get(0);
+        let called: bool = c.query_one(&plant.ran, &[]).unwrap_or_else(|e| panic!("{}: {e:?}", plant.ran)).get(0);
         if called {
             ran.push(plant.what.clone());
         }
@@ -806,9 +636,5 @@ fn hostile_caller_runs_everything(mode: &str, port: u16) {
         "{mode}: look-alikes on the caller's search_path ran inside pg_distlock: {ran:?}; \
          statements that resolve a name through the caller's search_path: {resolved_elsewhere:?}"
     );
-    assert!(
-        planted.len() > 40,
-        "only {} look-alikes were planted",
-        planted.len()
-    );
+    assert!(planted.len() > 40, "only {} look-alikes were planted", planted.len());
 }

@@ -13,9 +13,7 @@ fn id_ms(id: i64) -> i64 {
 }
 
 fn generate(c: &mut Client, worker_id: i32) -> i64 {
-    c.query_one("SELECT distlock.generate_snowflake_id($1)", &[&worker_id])
-        .expect("id")
-        .get(0)
+    c.query_one("SELECT distlock.generate_snowflake_id($1)", &[&worker_id]).expect("id").get(0)
 }
 
 /// Generates IDs for `worker_id` until `span` of clock time has passed,
@@ -36,15 +34,9 @@ fn memory_mode_marks_are_server_wide_and_survive_a_restart_from_any_database() {
     let before = generate(&mut connect(&a), 9);
     let last_b = generate_for(&mut connect(&b), 9, Duration::from_millis(300));
     assert!(last_b > before);
-    assert!(
-        persisted_snowflake_mark(9) >= id_ms(last_b),
-        "the server-wide mark covers IDs issued in another database"
-    );
+    assert!(persisted_snowflake_mark(9) >= id_ms(last_b), "the server-wide mark covers IDs issued in another database");
     let first_after = generate(&mut crash_restart_primary(&a), 9);
-    assert!(
-        first_after > last_b,
-        "after a restart database A resumes above database B's IDs"
-    );
+    assert!(first_after > last_b, "after a restart database A resumes above database B's IDs");
 }
 
 #[test]
@@ -54,10 +46,7 @@ fn memory_mode_marks_are_kept_when_the_caller_rolls_back() {
     c.batch_execute("BEGIN").expect("begin");
     let last = generate_for(&mut c, 11, Duration::from_millis(300));
     c.batch_execute("ROLLBACK").expect("rollback");
-    assert!(
-        persisted_snowflake_mark(11) >= id_ms(last),
-        "IDs handed out before the rollback stay covered"
-    );
+    assert!(persisted_snowflake_mark(11) >= id_ms(last), "IDs handed out before the rollback stay covered");
     assert!(generate(&mut c, 11) > last);
 }
 
@@ -76,8 +65,7 @@ fn memory_mode_callers_never_wait_for_each_others_transactions() {
             let start = start.clone();
             thread::spawn(move || {
                 let mut c = connect(&db);
-                c.batch_execute("SET statement_timeout = '2s'; BEGIN")
-                    .expect("begin");
+                c.batch_execute("SET statement_timeout = '2s'; BEGIN").expect("begin");
                 generate(&mut c, first);
                 start.wait();
                 let until = Instant::now() + Duration::from_millis(400);
@@ -95,10 +83,7 @@ fn memory_mode_callers_never_wait_for_each_others_transactions() {
         .collect();
     let mut all = Vec::new();
     for s in sessions {
-        let ids = s
-            .join()
-            .expect("session")
-            .unwrap_or_else(|e| panic!("a caller waited or deadlocked: {e}"));
+        let ids = s.join().expect("session").unwrap_or_else(|e| panic!("a caller waited or deadlocked: {e}"));
         all.extend(ids);
     }
     let distinct: std::collections::HashSet<_> = all.iter().collect();

@@ -72,15 +72,9 @@ pub fn fresh_db(name: &str) -> String {
 
 pub fn fresh_db_on(port: u16, name: &str) -> String {
     let mut admin = connect_to(port, "postgres", "cluster-test");
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .expect("drop");
-    admin
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .expect("create database");
-    connect_to(port, name, "cluster-test")
-        .batch_execute("CREATE EXTENSION pg_distlock")
-        .expect("create extension");
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
+    connect_to(port, name, "cluster-test").batch_execute("CREATE EXTENSION pg_distlock").expect("create extension");
     name.to_string()
 }
 
@@ -88,10 +82,7 @@ pub fn fresh_db_on(port: u16, name: &str) -> String {
 pub fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !check() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -101,20 +92,14 @@ pub fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool
 pub fn eventually_claimed(client: &mut Client, what: &str, timeout: Duration, fetch: &str) -> i64 {
     let mut token: Option<i64> = None;
     eventually(what, timeout, || {
-        token = client
-            .query_one(fetch, &[])
-            .unwrap_or_else(|e| panic!("{fetch}: {e}"))
-            .get(0);
+        token = client.query_one(fetch, &[]).unwrap_or_else(|e| panic!("{fetch}: {e}")).get(0);
         token.is_some()
     });
     token.unwrap_or_else(|| panic!("{what}: no token"))
 }
 
 pub fn backend_pid(client: &mut Client) -> i32 {
-    client
-        .query_one("SELECT pg_backend_pid()", &[])
-        .expect("pid")
-        .get(0)
+    client.query_one("SELECT pg_backend_pid()", &[]).expect("pid").get(0)
 }
 
 pub fn count(client: &mut Client, sql: &str) -> i64 {
@@ -128,27 +113,18 @@ pub fn count(client: &mut Client, sql: &str) -> i64 {
 pub fn sqlstate(result: Result<impl Sized, postgres::Error>) -> String {
     match result {
         Ok(_) => panic!("expected an error"),
-        Err(e) => e
-            .code()
-            .map(|c| c.code().to_string())
-            .unwrap_or_else(|| format!("no SQLSTATE: {e}")),
+        Err(e) => e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no SQLSTATE: {e}")),
     }
 }
 
 /// A connection to `db` on `port`, retried while the server is restarting.
 pub fn connect_when_up(port: u16, db: &str, application_name: &str) -> Client {
-    let url = format!(
-        "host=127.0.0.1 port={port} user=postgres dbname={db} application_name={application_name}"
-    );
+    let url = format!("host=127.0.0.1 port={port} user=postgres dbname={db} application_name={application_name}");
     let mut client = None;
-    eventually(
-        "the server to accept connections",
-        Duration::from_secs(60),
-        || {
-            client = Client::connect(&url, NoTls).ok();
-            client.is_some()
-        },
-    );
+    eventually("the server to accept connections", Duration::from_secs(60), || {
+        client = Client::connect(&url, NoTls).ok();
+        client.is_some()
+    });
     client.expect("connected")
 }
 
@@ -177,18 +153,11 @@ pub fn crash_restart_primary(db: &str) -> Client {
         .expect("pg_ctl");
     assert!(status.success(), "restart failed");
     let mut client = None;
-    eventually(
-        "the server to accept connections",
-        Duration::from_secs(30),
-        || {
-            let url = format!(
-                "host=127.0.0.1 port={} user=postgres dbname={db}",
-                primary_port()
-            );
-            client = Client::connect(&url, NoTls).ok();
-            client.is_some()
-        },
-    );
+    eventually("the server to accept connections", Duration::from_secs(30), || {
+        let url = format!("host=127.0.0.1 port={} user=postgres dbname={db}", primary_port());
+        client = Client::connect(&url, NoTls).ok();
+        client.is_some()
+    });
     client.expect("connected")
 }
 
@@ -206,18 +175,14 @@ pub fn pg_tool(port: u16, tool: &str, args: &[&str]) {
 /// (pg_distlock/snowflake_marks: one little-endian int64 per worker id), 0
 /// when none was written.
 pub fn persisted_snowflake_mark(worker_id: i64) -> i64 {
-    let bytes =
-        std::fs::read(format!("{}/pg_distlock/snowflake_marks", pgdata())).unwrap_or_default();
+    let bytes = std::fs::read(format!("{}/pg_distlock/snowflake_marks", pgdata())).unwrap_or_default();
     let at = (worker_id * 8) as usize;
-    bytes
-        .get(at..at + 8)
-        .map_or(0, |b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+    bytes.get(at..at + 8).map_or(0, |b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
 }
 
 /// Runs `work` with the session's role set to `role`.
 pub fn as_role<T>(c: &mut Client, role: &str, work: impl FnOnce(&mut Client) -> T) -> T {
-    c.batch_execute(&format!("SET ROLE {role}"))
-        .expect("set role");
+    c.batch_execute(&format!("SET ROLE {role}")).expect("set role");
     let result = work(c);
     c.batch_execute("RESET ROLE").expect("reset role");
     result

@@ -31,12 +31,9 @@ fn race(db: &str, run_for: Duration, acquire: &'static str, release: &'static st
                     let Some(token) = scalar(&mut c, &acquire.replace("$me", &me)) else {
                         continue;
                     };
-                    c.batch_execute(&format!(
-                        "INSERT INTO grants (holder, token) VALUES ('{me}', {token})"
-                    ))
-                    .expect("record the grant");
-                    c.batch_execute(&release.replace("$me", &me).replace("$token", &token))
-                        .expect("release");
+                    c.batch_execute(&format!("INSERT INTO grants (holder, token) VALUES ('{me}', {token})"))
+                        .expect("record the grant");
+                    c.batch_execute(&release.replace("$me", &me).replace("$token", &token)).expect("release");
                 }
             })
         })
@@ -50,19 +47,13 @@ fn assert_tokens_rise(db: &str) {
     let mut c = connect(db);
     let grants = count(&mut c, "SELECT 1 FROM grants");
     let holders = count(&mut c, "SELECT DISTINCT holder FROM grants");
-    assert!(
-        grants >= 100 && holders >= 4,
-        "enough contended grants to mean something ({grants} by {holders})"
-    );
+    assert!(grants >= 100 && holders >= 4, "enough contended grants to mean something ({grants} by {holders})");
     let backwards = scalar(
         &mut c,
         "SELECT string_agg(format('%s then %s', prev, token), ', ') FROM ( \
            SELECT token, lag(token) OVER (ORDER BY seq) AS prev FROM grants) g WHERE token <= prev",
     );
-    assert_eq!(
-        backwards, None,
-        "a later grant got a smaller or equal token"
-    );
+    assert_eq!(backwards, None, "a later grant got a smaller or equal token");
 }
 
 #[test]
@@ -117,9 +108,7 @@ fn task_fencing_tokens_rise_with_every_session_claim() {
 fn task_fencing_tokens_rise_with_every_lease_claim() {
     let db = fresh_db("tokens_task_lease");
     connect(&db)
-        .batch_execute(
-            "INSERT INTO distlock.scheduled_tasks (task_name, task_type) VALUES ('hot', 'report')",
-        )
+        .batch_execute("INSERT INTO distlock.scheduled_tasks (task_name, task_type) VALUES ('hot', 'report')")
         .expect("task");
     race(
         &db,

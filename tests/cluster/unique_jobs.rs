@@ -21,8 +21,7 @@ fn sixteen_producers_enqueueing_one_key_at_once_queue_one_job() {
     let db = fresh_db("unique_jobs_race");
     let mut gate = connect(&db);
     for round in 0..3 {
-        gate.batch_execute("SELECT pg_advisory_lock(2424)")
-            .expect("close the gate");
+        gate.batch_execute("SELECT pg_advisory_lock(2424)").expect("close the gate");
         let ready = Arc::new(Barrier::new(PRODUCERS + 1));
         let producers: Vec<_> = (0..PRODUCERS)
             .map(|i| {
@@ -31,14 +30,9 @@ fn sixteen_producers_enqueueing_one_key_at_once_queue_one_job() {
                     let mut c = connect_to(primary_port(), &db, &format!("producer-{i}"));
                     let mut tx = c.transaction().expect("begin");
                     ready.wait();
-                    tx.batch_execute("SELECT pg_advisory_lock_shared(2424)")
-                        .expect("pass the gate");
-                    let id: i64 = tx
-                        .query_one(ENQUEUE_SAME_KEY, &[&format!("producer-{i}")])
-                        .expect("enqueue")
-                        .get(0);
-                    tx.batch_execute("SELECT pg_advisory_unlock_shared(2424)")
-                        .expect("unlock");
+                    tx.batch_execute("SELECT pg_advisory_lock_shared(2424)").expect("pass the gate");
+                    let id: i64 = tx.query_one(ENQUEUE_SAME_KEY, &[&format!("producer-{i}")]).expect("enqueue").get(0);
+                    tx.batch_execute("SELECT pg_advisory_unlock_shared(2424)").expect("unlock");
                     tx.commit().expect("commit");
                     id
                 })
@@ -46,38 +40,21 @@ fn sixteen_producers_enqueueing_one_key_at_once_queue_one_job() {
             .collect();
         ready.wait();
         // Every producer waits at the gate before it opens.
-        eventually(
-            "sixteen producers at the gate",
-            Duration::from_secs(30),
-            || {
-                count(
+        eventually("sixteen producers at the gate", Duration::from_secs(30), || {
+            count(
                 &mut gate,
                 "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 2424 AND NOT granted",
             ) == PRODUCERS as i64
-            },
-        );
-        gate.batch_execute("SELECT pg_advisory_unlock(2424)")
-            .expect("open the gate");
-        let ids: Vec<i64> = producers
-            .into_iter()
-            .map(|p| p.join().expect("producer"))
-            .collect();
-        let jobs = count(
-            &mut gate,
-            "SELECT 1 FROM distlock.jobs WHERE unique_key = 'daily' AND status = 'pending'",
-        );
+        });
+        gate.batch_execute("SELECT pg_advisory_unlock(2424)").expect("open the gate");
+        let ids: Vec<i64> = producers.into_iter().map(|p| p.join().expect("producer")).collect();
+        let jobs = count(&mut gate, "SELECT 1 FROM distlock.jobs WHERE unique_key = 'daily' AND status = 'pending'");
         assert_eq!(jobs, 1, "round {round}: one pending job for the key");
         let queued: i64 = gate
-            .query_one(
-                "SELECT id FROM distlock.jobs WHERE unique_key = 'daily' AND status = 'pending'",
-                &[],
-            )
+            .query_one("SELECT id FROM distlock.jobs WHERE unique_key = 'daily' AND status = 'pending'", &[])
             .expect("the job")
             .get(0);
-        assert!(
-            ids.iter().all(|id| *id == queued),
-            "round {round}: every producer got the queued job's id: {ids:?}"
-        );
+        assert!(ids.iter().all(|id| *id == queued), "round {round}: every producer got the queued job's id: {ids:?}");
         let done: bool = gate
             .query_one(
                 "SELECT distlock.complete_task(task_id, 'w', attempts) \
@@ -88,10 +65,7 @@ fn sixteen_producers_enqueueing_one_key_at_once_queue_one_job() {
             .get(0);
         assert!(done, "round {round}: the job completed");
     }
-    let total = count(
-        &mut gate,
-        "SELECT 1 FROM distlock.jobs WHERE unique_key = 'daily'",
-    );
+    let total = count(&mut gate, "SELECT 1 FROM distlock.jobs WHERE unique_key = 'daily'");
     assert_eq!(total, 3, "one job per round");
 }
 
@@ -104,31 +78,22 @@ fn a_producer_waits_for_an_uncommitted_job_with_its_key() {
     for commit in [true, false] {
         let mut first = connect(&db);
         let mut tx = first.transaction().expect("begin");
-        let first_id: i64 = tx
-            .query_one(ENQUEUE_SAME_KEY, &[&"first"])
-            .expect("first enqueue")
-            .get(0);
+        let first_id: i64 = tx.query_one(ENQUEUE_SAME_KEY, &[&"first"]).expect("first enqueue").get(0);
         let second = {
             let db = db.clone();
             thread::spawn(move || {
                 let mut c = connect_to(primary_port(), &db, "second-producer");
-                c.query_one(ENQUEUE_SAME_KEY, &[&"second"])
-                    .expect("second enqueue")
-                    .get::<_, i64>(0)
+                c.query_one(ENQUEUE_SAME_KEY, &[&"second"]).expect("second enqueue").get::<_, i64>(0)
             })
         };
         let mut watcher = connect(&db);
-        eventually(
-            "the second producer waits for the first",
-            Duration::from_secs(30),
-            || {
-                count(
-                    &mut watcher,
-                    "SELECT 1 FROM pg_stat_activity WHERE application_name = 'second-producer' \
+        eventually("the second producer waits for the first", Duration::from_secs(30), || {
+            count(
+                &mut watcher,
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = 'second-producer' \
                     AND wait_event_type = 'Lock' AND wait_event = 'transactionid'",
-                ) == 1
-            },
-        );
+            ) == 1
+        });
         if commit {
             tx.commit().expect("commit");
         } else {
@@ -145,24 +110,12 @@ fn a_producer_waits_for_an_uncommitted_job_with_its_key() {
             .map(|row| row.get(0))
             .collect();
         if commit {
-            assert_eq!(
-                second_id, first_id,
-                "the second producer got the committed job's id"
-            );
+            assert_eq!(second_id, first_id, "the second producer got the committed job's id");
             assert_eq!(payloads, ["first"]);
         } else {
-            assert_ne!(
-                second_id, first_id,
-                "the rolled-back job's id is not handed out"
-            );
-            assert_eq!(
-                payloads,
-                ["second"],
-                "the second producer queued its own job"
-            );
+            assert_ne!(second_id, first_id, "the rolled-back job's id is not handed out");
+            assert_eq!(payloads, ["second"], "the second producer queued its own job");
         }
-        watcher
-            .batch_execute("DELETE FROM distlock.task_queue")
-            .expect("clean up");
+        watcher.batch_execute("DELETE FROM distlock.task_queue").expect("clean up");
     }
 }

@@ -22,12 +22,8 @@ fn current_version() -> String {
 
 fn new_database(port: u16, name: &str) -> Client {
     let mut admin = connect_to(port, "postgres", "upgrade-test");
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .expect("drop");
-    admin
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .expect("create database");
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
     connect_to(port, name, "upgrade-test")
 }
 
@@ -37,9 +33,7 @@ fn lines(client: &mut Client, sql: &str) -> Vec<String> {
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
         .into_iter()
         .filter_map(|m| match m {
-            postgres::SimpleQueryMessage::Row(row) => {
-                Some(row.get(0).unwrap_or("NULL").to_string())
-            }
+            postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).unwrap_or("NULL").to_string()),
             _ => None,
         })
         .collect()
@@ -51,40 +45,21 @@ fn fingerprint(client: &mut Client) -> Vec<String> {
 
 /// Lines only one side has, for a readable failure.
 fn difference(left: &[String], right: &[String]) -> String {
-    let only_left: Vec<_> = left
-        .iter()
-        .filter(|l| !right.contains(l))
-        .map(|l| format!("- {l}"))
-        .collect();
-    let only_right: Vec<_> = right
-        .iter()
-        .filter(|l| !left.contains(l))
-        .map(|l| format!("+ {l}"))
-        .collect();
+    let only_left: Vec<_> = left.iter().filter(|l| !right.contains(l)).map(|l| format!("- {l}")).collect();
+    let only_right: Vec<_> = right.iter().filter(|l| !left.contains(l)).map(|l| format!("+ {l}")).collect();
     [only_left, only_right].concat().join("\n")
 }
 
 /// Every row of every distlock table, as text, over the columns the table
 /// had at `columns` (so columns added later do not count as a change).
-fn table_contents(
-    client: &mut Client,
-    columns: &BTreeMap<String, Vec<String>>,
-) -> BTreeMap<String, Vec<String>> {
+fn table_contents(client: &mut Client, columns: &BTreeMap<String, Vec<String>>) -> BTreeMap<String, Vec<String>> {
     // 0.3.0 moves completed jobs out of task_queue; the jobs view has them all.
     let jobs_view = one_bool(client, "SELECT to_regclass('distlock.jobs') IS NOT NULL");
     columns
         .iter()
         .map(|(table, cols)| {
-            let list = cols
-                .iter()
-                .map(|c| format!("t.{c}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let source = if table == "task_queue" && jobs_view {
-                "jobs"
-            } else {
-                table.as_str()
-            };
+            let list = cols.iter().map(|c| format!("t.{c}")).collect::<Vec<_>>().join(", ");
+            let source = if table == "task_queue" && jobs_view { "jobs" } else { table.as_str() };
             let sql = format!("SELECT row({list})::text AS r FROM distlock.{source} t ORDER BY 1");
             (table.clone(), lines(client, &sql))
         })
@@ -109,17 +84,11 @@ fn table_columns(client: &mut Client) -> BTreeMap<String, Vec<String>> {
 }
 
 fn one_i64(client: &mut Client, sql: &str) -> i64 {
-    client
-        .query_one(sql, &[])
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .get(0)
+    client.query_one(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e}")).get(0)
 }
 
 fn one_bool(client: &mut Client, sql: &str) -> bool {
-    client
-        .query_one(sql, &[])
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .get(0)
+    client.query_one(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e}")).get(0)
 }
 
 /// Tasks, claims (one left running on `worker`), log rows, queue jobs in
@@ -142,10 +111,7 @@ fn populate(c: &mut Client, worker: &mut Client) {
         )
         .expect("finished runs");
     let claimed: String = worker
-        .query_one(
-            "SELECT task_name FROM distlock.worker_fetch_and_execute_task('w1')",
-            &[],
-        )
+        .query_one("SELECT task_name FROM distlock.worker_fetch_and_execute_task('w1')", &[])
         .expect("running claim")
         .get(0);
     assert_eq!(claimed, "report");
@@ -167,17 +133,8 @@ fn populate(c: &mut Client, worker: &mut Client) {
     )
     .expect("queue");
     assert_eq!(
-        lines(
-            c,
-            "SELECT status || ':' || task_name FROM distlock.task_queue ORDER BY status"
-        ),
-        [
-            "completed:completed-job",
-            "dead:dead-job",
-            "failed:failed-job",
-            "pending:pending-job",
-            "processing:processing-job"
-        ]
+        lines(c, "SELECT status || ':' || task_name FROM distlock.task_queue ORDER BY status"),
+        ["completed:completed-job", "dead:dead-job", "failed:failed-job", "pending:pending-job", "processing:processing-job"]
     );
 
     c.batch_execute(
@@ -200,44 +157,19 @@ fn populate(c: &mut Client, worker: &mut Client) {
 fn populate_through_this_library(c: &mut Client, worker: &mut Client) {
     // This library records the role of every hold, so in a 0.1.0 database it
     // refuses to take one until the update has run.
-    let refused =
-        worker.batch_execute("SELECT distlock.acquire_lease('early', 'node-a', '1 hour')");
-    assert_eq!(
-        sqlstate(refused),
-        "55000",
-        "holds wait for ALTER EXTENSION UPDATE"
-    );
-    const HOLD_TABLES: [&str; 5] = [
-        "lease_state",
-        "semaphore_holders",
-        "leader_state",
-        "task_queue",
-        "task_execution_log",
-    ];
+    let refused = worker.batch_execute("SELECT distlock.acquire_lease('early', 'node-a', '1 hour')");
+    assert_eq!(sqlstate(refused), "55000", "holds wait for ALTER EXTENSION UPDATE");
+    const HOLD_TABLES: [&str; 5] = ["lease_state", "semaphore_holders", "leader_state", "task_queue", "task_execution_log"];
     for table in HOLD_TABLES {
-        c.batch_execute(&format!(
-            "ALTER TABLE distlock.{table} ADD COLUMN holder_role oid"
-        ))
-        .expect("add role column");
+        c.batch_execute(&format!("ALTER TABLE distlock.{table} ADD COLUMN holder_role oid")).expect("add role column");
     }
-    c.batch_execute("ALTER TABLE distlock.scheduled_tasks ADD COLUMN lease_expires_at timestamptz")
-        .expect("add lease column");
+    c.batch_execute("ALTER TABLE distlock.scheduled_tasks ADD COLUMN lease_expires_at timestamptz").expect("add lease column");
     populate(c, worker);
     for table in HOLD_TABLES {
-        c.batch_execute(&format!(
-            "ALTER TABLE distlock.{table} DROP COLUMN holder_role"
-        ))
-        .expect("drop role column");
+        c.batch_execute(&format!("ALTER TABLE distlock.{table} DROP COLUMN holder_role")).expect("drop role column");
     }
-    assert_eq!(
-        one_i64(
-            c,
-            "SELECT count(*) FROM distlock.scheduled_tasks WHERE lease_expires_at IS NOT NULL"
-        ),
-        0
-    );
-    c.batch_execute("ALTER TABLE distlock.scheduled_tasks DROP COLUMN lease_expires_at")
-        .expect("drop lease column");
+    assert_eq!(one_i64(c, "SELECT count(*) FROM distlock.scheduled_tasks WHERE lease_expires_at IS NOT NULL"), 0);
+    c.batch_execute("ALTER TABLE distlock.scheduled_tasks DROP COLUMN lease_expires_at").expect("drop lease column");
 }
 
 /// A role 0.2.0's capabilities were granted to before the update.
@@ -249,13 +181,7 @@ const CAPABLE_ROLE: &str = "distlock_upgrade_worker";
 fn populate_0_2_0(c: &mut Client, worker: &mut Client) {
     // A consumer waiting on an empty queue through 0.2.0's SQL looks at when
     // the next job is due, in tables without the queue column.
-    assert_eq!(
-        count(
-            c,
-            "SELECT 1 FROM distlock.consume_task('idle', '1 minute', '10 milliseconds')"
-        ),
-        0
-    );
+    assert_eq!(count(c, "SELECT 1 FROM distlock.consume_task('idle', '1 minute', '10 milliseconds')"), 0);
     populate(c, worker);
     c.batch_execute(&format!(
         "DO $$ BEGIN CREATE ROLE {CAPABLE_ROLE}; EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
@@ -265,10 +191,7 @@ fn populate_0_2_0(c: &mut Client, worker: &mut Client) {
     ))
     .expect("0.2.0 state");
     let leased: String = c
-        .query_one(
-            "SELECT task_name FROM distlock.worker_fetch_and_execute_task('w3', '1 hour')",
-            &[],
-        )
+        .query_one("SELECT task_name FROM distlock.worker_fetch_and_execute_task('w3', '1 hour')", &[])
         .expect("lease-mode claim")
         .get(0);
     assert_eq!(leased, "nightly");
@@ -285,58 +208,32 @@ fn check_0_2_0_state(c: &mut Client) {
         )
         .map(|row| (row.get(0), row.get(1)))
         .expect("the lease-mode claim taken at 0.2.0 is still running");
-    assert!(one_bool(
-        &mut *c,
-        &format!("SELECT distlock.check_fencing_token({task}, {token})")
-    ));
-    c.batch_execute(&format!(
-        "SELECT distlock.release_task_lease({task}, {token}, 'completed')"
-    ))
-    .expect("the lease-mode claim taken at 0.2.0 is released by its token after the update");
+    assert!(one_bool(&mut *c, &format!("SELECT distlock.check_fencing_token({task}, {token})")));
+    c.batch_execute(&format!("SELECT distlock.release_task_lease({task}, {token}, 'completed')"))
+        .expect("the lease-mode claim taken at 0.2.0 is released by its token after the update");
     let leased = as_role(c, CAPABLE_ROLE, |c| {
-        one_i64(
-            c,
-            "SELECT distlock.acquire_lease('capable', 'node-c', '1 minute')",
-        )
+        one_i64(c, "SELECT distlock.acquire_lease('capable', 'node-c', '1 minute')")
     });
-    assert!(
-        leased > 0,
-        "the worker capability granted at 0.2.0 still lets its role take a lease"
-    );
+    assert!(leased > 0, "the worker capability granted at 0.2.0 still lets its role take a lease");
     // Revoked again, which leaves the grants a fresh install has.
-    c.batch_execute(&format!(
-        "SELECT distlock.revoke_capability('{CAPABLE_ROLE}', 'worker')"
-    ))
-    .expect("revoke");
-    refused(
-        c,
-        CAPABLE_ROLE,
-        "SELECT distlock.acquire_lease('capable-2', 'node-c', '1 minute')",
-    );
+    c.batch_execute(&format!("SELECT distlock.revoke_capability('{CAPABLE_ROLE}', 'worker')")).expect("revoke");
+    refused(c, CAPABLE_ROLE, "SELECT distlock.acquire_lease('capable-2', 'node-c', '1 minute')");
 }
 
 #[test]
 fn a_populated_0_1_0_database_upgrades_in_place() {
-    upgrade_in_place(
-        "0.1.0",
-        |c, worker, through_old_library| {
-            if through_old_library {
-                populate(c, worker);
-            } else {
-                populate_through_this_library(c, worker);
-            }
-        },
-        |_| {},
-    );
+    upgrade_in_place("0.1.0", |c, worker, through_old_library| {
+        if through_old_library {
+            populate(c, worker);
+        } else {
+            populate_through_this_library(c, worker);
+        }
+    }, |_| {});
 }
 
 #[test]
 fn a_populated_0_2_0_database_upgrades_in_place() {
-    upgrade_in_place(
-        "0.2.0",
-        |c, worker, _| populate_0_2_0(c, worker),
-        check_0_2_0_state,
-    );
+    upgrade_in_place("0.2.0", |c, worker, _| populate_0_2_0(c, worker), check_0_2_0_state);
 }
 
 /// Creates a database at `release`, fills it (`populate(c, worker,
@@ -355,70 +252,41 @@ fn upgrade_in_place(
     let suffix = release.replace('.', "_");
     let db = &format!("upgrade_from_{suffix}");
     let mut c = new_database(port, db);
-    c.batch_execute(&format!("CREATE EXTENSION pg_distlock VERSION '{release}'"))
-        .expect("install the release");
+    c.batch_execute(&format!("CREATE EXTENSION pg_distlock VERSION '{release}'")).expect("install the release");
     let mut worker = connect_to(port, db, "upgrade-worker");
     let swap = std::env::var("DISTLOCK_TEST_SWAP_LIBRARY").ok();
     populate(&mut c, &mut worker, swap.is_some());
     let last_id = one_i64(&mut c, "SELECT distlock.generate_snowflake_id(7)");
     let old_columns = table_columns(&mut c);
     let before = table_contents(&mut c, &old_columns);
-    for table in [
-        "scheduled_tasks",
-        "task_execution_log",
-        "task_queue",
-        "lease_state",
-        "leader_state",
-        "semaphore_state",
-        "semaphore_holders",
-        "id_generator",
-        "rate_limit_windows",
-        "rate_limit_gcra",
-        "lock_names",
-    ] {
-        assert!(
-            before.get(table).is_some_and(|rows| !rows.is_empty()),
-            "no rows in {table} to upgrade"
-        );
+    for table in ["scheduled_tasks", "task_execution_log", "task_queue", "lease_state", "leader_state",
+                  "semaphore_state", "semaphore_holders", "id_generator", "rate_limit_windows",
+                  "rate_limit_gcra", "lock_names"] {
+        assert!(before.get(table).is_some_and(|rows| !rows.is_empty()), "no rows in {table} to upgrade");
     }
-    let max_task_token = one_i64(
-        &mut c,
-        "SELECT max(fencing_token) FROM distlock.task_execution_log",
-    );
+    let max_task_token = one_i64(&mut c, "SELECT max(fencing_token) FROM distlock.task_execution_log");
     let lease_token = one_i64(&mut c, "SELECT token FROM distlock.lease_state");
     let term = one_i64(&mut c, "SELECT term FROM distlock.leader_state");
 
     if let Some(command) = &swap {
         // This tree's library renamed into place, as a package upgrade does:
         // new backends load it, the worker's keeps the old one mapped.
-        let status = Command::new("sh")
-            .args(["-c", command])
-            .status()
-            .expect("library swap");
+        let status = Command::new("sh").args(["-c", command]).status().expect("library swap");
         assert!(status.success(), "{command} failed");
     }
     // The worker keeps its session (and its claim) across the update.
-    connect_to(port, db, "upgrade-admin")
-        .batch_execute("ALTER EXTENSION pg_distlock UPDATE")
-        .expect("update");
+    connect_to(port, db, "upgrade-admin").batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
     // A backend keeps running the library it loaded first (PostgreSQL finds a
     // loaded library by its path), so what follows asks a new session; only
     // the worker stays on the library it started with.
     let mut c = connect_to(port, db, "upgrade-test");
     assert_eq!(
-        lines(
-            &mut c,
-            "SELECT extversion FROM pg_extension WHERE extname = 'pg_distlock'"
-        ),
+        lines(&mut c, "SELECT extversion FROM pg_extension WHERE extname = 'pg_distlock'"),
         [current_version()]
     );
 
     // (a) all state is still there...
-    assert_eq!(
-        table_contents(&mut c, &old_columns),
-        before,
-        "rows changed by the update"
-    );
+    assert_eq!(table_contents(&mut c, &old_columns), before, "rows changed by the update");
     check(&mut c);
     // ...and works: the claim taken before the update is released by its holder,
     worker
@@ -426,74 +294,35 @@ fn upgrade_in_place(
             "SELECT distlock.release_task_lock(id, 'w1', 'completed') FROM distlock.scheduled_tasks WHERE task_name = 'report'",
         )
         .expect("the claim taken at 0.1.0 is released after the update");
-    assert_eq!(
-        count(
-            &mut c,
-            "SELECT 1 FROM distlock.task_execution_log WHERE status = 'running'"
-        ),
-        0
-    );
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'running'"), 0);
     // tokens, terms and IDs keep rising,
     assert!(one_bool(
         &mut worker,
         "SELECT distlock.try_acquire_task_lock(id, 'w2') FROM distlock.scheduled_tasks WHERE task_name = 'report'"
     ));
-    let token = one_i64(
-        &mut worker,
-        "SELECT current_token FROM distlock.scheduled_tasks WHERE task_name = 'report'",
-    );
-    assert!(
-        token > max_task_token,
-        "task token {token} after the update <= {max_task_token} before"
-    );
-    assert!(
-        one_i64(
-            &mut c,
-            "SELECT distlock.acquire_lease('other', 'node-b', '1 hour')"
-        ) > lease_token
-    );
-    assert!(one_bool(
-        &mut c,
-        "SELECT distlock.resign_leader('scheduler', 'node-a')"
-    ));
-    assert!(
-        one_i64(
-            &mut c,
-            "SELECT term FROM distlock.try_become_leader('scheduler', 'node-b', '1 hour')"
-        ) > term
-    );
+    let token = one_i64(&mut worker, "SELECT current_token FROM distlock.scheduled_tasks WHERE task_name = 'report'");
+    assert!(token > max_task_token, "task token {token} after the update <= {max_task_token} before");
+    assert!(one_i64(&mut c, "SELECT distlock.acquire_lease('other', 'node-b', '1 hour')") > lease_token);
+    assert!(one_bool(&mut c, "SELECT distlock.resign_leader('scheduler', 'node-a')"));
+    assert!(one_i64(&mut c, "SELECT term FROM distlock.try_become_leader('scheduler', 'node-b', '1 hour')") > term);
     assert!(one_i64(&mut c, "SELECT distlock.generate_snowflake_id(7)") > last_id);
     // the lease, the semaphore, the queue, the rate limits and the names keep their meaning.
-    assert!(one_bool(
-        &mut c,
-        "SELECT distlock.renew_lease('primary-db', 'node-a', '1 hour')"
-    ));
+    assert!(one_bool(&mut c, "SELECT distlock.renew_lease('primary-db', 'node-a', '1 hour')"));
     assert_eq!(
-        sqlstate(
-            c.batch_execute("SELECT distlock.acquire_semaphore('pool', 1, 'node-b', '1 hour')")
-        ),
+        sqlstate(c.batch_execute("SELECT distlock.acquire_semaphore('pool', 1, 'node-b', '1 hour')")),
         "22023",
         "the semaphore keeps its limit while node-a holds a slot"
     );
-    assert!(one_bool(
-        &mut c,
-        "SELECT distlock.acquire_semaphore('pool', 3, 'node-b', '1 hour')"
-    ));
+    assert!(one_bool(&mut c, "SELECT distlock.acquire_semaphore('pool', 3, 'node-b', '1 hour')"));
     assert!(one_bool(
         &mut c,
         "SELECT distlock.complete_task(id, 'consumer-1') FROM distlock.task_queue WHERE task_name = 'processing-job'"
     ));
     // Jobs queued before the update are in queue 'default'.
-    assert_eq!(
-        lines(&mut c, "SELECT DISTINCT queue FROM distlock.jobs"),
-        ["default"]
-    );
+    assert_eq!(lines(&mut c, "SELECT DISTINCT queue FROM distlock.jobs"), ["default"]);
     // The job completed before the update and the one completed after it are archived.
     assert_eq!(
-        lines(
-            &mut c,
-            "SELECT task_name FROM distlock.completed_jobs ORDER BY id"
-        ),
+        lines(&mut c, "SELECT task_name FROM distlock.completed_jobs ORDER BY id"),
         ["completed-job", "processing-job"]
     );
     assert_eq!(
@@ -502,19 +331,9 @@ fn upgrade_in_place(
     );
     // Unique keys work on the upgraded table.
     let unique = "SELECT distlock.enqueue_task('sync', p_queue => 'q', p_unique_key => 'k')";
-    assert_eq!(
-        one_i64(&mut c, unique),
-        one_i64(&mut c, unique),
-        "the second enqueue of a key returns the first job"
-    );
-    assert!(!one_bool(
-        &mut c,
-        "SELECT distlock.check_rate_limit('api:alice', 2, 3600)"
-    ));
-    assert!(!one_bool(
-        &mut c,
-        "SELECT allowed FROM distlock.throttle('api:bob', 1, 1, 3600, 2)"
-    ));
+    assert_eq!(one_i64(&mut c, unique), one_i64(&mut c, unique), "the second enqueue of a key returns the first job");
+    assert!(!one_bool(&mut c, "SELECT distlock.check_rate_limit('api:alice', 2, 3600)"));
+    assert!(!one_bool(&mut c, "SELECT allowed FROM distlock.throttle('api:bob', 1, 1, 3600, 2)"));
     assert!(one_bool(&mut c, "SELECT distlock.lock('orders:42')"));
     assert_eq!(
         lines(&mut c, "SELECT key_name FROM distlock.advisory_locks WHERE key = distlock.lock_id('orders:42')"),
@@ -524,15 +343,9 @@ fn upgrade_in_place(
     // (b) the upgraded schema is exactly a fresh install's.
     let upgraded = fingerprint(&mut c);
     let mut fresh = new_database(port, &format!("upgrade_fresh_{suffix}"));
-    fresh
-        .batch_execute("CREATE EXTENSION pg_distlock")
-        .expect("fresh install");
+    fresh.batch_execute("CREATE EXTENSION pg_distlock").expect("fresh install");
     let fresh_print = fingerprint(&mut fresh);
-    assert!(
-        fresh_print.len() > 300,
-        "the fingerprint reads too little: {} lines",
-        fresh_print.len()
-    );
+    assert!(fresh_print.len() > 300, "the fingerprint reads too little: {} lines", fresh_print.len());
     assert!(
         upgraded == fresh_print,
         "the upgraded schema differs from a fresh install (- upgraded, + fresh):\n{}",
@@ -545,17 +358,10 @@ fn upgrade_in_place(
     pg_tool(port, "pg_dump", &["-Fc", "-f", &dump, db]);
     let restored_db = &format!("upgrade_restored_{suffix}");
     drop(new_database(port, restored_db));
-    pg_tool(
-        port,
-        "pg_restore",
-        &["--exit-on-error", "-d", restored_db, &dump],
-    );
+    pg_tool(port, "pg_restore", &["--exit-on-error", "-d", restored_db, &dump]);
     let _ = std::fs::remove_file(&dump);
     let mut restored = connect_to(port, restored_db, "upgrade-test");
-    assert!(
-        fingerprint(&mut restored) == fresh_print,
-        "a restored upgraded database differs from a fresh install"
-    );
+    assert!(fingerprint(&mut restored) == fresh_print, "a restored upgraded database differs from a fresh install");
     let columns = table_columns(&mut c);
     let mut dumped = table_contents(&mut c, &columns);
     let mut restored_rows = table_contents(&mut restored, &columns);
@@ -564,28 +370,16 @@ fn upgrade_in_place(
         dumped.remove(table);
         restored_rows.remove(table);
     }
-    assert_eq!(
-        restored_rows, dumped,
-        "pg_restore did not bring back every dumped row"
-    );
+    assert_eq!(restored_rows, dumped, "pg_restore did not bring back every dumped row");
 }
 
 /// Every C function that a released install script binds must still be in
 /// the library, or a database not yet updated would fail to call it.
 #[test]
 fn the_library_exports_every_symbol_of_every_release() {
-    let pkglibdir = Command::new(pg_bin("pg_config"))
-        .arg("--pkglibdir")
-        .output()
-        .expect("pg_config");
-    let library = format!(
-        "{}/pg_distlock.so",
-        String::from_utf8_lossy(&pkglibdir.stdout).trim()
-    );
-    let nm = Command::new("nm")
-        .args(["-D", "--defined-only", &library])
-        .output()
-        .expect("nm");
+    let pkglibdir = Command::new(pg_bin("pg_config")).arg("--pkglibdir").output().expect("pg_config");
+    let library = format!("{}/pg_distlock.so", String::from_utf8_lossy(&pkglibdir.stdout).trim());
+    let nm = Command::new("nm").args(["-D", "--defined-only", &library]).output().expect("nm");
     let exported: std::collections::HashSet<String> = String::from_utf8_lossy(&nm.stdout)
         .lines()
         .filter_map(|line| line.split_whitespace().last().map(str::to_string))
@@ -600,15 +394,8 @@ fn the_library_exports_every_symbol_of_every_release() {
             needed.push(symbol.to_string());
             needed.push(format!("pg_finfo_{symbol}"));
         }
-        assert!(
-            needed.len() > 80,
-            "read only {} symbols from the {release} script",
-            needed.len()
-        );
+        assert!(needed.len() > 80, "read only {} symbols from the {release} script", needed.len());
         let missing: Vec<_> = needed.iter().filter(|s| !exported.contains(*s)).collect();
-        assert!(
-            missing.is_empty(),
-            "{library} lacks symbols {release}'s SQL binds: {missing:?}"
-        );
+        assert!(missing.is_empty(), "{library} lacks symbols {release}'s SQL binds: {missing:?}");
     }
 }
