@@ -105,7 +105,7 @@ fn a_consumer_waiting_on_a_full_queue_takes_the_room_a_completion_makes() {
         (got.len(), started.elapsed())
     });
     eventually("the waiter waits in the server", Duration::from_secs(10), || {
-        let sql = "SELECT 1 FROM pg_stat_activity WHERE application_name = 'waiter' AND wait_event = 'Extension'";
+        let sql = "SELECT 1 FROM pg_stat_activity WHERE application_name = 'waiter' AND wait_event_type = 'Extension'";
         count(&mut holder, sql) == 1
     });
     // Not a synchronization: time for the waiter's looks at the full queue to space out.
