@@ -34,18 +34,15 @@ thread_local! {
     static FULL_QUEUE_RETRY: std::cell::Cell<i64> = const { std::cell::Cell::new(FULL_QUEUE_FIRST_RETRY_MS) };
 }
 
-/// The wait before the next look at a full limited queue when `full`,
-/// doubling from look to look of this backend while its queues stay full;
-/// a claim (`full` false) starts over.
-fn full_queue_retry_ms(full: bool) -> i64 {
-    FULL_QUEUE_RETRY.with(|retry| {
-        let wait = retry.get();
-        retry.set(match full {
-            true => (wait * 2).min(FULL_QUEUE_LAST_RETRY_MS),
-            false => FULL_QUEUE_FIRST_RETRY_MS,
-        });
-        wait
-    })
+/// The wait before the next look at a full limited queue: it doubles from
+/// look to look of this backend while its queues stay full.
+fn next_full_queue_retry_ms() -> i64 {
+    FULL_QUEUE_RETRY.with(|retry| retry.replace((retry.get() * 2).min(FULL_QUEUE_LAST_RETRY_MS)))
+}
+
+/// A claim starts the waits at a full queue over.
+fn reset_full_queue_retry() {
+    FULL_QUEUE_RETRY.with(|retry| retry.set(FULL_QUEUE_FIRST_RETRY_MS));
 }
 
 /// Returns up to `limit` expired leases to pending (or dead when out of attempts); how many.
@@ -271,7 +268,7 @@ pub(crate) fn consume_after(
         });
         let now = clock_now();
         if !look.jobs.is_empty() {
-            full_queue_retry_ms(false);
+            reset_full_queue_retry();
         }
         if !look.jobs.is_empty() || now >= deadline {
             return look.jobs;
@@ -281,7 +278,7 @@ pub(crate) fn consume_after(
         // room made them crowd the turns): look again soon.
         let soon = match (look.limited_queue_busy, look.limited_queue_full) {
             (true, _) => Some(BUSY_TURNS_RETRY_MS),
-            (false, true) => Some(full_queue_retry_ms(true)),
+            (false, true) => Some(next_full_queue_retry_ms()),
             (false, false) => None,
         };
         let due = match soon {

@@ -23,6 +23,8 @@ from prometheus_client.registry import Collector
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from ..inspect import reads
+
 __all__ = ["COLLECTOR_FILE", "Definition", "DatabaseCollector", "definitions", "registry", "serve"]
 
 COLLECTOR_FILE = "pg_distlock.collector.yml"
@@ -105,10 +107,7 @@ class DatabaseCollector(Collector):
         families: list[Metric] = []
         try:
             with self.pool.connection(timeout=CONNECT_SECONDS) as conn:
-                installed = conn.execute(
-                    "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_distlock'").fetchone()
-                if installed is None:
-                    raise LookupError("pg_distlock is not installed")
+                reads.require_installed(conn)
                 answers: dict[str, Optional[list[dict[str, Any]]]] = {}
                 for definition in self.definitions:
                     if definition.query not in answers:
@@ -118,7 +117,7 @@ class DatabaseCollector(Collector):
                         errors += 1
                         continue
                     families.append(samples(definition, rows))
-        except (psycopg.Error, LookupError) as error:
+        except (psycopg.Error, reads.NotInstalled) as error:
             log.warning("pg_distlock metrics: %s", error)
             up.add_metric([], 0.0)
             yield up
