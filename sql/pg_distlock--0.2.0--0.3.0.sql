@@ -42,6 +42,8 @@ SELECT g.privilege, g.object FROM (VALUES
     ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_task_lease(integer, text, interval)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.renew_task_lease(integer, bigint, interval)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.release_task_lease(integer, bigint, text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_and_fetch_task(integer, text, text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_and_fetch_task(integer, bigint, text, text, interval, text)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.lock(bigint, interval, boolean, boolean)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.lock(text, interval, boolean, boolean)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.try_lock(bigint, boolean, boolean)'),
@@ -767,6 +769,40 @@ CREATE FUNCTION distlock.settle_and_consume_tasks(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'settle_and_consume_tasks_wrapper';
 REVOKE ALL ON FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[]) FROM PUBLIC;
+
+-- One commit per task run: release the finished claim and claim the next due task in one call.
+CREATE FUNCTION distlock.release_and_fetch_task(
+    "p_task_id" INT,
+    "p_worker_id" TEXT,
+    "p_status" TEXT,
+    "p_error_message" TEXT DEFAULT NULL
+) RETURNS TABLE (
+    "task_id" INT,
+    "task_name" TEXT,
+    "task_type" TEXT,
+    "acquired" bool,
+    "fencing_token" bigint
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'release_and_fetch_task_wrapper';
+REVOKE ALL ON FUNCTION distlock.release_and_fetch_task(integer, text, text, text) FROM PUBLIC;
+CREATE FUNCTION distlock.release_and_fetch_task(
+    "p_task_id" INT,
+    "p_fencing_token" bigint,
+    "p_status" TEXT,
+    "p_worker_id" TEXT,
+    "p_lease" interval,
+    "p_error_message" TEXT DEFAULT NULL
+) RETURNS TABLE (
+    "task_id" INT,
+    "task_name" TEXT,
+    "task_type" TEXT,
+    "acquired" bool,
+    "fencing_token" bigint
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'release_lease_and_fetch_task_wrapper';
+REVOKE ALL ON FUNCTION distlock.release_and_fetch_task(integer, bigint, text, text, interval, text) FROM PUBLIC;
 
 -- Dead jobs wait for a person: an admin retries or deletes them.
 CREATE FUNCTION distlock.retry_dead_jobs("p_queue" TEXT DEFAULT NULL, "p_job_ids" bigint[] DEFAULT NULL) RETURNS bigint

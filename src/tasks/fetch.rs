@@ -67,15 +67,22 @@ fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize, mode: Mode
     claimed
 }
 
-type FetchedRow = (Option<i32>, Option<Text>, Option<Text>, bool, Option<i64>);
+/// `(task_id, task_name, task_type, acquired, fencing_token)`: the claimed
+/// task, or NULLs and `acquired = false`.
+pub(super) type FetchedRow = (Option<i32>, Option<Text>, Option<Text>, bool, Option<i64>);
+
+/// Claims the earliest due task this caller may take, in `mode`.
+pub(super) fn claim_first_due(client: &SpiClient<'_>, worker: &Text, mode: Mode) -> FetchedRow {
+    match claim_due_tasks(client, worker, 1, mode).pop() {
+        Some(c) => (Some(c.task_id), Some(c.task_name), Some(c.task_type), true, Some(c.fencing_token)),
+        None => (None, None, None, false, None),
+    }
+}
 
 fn fetch_one(p_worker_id: Option<Text>, mode: Mode) -> FetchedRow {
     require_primary("claim tasks");
     let worker = text::name(p_worker_id, "p_worker_id");
-    match crate::access::connect(|client| claim_due_tasks(client, &worker, 1, mode)).pop() {
-        Some(c) => (Some(c.task_id), Some(c.task_name), Some(c.task_type), true, Some(c.fencing_token)),
-        None => (None, None, None, false, None),
-    }
+    crate::access::connect(|client| claim_first_due(client, &worker, mode))
 }
 
 /// Claims at most one due, enabled task. Returns that task, or one row of

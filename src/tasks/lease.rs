@@ -132,26 +132,30 @@ fn release_task_lease(
     let task_id = required(p_task_id, "p_task_id");
     let token = required(p_fencing_token, "p_fencing_token");
     let status = release_status(p_status);
-    crate::access::connect(|client| {
-        let stmt = plan(
-            client,
-            include_str!("../../sql/queries/task_lease_holder.sql"),
-            &[types::INT4, types::INT8],
-        );
-        let holder = client
-            .select(&*stmt, None, &[task_id.into(), token.into()])
-            .and_then(first_two::<i64, pgrx::pg_sys::Oid>)
-            .or_raise();
-        let (log_id, role) = match holder {
-            Some((Some(log_id), role)) => (log_id, role),
-            _ if !task_exists(client, task_id) => raise_unknown_task(task_id),
-            _ => raise_lease_lost(task_id, token),
-        };
-        crate::access::require_holder(client, role, || format!("the claim of task {task_id}"));
-        if !finish_claim(client, log_id, status, p_error_message.as_ref()) {
-            raise_lease_lost(task_id, token);
-        }
-    });
+    crate::access::connect(|client| release_by_token(client, task_id, token, status, p_error_message.as_ref()));
+}
+
+/// Ends the lease-mode claim of `task_id` with `token`, as its holder's role
+/// (or an admin); 55000 once it is no longer live.
+pub(super) fn release_by_token(client: &SpiClient<'_>, task_id: i32, token: i64, status: &str, error: Option<&Text>) {
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/task_lease_holder.sql"),
+        &[types::INT4, types::INT8],
+    );
+    let holder = client
+        .select(&*stmt, None, &[task_id.into(), token.into()])
+        .and_then(first_two::<i64, pgrx::pg_sys::Oid>)
+        .or_raise();
+    let (log_id, role) = match holder {
+        Some((Some(log_id), role)) => (log_id, role),
+        _ if !task_exists(client, task_id) => raise_unknown_task(task_id),
+        _ => raise_lease_lost(task_id, token),
+    };
+    crate::access::require_holder(client, role, || format!("the claim of task {task_id}"));
+    if !finish_claim(client, log_id, status, error) {
+        raise_lease_lost(task_id, token);
+    }
 }
 
 /// The fetch functions' lease mode, for their overloads in fetch.rs.

@@ -2,6 +2,7 @@
 //! fetching due work, fencing and log pruning.
 
 mod claim;
+mod cycle;
 mod fencing;
 mod fetch;
 mod held;

@@ -92,25 +92,29 @@ fn release_task_lock(
     let task_id = required(p_task_id, "p_task_id");
     let worker = text::name(p_worker_id, "p_worker_id");
     let status = release_status(p_status);
-    crate::access::connect(|client| {
-        let Some(held) = super::held::get(task_id) else {
-            raise_not_releasable(client, task_id);
-        };
-        // A session that changed role (SET ROLE) is still the holder by
-        // its lock, but acts only with the claiming role's rights.
-        crate::access::require_holder(client, Some(held.role), || format!("the claim of task {task_id}"));
-        if held.worker != worker {
-            raise(
-                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                format!("task {task_id} is claimed by worker \"{}\", not \"{worker}\"", held.worker),
-            );
-        }
-        if !finish_claim(client, held.log_id, status, p_error_message.as_ref()) {
-            raise_not_releasable(client, task_id);
-        }
-        super::held::released(task_id);
-        if holds_task_lock(task_id) {
-            xact::release_at_commit(task_id);
-        }
-    });
+    crate::access::connect(|client| release_held(client, task_id, &worker, status, p_error_message.as_ref()));
+}
+
+/// Ends this session's claim of `task_id`, made by `worker`; 55000 when it
+/// holds none (or another worker's).
+pub(super) fn release_held(client: &SpiClient<'_>, task_id: i32, worker: &Text, status: &str, error: Option<&Text>) {
+    let Some(held) = super::held::get(task_id) else {
+        raise_not_releasable(client, task_id);
+    };
+    // A session that changed role (SET ROLE) is still the holder by
+    // its lock, but acts only with the claiming role's rights.
+    crate::access::require_holder(client, Some(held.role), || format!("the claim of task {task_id}"));
+    if held.worker != *worker {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("task {task_id} is claimed by worker \"{}\", not \"{worker}\"", held.worker),
+        );
+    }
+    if !finish_claim(client, held.log_id, status, error) {
+        raise_not_releasable(client, task_id);
+    }
+    super::held::released(task_id);
+    if holds_task_lock(task_id) {
+        xact::release_at_commit(task_id);
+    }
 }

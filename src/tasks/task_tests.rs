@@ -344,6 +344,86 @@ mod tests {
     }
 
     #[pg_test]
+    fn tasks_release_and_fetch_ends_the_run_and_claims_the_next_due_task() {
+        run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) VALUES \
+             ('first', 'a', now() - interval '1 hour'), ('second', 'b', now() - interval '1 minute')");
+        let first = one::<i32>("SELECT task_id FROM distlock.worker_fetch_and_execute_task('w1')").expect("first");
+        let next = Spi::get_three::<String, String, bool>(&format!(
+            "SELECT task_name, task_type, acquired FROM distlock.release_and_fetch_task({first}, 'w1', 'completed')"
+        ))
+        .expect("row");
+        assert_eq!(next, (Some("second".into()), Some("b".into()), Some(true)));
+        assert_eq!(
+            count(&format!(
+                "SELECT 1 FROM distlock.task_execution_log l JOIN distlock.scheduled_tasks t ON t.id = l.task_id \
+                 WHERE t.id = {first} AND l.status = 'completed' AND t.next_run_at IS NULL AND t.current_token IS NULL"
+            )),
+            1,
+            "the first run ended and its task moved on"
+        );
+        assert_eq!(
+            count(
+                "SELECT 1 FROM distlock.task_execution_log l JOIN distlock.scheduled_tasks t ON t.id = l.task_id \
+                 WHERE t.task_name = 'second' AND l.status = 'running' AND l.worker_id = 'w1' \
+                 AND l.fencing_token = t.current_token"
+            ),
+            1
+        );
+        let last = one::<bool>(
+            "SELECT NOT acquired AND task_id IS NULL FROM distlock.release_and_fetch_task( \
+               (SELECT id FROM distlock.scheduled_tasks WHERE task_name = 'second'), 'w1', 'failed', 'boom')",
+        );
+        assert_eq!(last, Some(true), "nothing left to claim");
+        assert_eq!(
+            count("SELECT 1 FROM distlock.task_execution_log WHERE status = 'failed' AND error_message = 'boom'"),
+            1
+        );
+    }
+
+    #[pg_test(error = "task 9004 is not claimed by this session")]
+    fn tasks_release_and_fetch_refuses_a_task_this_session_does_not_hold() {
+        due_task_with_id(9004);
+        run("SELECT * FROM distlock.release_and_fetch_task(9004, 'w1', 'completed')");
+    }
+
+    #[pg_test]
+    fn tasks_release_and_fetch_by_token_ends_the_lease_and_leases_the_next_due_task() {
+        run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) VALUES \
+             ('first', 'a', now() - interval '1 hour'), ('second', 'b', now() - interval '1 minute')");
+        let (first, token) = Spi::get_two::<i32, i64>(
+            "SELECT task_id, fencing_token FROM distlock.worker_fetch_and_execute_task('w1', '30 seconds')",
+        )
+        .expect("first");
+        let (first, token) = (first.expect("id"), token.expect("token"));
+        let next_token = one::<i64>(&format!(
+            "SELECT fencing_token FROM distlock.release_and_fetch_task({first}, {token}, 'completed', 'w1', '30 seconds') \
+             WHERE acquired AND task_name = 'second'"
+        ))
+        .expect("the second task, leased");
+        assert!(next_token > token);
+        assert_eq!(
+            count(&format!(
+                "SELECT 1 FROM distlock.scheduled_tasks WHERE id = {first} AND lease_expires_at IS NULL \
+                 AND current_token IS NULL AND last_status = 'completed'"
+            )),
+            1
+        );
+        assert_eq!(
+            count(&format!(
+                "SELECT 1 FROM distlock.scheduled_tasks WHERE task_name = 'second' AND current_token = {next_token} \
+                 AND lease_expires_at > now()"
+            )),
+            1
+        );
+    }
+
+    #[pg_test(error = "task 9005 has no live lease-mode claim with token 1")]
+    fn tasks_release_and_fetch_by_token_refuses_a_token_that_is_not_live() {
+        due_task_with_id(9005);
+        run("SELECT * FROM distlock.release_and_fetch_task(9005, 1, 'completed', 'w1', '30 seconds')");
+    }
+
+    #[pg_test]
     fn tasks_fencing_tokens_strictly_increase_across_tasks() {
         run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) \
              SELECT 'task' || i, 'x', now() - i * interval '1 minute' FROM generate_series(1, 4) i");

@@ -127,6 +127,53 @@ fn ten_workers_run_100_tasks(name: &str, mode_of: fn(usize) -> Mode) {
     assert_each_task_ran_once(&db, 100);
 }
 
+/// The one-commit loop: each call releases the run just finished and claims
+/// the next due task, session and lease-mode workers mixed.
+#[test]
+fn ten_workers_looping_release_and_fetch_run_each_of_100_tasks_exactly_once() {
+    let db = fresh_db("contention_release_and_fetch");
+    yearly_tasks(&db, 100);
+    let workers: Vec<_> = (0..10)
+        .map(|w| {
+            let db = db.clone();
+            let mode = Mode::of_worker(w);
+            thread::spawn(move || {
+                let worker = format!("worker-{w}");
+                let mut c = connect(&db);
+                let mut ran = 0;
+                let mut row = c.query_one(mode.fetch_one(), &[&worker]).expect("fetch");
+                while row.get::<_, bool>(2) {
+                    let (task_id, token): (i32, i64) = (row.get(0), row.get(1));
+                    c.execute("INSERT INTO inflight VALUES ($1)", &[&task_id]).expect("no overlapping run");
+                    thread::sleep(Duration::from_millis(2)); // the task's own work, not synchronisation
+                    c.execute("INSERT INTO runs VALUES ($1, $2, $3)", &[&task_id, &worker, &token]).expect("run");
+                    c.execute("DELETE FROM inflight WHERE task_id = $1", &[&task_id]).expect("done");
+                    row = match mode {
+                        Mode::Session => c.query_one(
+                            "SELECT task_id, fencing_token, acquired \
+                             FROM distlock.release_and_fetch_task($1, $2, 'completed')",
+                            &[&task_id, &worker],
+                        ),
+                        Mode::Lease => c.query_one(
+                            "SELECT task_id, fencing_token, acquired \
+                             FROM distlock.release_and_fetch_task($1, $2, 'completed', $3, '1 minute')",
+                            &[&task_id, &token, &worker],
+                        ),
+                    }
+                    .expect("release and fetch");
+                    ran += 1;
+                }
+                let held = count(&mut c, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()");
+                assert_eq!(held, 0, "the last release gave its task lock back at commit");
+                ran
+            })
+        })
+        .collect();
+    let total: i32 = workers.into_iter().map(|w| w.join().expect("worker")).sum();
+    assert_eq!(total, 100);
+    assert_each_task_ran_once(&db, 100);
+}
+
 /// The recipe's failure: a release that unlocks before its updates commit,
 /// raced by claims that do not re-check, re-runs finished slots. Here workers
 /// keep claiming and releasing in tight loops for a while after everything

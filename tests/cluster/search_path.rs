@@ -434,6 +434,17 @@ const CALLS: &[(&str, &str)] = &[
      "SELECT distlock.renew_task_lease(1, t.current_token, '1 hour') FROM distlock.scheduled_tasks t WHERE t.id OPERATOR(pg_catalog.=) 1"),
     ("distlock.release_task_lease(integer,bigint,text,text)",
      "SELECT distlock.release_task_lease(1, t.current_token, 'failed', 'boom') FROM distlock.scheduled_tasks t WHERE t.id OPERATOR(pg_catalog.=) 1"),
+    ("distlock.release_and_fetch_task(integer,text,text,text)",
+     "SELECT distlock.try_acquire_task_lock(2, 'h'); \
+      UPDATE distlock.scheduled_tasks SET next_run_at = '2000-01-01' WHERE id OPERATOR(pg_catalog.=) 3; \
+      SELECT * FROM distlock.release_and_fetch_task(2, 'h', 'completed')"),
+    ("distlock.release_and_fetch_task(integer,bigint,text,text,interval,text)",
+     "SELECT distlock.release_task_lock(3, 'h', 'completed'); \
+      SELECT distlock.try_acquire_task_lease(2, 'h', '1 hour'); \
+      UPDATE distlock.scheduled_tasks SET next_run_at = '2000-01-01' WHERE id OPERATOR(pg_catalog.=) 3; \
+      SELECT r.* FROM distlock.scheduled_tasks t, \
+             LATERAL distlock.release_and_fetch_task(2, t.current_token, 'completed', 'h', '1 hour') r \
+       WHERE t.id OPERATOR(pg_catalog.=) 2"),
     ("distlock.worker_fetch_and_execute_task(text,interval)", "SELECT * FROM distlock.worker_fetch_and_execute_task('h', '1 hour')"),
     ("distlock.try_acquire_multiple_tasks(text,integer,interval)", "SELECT * FROM distlock.try_acquire_multiple_tasks('h', 5, '1 hour')"),
     ("distlock.prune_execution_log(interval)", "SELECT distlock.prune_execution_log('0 seconds')"),
