@@ -74,8 +74,8 @@ psql_on "$memory_port" -c "
   INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at)
   SELECT 'due-' || g, 'bench', now() - interval '1 hour' FROM generate_series(1, $due_tasks) g" >/dev/null
 fused_run() {
-  psql_on "$memory_port" -c "UPDATE distlock.scheduled_tasks SET next_run_at = now() - interval '1 hour' WHERE task_name LIKE 'due-%';
-                             VACUUM ANALYZE distlock.scheduled_tasks" >/dev/null
+  psql_on "$memory_port" -c "UPDATE distlock.scheduled_tasks SET next_run_at = now() - interval '1 hour' WHERE task_name LIKE 'due-%'" \
+    -c "VACUUM ANALYZE distlock.scheduled_tasks" >/dev/null
   tps "$memory_port" "$@"
   left=$(psql_on "$memory_port" -c "SELECT count(*) FROM distlock.scheduled_tasks WHERE task_name LIKE 'due-%' AND next_run_at IS NOT NULL")
   [ "$left" -gt 0 ] || echo "warning: every due task ran; the figure below is low" >&2

@@ -1,15 +1,17 @@
 //! Workers asking for due tasks.
 
 use crate::text::{self, Text};
+use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use super::claim::{claim_for_session, Claim, Mode};
 use crate::errors::{int_in_range, require_primary, OrRaise};
-use crate::plans::plan;
+use crate::plans::{plan, types};
 
 const MAX_TASKS_PER_CALL: i32 = 1000;
-const CANDIDATE_BATCH: i64 = 32;
+/// The LIMIT of sql/queries/due_tasks.sql.
+const DUE_TASKS_PAGE: usize = 32;
 
 pub struct Claimed {
     pub task_id: i32,
@@ -29,42 +31,48 @@ fn claim_due(client: &SpiClient<'_>, task_id: i32, worker: &Text, mode: Mode) ->
 /// Claims up to `max` due tasks in `mode`, earliest `next_run_at` first,
 /// skipping tasks that other claims hold.
 fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize, mode: Mode) -> Vec<Claimed> {
-    let stmt = plan(client, include_str!("../../sql/queries/due_tasks.sql"), &[]);
-    let mut cursor = client
-        .try_open_cursor(&*stmt, &[])
-        .or_raise();
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/due_tasks.sql"),
+        &[types::TIMESTAMPTZ, types::INT4],
+    );
     let scope = crate::scopes::of_caller(crate::scopes::Capability::Worker);
     let mut claimed = Vec::new();
-    while claimed.len() < max {
-        let batch: Vec<(i32, Text, Text)> = cursor
-            .fetch(CANDIDATE_BATCH)
+    let mut from = (TimestampWithTimeZone::negative_infinity(), i32::MIN);
+    loop {
+        let page: Vec<(i32, Text, Text, TimestampWithTimeZone)> = client
+            .select(&*stmt, None, &[from.0.into(), from.1.into()])
             .and_then(|rows| {
                 rows.map(|row| {
                     Ok((
                         row.get::<i32>(1)?.unwrap_or_default(),
                         row.get::<Text>(2)?.unwrap_or_default(),
                         row.get::<Text>(3)?.unwrap_or_default(),
+                        row.get::<TimestampWithTimeZone>(4)?.unwrap_or_else(TimestampWithTimeZone::positive_infinity),
                     ))
                 })
                 .collect()
             })
             .or_raise();
-        if batch.is_empty() {
-            break;
-        }
-        for (task_id, task_name, task_type) in batch {
+        let last_page = page.len() < DUE_TASKS_PAGE;
+        for (task_id, task_name, task_type, next_run_at) in page {
+            // The next page starts after this slot (at it again only past
+            // i32::MAX, where a second look at a task changes nothing).
+            from = (next_run_at, task_id.saturating_add(1));
             if !crate::scopes::task_admitted(&scope, &task_name, &task_type) {
                 continue;
             }
             if let Claim::Claimed { fencing_token } = claim_due(client, task_id, worker, mode) {
                 claimed.push(Claimed { task_id, task_name, task_type, fencing_token });
                 if claimed.len() == max {
-                    break;
+                    return claimed;
                 }
             }
         }
+        if last_page {
+            return claimed;
+        }
     }
-    claimed
 }
 
 /// `(task_id, task_name, task_type, acquired, fencing_token)`: the claimed

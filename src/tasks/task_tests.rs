@@ -333,6 +333,21 @@ mod tests {
         assert_eq!(count("SELECT * FROM distlock.try_acquire_multiple_tasks('w1', 1000)"), 0);
     }
 
+    #[pg_test]
+    fn tasks_fetch_reads_past_a_page_of_held_tasks_due_at_the_same_moment() {
+        // 40 tasks due at one instant: ties are ordered by id, and the 35
+        // this session holds fill more than one page of candidates.
+        run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) \
+             SELECT 'task' || i, 'x', '2000-01-01' FROM generate_series(1, 40) i");
+        assert_eq!(count("SELECT * FROM distlock.try_acquire_multiple_tasks('w1', 35)"), 35);
+        let next = one::<String>("SELECT task_name FROM distlock.worker_fetch_and_execute_task('w1')");
+        assert_eq!(next, Some("task36".into()));
+        let rest = one::<String>(
+            "SELECT string_agg(task_name, ',' ORDER BY task_name) FROM distlock.try_acquire_multiple_tasks('w1', 10)",
+        );
+        assert_eq!(rest, Some("task37,task38,task39,task40".into()));
+    }
+
     #[pg_test(error = "p_max_tasks must be between 1 and 1000, got 0")]
     fn tasks_multiple_rejects_zero() {
         run("SELECT * FROM distlock.try_acquire_multiple_tasks('w1', 0)");
