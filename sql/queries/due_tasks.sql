@@ -1,5 +1,5 @@
 -- params: timestamptz, integer
--- The next 32 due, enabled tasks from slot ($1, $2) on (inclusive), earliest
+-- The next 8 due, enabled tasks from slot ($1, $2) on (inclusive), earliest
 -- slot first, leaving out those whose lease-mode claim is live: a lease keeps
 -- its task due until it is released, and every fetch would otherwise try
 -- each leased task again. Read in pages of a constant size rather than by a
@@ -13,4 +13,4 @@ SELECT id, task_name, task_type, next_run_at
    AND (next_run_at, id) OPERATOR(pg_catalog.>=) ($1, $2)
    AND (lease_expires_at IS NULL OR lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.now())
  ORDER BY next_run_at, id
- LIMIT 32
+ LIMIT 8

@@ -11,7 +11,7 @@ use crate::plans::{plan, types};
 
 const MAX_TASKS_PER_CALL: i32 = 1000;
 /// The LIMIT of sql/queries/due_tasks.sql.
-const DUE_TASKS_PAGE: usize = 32;
+const DUE_TASKS_PAGE: usize = 8;
 
 pub struct Claimed {
     pub task_id: i32,
