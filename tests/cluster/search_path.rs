@@ -142,8 +142,9 @@ fn node_tree_oids(tree: &str) -> Vec<(String, u32)> {
             i += 1;
             continue;
         };
-        // Fields that end like a type's but hold an enum value.
-        let enum_field = matches!(field, "jointype" | "nulltesttype" | "booltesttype");
+        // Fields that end like a type's but hold an enum value (a row
+        // comparison's kind is rctype up to PostgreSQL 17, cmptype from 18).
+        let enum_field = matches!(field, "jointype" | "nulltesttype" | "booltesttype" | "rctype" | "cmptype");
         let is_type = !enum_field && (field.ends_with("type") || field.ends_with("typeid") || field == "typeId");
         match field {
             "funcid" | "aggfnoid" | "winfnoid" | "opno" | "relid" => {
