@@ -5,6 +5,7 @@
 use crate::text::{self, Text};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
 
 use super::claim::Mode;
 use super::fetch::{claim_first_due, FetchedRow};
@@ -36,9 +37,8 @@ fn release_and_fetch_task(
     let task_id = required(p_task_id, "p_task_id");
     let worker = text::name(p_worker_id, "p_worker_id");
     let status = release_status(p_status);
-    TableIterator::once(crate::access::connect(|client| -> FetchedRow {
-        super::release::release_held(client, task_id, &worker, status, p_error_message.as_ref());
-        claim_first_due(client, &worker, Mode::Session)
+    TableIterator::once(release_then_fetch(&worker, Mode::Session, |client| {
+        super::release::release_held(client, task_id, &worker, status, p_error_message.as_ref())
     }))
 }
 
@@ -69,8 +69,18 @@ fn release_lease_and_fetch_task(
     let status = release_status(p_status);
     let worker = text::name(p_worker_id, "p_worker_id");
     let mode = super::lease::mode(p_lease);
-    TableIterator::once(crate::access::connect(|client| -> FetchedRow {
-        super::lease::release_by_token(client, task_id, token, status, p_error_message.as_ref());
-        claim_first_due(client, &worker, mode)
+    TableIterator::once(release_then_fetch(&worker, mode, |client| {
+        super::lease::release_by_token(client, task_id, token, status, p_error_message.as_ref())
     }))
+}
+
+/// Runs `release`, then claims the next due task for `worker` in `mode`, on
+/// one connection in the caller's transaction. The overloads above differ
+/// only in their release (their TableIterator types repeat the fetch's: pgrx
+/// reads the column names from each signature).
+fn release_then_fetch(worker: &Text, mode: Mode, release: impl FnOnce(&SpiClient<'_>)) -> FetchedRow {
+    crate::access::connect(|client| {
+        release(client);
+        claim_first_due(client, worker, mode)
+    })
 }
