@@ -294,7 +294,7 @@ pub(crate) fn consume_after(
                     Route::Queues(queues) => Some(&queues[..]),
                     Route::Every | Route::Legacy => None,
                 };
-                sleeper = Some(Sleeper::new(queues, restricted));
+                sleeper = Some(Sleeper::new(queues, restricted, p_batch));
             }
             Some(sleeper) => {
                 let until = due.map_or(deadline, |due| due.min(deadline));

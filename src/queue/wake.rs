@@ -2,9 +2,11 @@
 //!
 //! With shared memory (pg_distlock preloaded, or the DSM registry on 17+), a
 //! consumer that found nothing registers in the sleepers table (the queues
-//! it takes, when it wakes by itself) and sleeps on its latch. A commit
-//! wakes as many sleepers of a queue as it made that queue's jobs runnable,
-//! once its rows are visible to their next snapshot: an enqueue wakes one,
+//! it takes, how many jobs it claims at once, when it wakes by itself) and
+//! sleeps on its latch. A commit wakes sleepers of a queue until their
+//! batches cover the jobs of that queue it made runnable (a commit of 128
+//! jobs wakes two sleepers claiming 64 each, or 128 claiming one), once
+//! its rows are visible to their next snapshot: an enqueue wakes one,
 //! a failed attempt one (its retry time is new), a claim rolled back one per
 //! job it returns, a resumed queue all of its sleepers. A committed claim
 //! wakes only a sleeper that would otherwise sleep past the new lease's
@@ -101,8 +103,9 @@ fn old_library_sleepers() {
     }
 }
 
-/// Sets the latches of up to `wake.count` sleepers of this database that
-/// take jobs of `wake.queue` (and of every restricted one among them).
+/// Sets the latches of sleepers of this database that take jobs of
+/// `wake.queue` until their batches add up to `wake.count` jobs (and of
+/// every restricted one among them).
 fn wake_sleepers(wake: Wake) {
     let Some(table) = sleepers::table() else { return };
     if table.sleeping.load(ORDER) == 0 {
@@ -132,7 +135,7 @@ fn wake_sleepers(wake: Wake) {
         sleepers::set_latch(entry.latch.load(ORDER));
         table.wakeups.fetch_add(1, ORDER);
         if !restricted {
-            left -= 1;
+            left = left.saturating_sub(entry.wants.load(ORDER).max(1) as usize);
         }
     }
 }
@@ -172,9 +175,9 @@ pub struct Sleeper {
 }
 
 impl Sleeper {
-    /// A sleeper taking jobs of `queues` (None: every queue); `restricted`
-    /// when a scope limits which jobs it may take.
-    pub fn new(queues: Option<&[Text]>, restricted: bool) -> Self {
+    /// A sleeper taking up to `batch` jobs of `queues` (None: every queue)
+    /// per look; `restricted` when a scope limits which jobs it may take.
+    pub fn new(queues: Option<&[Text]>, restricted: bool, batch: i32) -> Self {
         let Some(table) = sleepers::table() else { return Sleeper { entry: None } };
         let me = unsafe { pg_sys::MyProcPid };
         // A free entry, or one whose backend is gone without clearing it.
@@ -192,6 +195,7 @@ impl Sleeper {
         }
         entry.queue_count.store(named.len() as u32, ORDER);
         entry.restricted.store(restricted, ORDER);
+        entry.wants.store(batch.max(1) as u32, ORDER);
         entry.woken.store(false, ORDER);
         entry.until.store(i64::MAX, ORDER);
         entry.pid.store(me, ORDER);
@@ -232,12 +236,13 @@ impl Drop for Sleeper {
     fn drop(&mut self) {
         let Some(entry) = self.entry else { return };
         let unanswered = entry.woken.load(ORDER).then(|| entry.woken_for.load(ORDER));
+        let wanted = entry.wants.load(ORDER).max(1) as usize;
         entry.pid.store(0, ORDER);
         if let Some(table) = sleepers::table() {
             table.sleeping.fetch_sub(1, ORDER);
         }
         if let Some(queue) = unanswered {
-            wake_sleepers(Wake { queue, count: 1, sleeping_past: None });
+            wake_sleepers(Wake { queue, count: wanted, sleeping_past: None });
         }
     }
 }

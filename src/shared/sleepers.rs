@@ -1,6 +1,7 @@
 //! The consumers waiting for jobs, one entry per sleeping backend, so that
-//! a commit can wake as many of them as it made jobs runnable, of the queue
-//! that got them, by setting their latches: no herd. A table of its own,
+//! a commit can wake as many of them as its runnable jobs need (each takes
+//! up to its batch), of the queue that got them, by setting their latches:
+//! no herd. A table of its own,
 //! beside the main shared state (whose layout it leaves unchanged): in the
 //! server's shared memory when preloaded, else a DSM registry segment.
 
@@ -31,6 +32,9 @@ pub struct Sleeper {
     /// Its scope limits the jobs it may take: woken for every job of its
     /// queues, beyond the count a commit wakes.
     pub restricted: AtomicBool,
+    /// How many jobs its next look claims at most (its batch): a waker
+    /// counts it as taking that many of the jobs it woke sleepers for.
+    pub wants: AtomicU32,
     /// Set by the waker that set its latch, cleared by the sleeper when it
     /// looks: a waker counts only sleepers it woke itself.
     pub woken: AtomicBool,

@@ -10,6 +10,8 @@ use crate::support::*;
 /// What a waiting consumer got, and how long its call took.
 struct Waited {
     job: Option<i64>,
+    /// How many jobs it got (a batch consumer's rows).
+    jobs: usize,
     took: Duration,
 }
 
@@ -48,17 +50,32 @@ fn start_waiting_on(
     wait: &str,
     queues: &str,
 ) -> thread::JoinHandle<Result<Waited, postgres::Error>> {
+    let sql = format!("SELECT task_id FROM distlock.consume_task('{worker}', p_wait => '{wait}', p_queues => {queues})");
+    start_waiting_with(port, server_port, db, worker, sql)
+}
+
+/// Starts `sql`, a consume call that waits and returns job ids, as
+/// `start_waiting` does.
+fn start_waiting_with(
+    port: u16,
+    server_port: u16,
+    db: &str,
+    worker: &str,
+    sql: String,
+) -> thread::JoinHandle<Result<Waited, postgres::Error>> {
     let before = sleeping(server_port, db);
     let mut c = connect_to(port, db, worker);
-    let sql = format!("SELECT task_id FROM distlock.consume_task('{worker}', p_wait => '{wait}', p_queues => {queues})");
     let handle = thread::spawn(move || {
         let started = Instant::now();
         let rows = c.simple_query(&sql)?;
-        let job = rows.iter().find_map(|m| match m {
-            postgres::SimpleQueryMessage::Row(row) => row.get(0).map(|v| v.parse::<i64>().expect("id")),
-            _ => None,
-        });
-        Ok(Waited { job, took: started.elapsed() })
+        let ids: Vec<i64> = rows
+            .iter()
+            .filter_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(row) => row.get(0).map(|v| v.parse::<i64>().expect("id")),
+                _ => None,
+            })
+            .collect();
+        Ok(Waited { job: ids.first().copied(), jobs: ids.len(), took: started.elapsed() })
     });
     eventually(&format!("{worker} to sleep in the server"), Duration::from_secs(10), || {
         sleeping(server_port, db) > before
@@ -146,14 +163,52 @@ fn a_commit_wakes_one_waiting_consumer_per_job_of_its_queue_and_a_claim_wakes_no
     assert_eq!(woken_b.len(), 3, "three consumers of queue b took the three jobs");
     assert_eq!(wakeups(&mut producer) - before, 4, "three more wake-ups, none for the queue nobody waits on");
     assert_eq!(scalar(&mut producer, "SELECT sleeping FROM distlock.queue_wait_stats()").as_deref(), Some("6"));
-    producer
-        .batch_execute(&format!(
-            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Extension'"
-        ))
-        .expect("cancel the others");
-    for waiter in asleep.into_iter().chain(asleep_b) {
+    cancel_the_waiting(&mut producer, &db, asleep.into_iter().chain(asleep_b));
+}
+
+/// Cancels the consumers of `db` still sleeping in the server, `waiters`,
+/// and checks that each one's call ended in the cancel.
+fn cancel_the_waiting(c: &mut Client, db: &str, waiters: impl IntoIterator<Item = Waiter>) {
+    c.batch_execute(&format!(
+        "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Extension'"
+    ))
+    .expect("cancel the others");
+    for waiter in waiters {
         assert!(finish(waiter).is_err(), "a consumer left waiting was cancelled");
     }
+}
+
+/// A commit wakes waiting batch consumers until their batches cover the
+/// jobs it made runnable: fifteen jobs wake two consumers that claim up to
+/// ten each, not fifteen, and the two take all fifteen.
+#[test]
+fn a_commit_wakes_only_as_many_waiting_batch_consumers_as_its_jobs_fill() {
+    let db = fresh_db("queue_wait_batches");
+    let mut producer = connect(&db);
+    let waiters: Vec<_> = (0..4)
+        .map(|i| {
+            let worker = format!("batch-{i}");
+            let sql = format!(
+                "SELECT task_id FROM distlock.consume_tasks(10, '{worker}', p_wait => '60 seconds', p_queues => ARRAY['c'])"
+            );
+            start_waiting_with(primary_port(), primary_port(), &db, &worker, sql)
+        })
+        .collect();
+    let before = wakeups(&mut producer);
+    producer
+        .batch_execute("SELECT distlock.enqueue_task('job', p_queue => 'c') FROM generate_series(1, 15)")
+        .expect("fifteen jobs in one commit");
+    eventually("the woken consumers to return", Duration::from_secs(10), || {
+        waiters.iter().filter(|w| w.is_finished()).count() >= 2
+    });
+    let (done, asleep): (Vec<_>, Vec<_>) = waiters.into_iter().partition(|w| w.is_finished());
+    let mut taken: Vec<usize> = done.into_iter().map(|w| finish(w).expect("wait").jobs).collect();
+    taken.sort_unstable();
+    assert_eq!(taken.len(), 2, "two consumers returned: {taken:?}");
+    assert_eq!(taken.iter().sum::<usize>(), 15, "the two took every job: {taken:?}");
+    assert_eq!(wakeups(&mut producer) - before, 2, "the commit woke two consumers, and their claims none");
+    assert_eq!(scalar(&mut producer, "SELECT sleeping FROM distlock.queue_wait_stats()").as_deref(), Some("2"));
+    cancel_the_waiting(&mut producer, &db, asleep);
 }
 
 fn enqueue_into(c: &mut Client, queue: &str) -> i64 {
