@@ -13,7 +13,11 @@
 # Measurements, not pass/fail tests.
 # With PGMQ_SQL naming pgmq's SQL install script (pgmq-extension/sql/pgmq.sql
 # of a pgmq checkout you provide; nothing here fetches or builds it), the
-# same fleet also runs against pgmq in the same cluster, with the ratio.
+# same fleet also runs against pgmq in the same cluster, with the ratio;
+# likewise against pgque with PGQUE_SQL naming its sql/pgque.sql (each
+# consumer a cooperative subconsumer taking whole tick batches, a ticker
+# every 50 ms with pgque's low-latency settings; no rotation or maint in
+# runs this short).
 #   BENCH_SECONDS=10 BENCH_FLEETS="16 64" benches/queue_fleet.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +33,9 @@ if [ -n "${PGMQ_SQL:-}" ]; then
   psql_on "$port" -f "$PGMQ_SQL" >/dev/null
   psql_on "$port" -c "SELECT pgmq.create('bench')" >/dev/null
 fi
+if [ -n "${PGQUE_SQL:-}" ]; then
+  psql_on "$port" -f "$PGQUE_SQL" >/dev/null 2>&1
+fi
 
 pgbench_on() { "$bin/pgbench" -n -M prepared -h 127.0.0.1 -p "$port" -U postgres "$@" bench 2>&1; }
 # Completed jobs: archived, or left in place by fleet_in_place.sql.
@@ -37,29 +44,70 @@ completed() {
                            + (SELECT count(*) FROM distlock.task_queue WHERE status = 'completed')"
 }
 archived_by_pgmq() { psql_on "$port" -c "SELECT count(*) FROM pgmq.a_bench"; }
+finished_by_pgque() { psql_on "$port" -c "SELECT coalesce(sum(n), 0) FROM public.pgque_done"; }
+# A fresh pgque queue 'bench' with consumer 'bench' and $1 subconsumers
+# sub_0.., each with a row counting the events it finished.
+pgque_queue() {
+  local subconsumers=$1
+  psql_on "$port" -c "SELECT pgque.unregister_subconsumer('bench', 'bench', substr(consumer_name, 7))
+                        FROM pgque.get_consumer_info('bench') WHERE consumer_name LIKE 'bench.%'" \
+    -c "SELECT pgque.drop_queue('bench', true) FROM pgque.queue WHERE queue_name = 'bench'" \
+    -c "SELECT pgque.create_queue('bench')" \
+    -c "SELECT pgque.set_queue_config('bench', 'ticker_max_count', '200')" \
+    -c "SELECT pgque.set_queue_config('bench', 'ticker_max_lag', '100 milliseconds')" \
+    -c "SELECT pgque.set_queue_config('bench', 'ticker_idle_period', '500 milliseconds')" \
+    -c "SELECT pgque.ticker('bench')" \
+    -c "SELECT pgque.register_subconsumer('bench', 'bench', 'sub_' || g) FROM generate_series(0, $subconsumers - 1) g" \
+    -c "DROP TABLE IF EXISTS public.pgque_done" \
+    -c "CREATE TABLE public.pgque_done (client int PRIMARY KEY, n bigint NOT NULL DEFAULT 0)" \
+    -c "INSERT INTO public.pgque_done (client) SELECT g FROM generate_series(0, $subconsumers - 1) g" >/dev/null
+}
+# Dead row versions in the tables of schema $1.
+dead_in_schema() {
+  psql_on "$port" -c "SELECT coalesce(sum(pg_stat_get_dead_tuples(c.oid)), 0) FROM pg_class c
+                        JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '$1' AND c.relkind = 'r'"
+}
 
 rows=()
-# run W SCRIPT WAIT [pgmq]: jobs/s, producer ms per batch, dead row versions per job.
+# run W SCRIPT WAIT [pgmq|pgque]: jobs/s, producer ms per batch, dead row versions per job.
 run() {
-  local consumers=$1 script=$2 wait=$3 peer=${4:-} before after produced dead
+  local consumers=$1 script=$2 wait=$3 peer=${4:-} before after started ran produced dead ticker=
   local producer_script=fleet_produce table=distlock.task_queue count=completed
   if [ "$peer" = pgmq ]; then
     producer_script=peer_pgmq_produce table=pgmq.q_bench count=archived_by_pgmq
     psql_on "$port" -c "TRUNCATE pgmq.q_bench, pgmq.a_bench" >/dev/null
   fi
-  psql_on "$port" -c "TRUNCATE distlock.task_queue, distlock.completed_jobs" -c "VACUUM ANALYZE $table" \
+  if [ "$peer" = pgque ]; then
+    producer_script=peer_pgque_produce table= count=finished_by_pgque
+    pgque_queue "$consumers"
+  fi
+  psql_on "$port" -c "TRUNCATE distlock.task_queue, distlock.completed_jobs" >/dev/null
+  [ -z "$table" ] || psql_on "$port" -c "VACUUM ANALYZE $table" \
     -c "SELECT pg_stat_reset_single_table_counters('$table'::regclass)" >/dev/null
   pgbench_on -c 1 -T $((seconds + 2)) -r -f "benches/pgbench/$producer_script.sql" >"$dir/producer.log" &
   local producer=$!
+  if [ "$peer" = pgque ]; then
+    pgbench_on -c 1 -T $((seconds + 2)) -f benches/pgbench/peer_pgque_ticker.sql >"$dir/ticker.log" &
+    ticker=$!
+  fi
   sleep 2
   before=$($count)
+  # pgbench lets each client end the script it is in when time is up (a
+  # pgque batch of thousands of events sleeps seconds): divide by the time
+  # the consumers really ran.
+  started=$(date +%s.%N)
   pgbench_on -c "$consumers" -j 2 -T "$seconds" -f "benches/pgbench/$script.sql" \
     -D wait="$wait" -D ids='{}' -D att='{}' >"$dir/consumers.log"
   after=$($count)
-  wait "$producer"
-  dead=$(psql_on "$port" -c "SELECT pg_stat_get_dead_tuples('$table'::regclass)")
+  ran=$(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN { print e - s }')
+  wait "$producer" $ticker
+  if [ -n "$table" ]; then
+    dead=$(psql_on "$port" -c "SELECT pg_stat_get_dead_tuples('$table'::regclass)")
+  else
+    dead=$(dead_in_schema pgque)
+  fi
   produced=$(awk '/enqueue_task|send_batch/ { print $1; exit }' "$dir/producer.log")
-  echo "$(((after - before) / seconds)) ${produced:--} $(awk -v d="$dead" -v n="$after" 'BEGIN { printf "%.2f", n ? d / n : 0 }')"
+  echo "$(awk -v n=$((after - before)) -v t="$ran" 'BEGIN { printf "%.0f", n / t }') ${produced:--} $(awk -v d="$dead" -v n="$after" 'BEGIN { printf "%.2f", n ? d / n : 0 }')"
 }
 row() { rows+=("$(printf '%-58s %10s %14s %12s' "$@")"); echo "  $*"; }
 
@@ -81,6 +129,11 @@ for w in $fleets; do
     read -r rate lat dead < <(run "$w" peer_pgmq_consume 0 pgmq)
     row "$w consumers, pgmq read 64 + archive (polling)" "$rate" "$lat" "$dead"
     row "$w consumers, pg_distlock p_wait against pgmq" "$(awk -v a="$archived" -v b="$rate" 'BEGIN { printf "%.2fx", b ? a / b : 0 }')" "" ""
+  fi
+  if [ -n "${PGQUE_SQL:-}" ]; then
+    read -r rate lat dead < <(run "$w" peer_pgque_consume 0 pgque)
+    row "$w consumers, pgque tick batches (cooperative, polling)" "$rate" "$lat" "$dead"
+    row "$w consumers, pg_distlock p_wait against pgque" "$(awk -v a="$archived" -v b="$rate" 'BEGIN { printf "%.2fx", b ? a / b : 0 }')" "" ""
   fi
 done
 
