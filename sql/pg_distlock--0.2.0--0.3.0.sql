@@ -66,6 +66,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('worker',   'EXECUTE', 'FUNCTION distlock.bump_version()'),
     -- The job queue.
     ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text)'),
+    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_tasks(text, jsonb[], timestamptz, integer, integer, text)'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_tasks(bigint[], text, integer[])'),
@@ -803,6 +804,19 @@ CREATE FUNCTION distlock.release_and_fetch_task(
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'release_lease_and_fetch_task_wrapper';
 REVOKE ALL ON FUNCTION distlock.release_and_fetch_task(integer, bigint, text, text, interval, text) FROM PUBLIC;
+
+-- Many jobs in one statement (enqueue_task's batch form).
+CREATE FUNCTION distlock.enqueue_tasks(
+    "p_task_name" TEXT,
+    "p_payloads" jsonb[],
+    "p_run_after" timestamp with time zone DEFAULT now(),
+    "p_priority" INT DEFAULT 0,
+    "p_max_attempts" INT DEFAULT 5,
+    "p_queue" TEXT DEFAULT 'default'
+) RETURNS SETOF bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_tasks_wrapper';
+REVOKE ALL ON FUNCTION distlock.enqueue_tasks(text, jsonb[], timestamptz, integer, integer, text) FROM PUBLIC;
 
 -- Dead jobs wait for a person: an admin retries or deletes them.
 CREATE FUNCTION distlock.retry_dead_jobs("p_queue" TEXT DEFAULT NULL, "p_job_ids" bigint[] DEFAULT NULL) RETURNS bigint

@@ -132,6 +132,7 @@ pub mod types {
     pub const INT8_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::INT8ARRAYOID);
     pub const INT4_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::INT4ARRAYOID);
     pub const TEXT_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::TEXTARRAYOID);
+    pub const JSONB_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::JSONBARRAYOID);
 
     /// The name a statement's `-- params:` line gives the type.
     pub fn name(oid: PgOid) -> &'static str {
@@ -147,6 +148,7 @@ pub mod types {
             INT8_ARRAY => "bigint[]",
             INT4_ARRAY => "integer[]",
             TEXT_ARRAY => "text[]",
+            JSONB_ARRAY => "jsonb[]",
             _ => "unknown",
         }
     }

@@ -4,7 +4,7 @@ use crate::text::{self, Text};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use super::payload::Payload;
+use super::payload::{Payload, Payloads};
 use crate::errors::{raise, required, OrRaise};
 use crate::plans::{first_value, plan, types};
 
@@ -25,6 +25,57 @@ fn enqueue_task_in_queue(
     // Names' limit of 1000 bytes keeps (queue, key) within a btree entry.
     let unique_key = p_unique_key.map(|key| text::checked_name(key, "p_unique_key"));
     enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue, unique_key)
+}
+
+/// Queues one job of `p_task_name` in queue `p_queue` per element of
+/// `p_payloads`, in one statement; returns their ids in the array's order.
+/// Without unique keys (enqueue_task takes one).
+#[pg_extern(name = "enqueue_tasks")]
+fn enqueue_tasks(
+    p_task_name: Option<Text>,
+    p_payloads: Option<Payloads>,
+    p_run_after: default!(Option<TimestampWithTimeZone>, "now()"),
+    p_priority: default!(Option<i32>, 0),
+    p_max_attempts: default!(Option<i32>, 5),
+    p_queue: default!(Option<Text>, "'default'"),
+) -> SetOfIterator<'static, i64> {
+    let task_name = text::name(p_task_name, "p_task_name");
+    let payloads = required(p_payloads, "p_payloads");
+    let run_after = required(p_run_after, "p_run_after");
+    let priority = required(p_priority, "p_priority");
+    let max_attempts = crate::errors::int_in_range(p_max_attempts, "p_max_attempts", 1..=i32::MAX);
+    let queue = text::name(p_queue, "p_queue");
+    crate::scopes::require(crate::scopes::Capability::Producer, "job name", &task_name);
+    let ids = crate::access::connect_mut(|client| {
+        if payloads.contains_nulls() {
+            let stmt = plan(client, include_str!("../../sql/queries/payloads_first_null.sql"), &[types::JSONB_ARRAY]);
+            let at = client.select(&*stmt, None, &[payloads.into()]).and_then(first_value::<i64>).or_raise();
+            raise(
+                PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                format!("p_payloads must not hold NULL, got one at position {}", at.unwrap_or_default()),
+            );
+        }
+        let stmt = plan(
+            client,
+            include_str!("../../sql/queries/queue_enqueue_many.sql"),
+            &[types::TEXT, types::JSONB_ARRAY, types::TIMESTAMPTZ, types::INT4, types::INT4, types::OID, types::TEXT],
+        );
+        let values = [
+            (&task_name).into(),
+            payloads.into(),
+            run_after.into(),
+            priority.into(),
+            max_attempts.into(),
+            crate::access::caller().into(),
+            (&queue).into(),
+        ];
+        client
+            .update(&*stmt, None, &values)
+            .and_then(|rows| rows.map(|row| row.get::<i64>(1).map(Option::unwrap_or_default)).collect::<Result<Vec<_>, _>>())
+            .or_raise()
+    });
+    super::wake::jobs_added(Some(queue.bytes()), ids.len());
+    SetOfIterator::new(ids)
 }
 
 pub(crate) fn enqueue(

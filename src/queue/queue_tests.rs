@@ -268,6 +268,38 @@ mod tests {
         assert_eq!(one::<String>("SELECT payload::text FROM distlock.consume_task('w')"), Some(payload.into()));
     }
 
+    /// enqueue_tasks queues one job per payload, exactly as given, with ids
+    /// in the array's order, in the queue named, and refuses a NULL payload
+    /// by its position.
+    #[pg_test]
+    fn queue_enqueue_tasks_queues_one_job_per_payload_in_order() {
+        let payloads = r#"ARRAY['{"n": 1}', '{"n": 12345678901234567890123}', '{"n": 3}']::jsonb[]"#;
+        let ids = one::<String>(&format!(
+            "SELECT string_agg(id::text, ',' ORDER BY o) \
+               FROM distlock.enqueue_tasks('many', {payloads}, now(), 4, 2, 'bulk') WITH ORDINALITY AS e(id, o)"
+        ))
+        .expect("ids");
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT string_agg(payload::text || '/' || queue || '/' || priority || '/' || max_attempts, ';' ORDER BY id) \
+                   FROM distlock.jobs WHERE id IN ({ids})"
+            )),
+            Some(r#"{"n": 1}/bulk/4/2;{"n": 12345678901234567890123}/bulk/4/2;{"n": 3}/bulk/4/2"#.to_string())
+        );
+        assert_eq!(
+            one::<bool>(&format!("SELECT '{{{ids}}}'::bigint[] = (SELECT array_agg(id ORDER BY id) FROM distlock.jobs)")),
+            Some(true),
+            "ids in the array's order, the only jobs queued"
+        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.enqueue_tasks('none', '{}'::jsonb[])"), Some(0));
+        assert_sqlstate("distlock.enqueue_tasks('many', ARRAY['{}', NULL, '{}']::jsonb[])", "22004");
+        run("DO $t$ BEGIN PERFORM distlock.enqueue_tasks('many', ARRAY['{}', NULL, '{}']::jsonb[]); \
+             EXCEPTION WHEN null_value_not_allowed THEN \
+               IF SQLERRM <> 'p_payloads must not hold NULL, got one at position 2' THEN RAISE EXCEPTION 'got %', SQLERRM; END IF; \
+             END $t$");
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.jobs"), Some(3), "a refused call queues nothing");
+    }
+
     #[pg_test]
     fn queue_a_payload_beyond_float_range_blocks_nothing() {
         let huge = enqueue("'huge', '{\"n\": 1e400}', now(), 10");

@@ -491,6 +491,8 @@ const CALLS: &[(&str, &str)] = &[
              distlock.enqueue_task('job', '{\"n\": 5}', '2000-01-01', 0, 5, 'q'), \
              distlock.enqueue_task('job', '{\"n\": 7}', '2000-01-01', 0, 5, 'q', 'key'), \
              distlock.enqueue_task('job', '{\"n\": 7}', '2000-01-01', 0, 5, 'q', 'key')"),
+    ("distlock.enqueue_tasks(text,jsonb[],timestamp with time zone,integer,integer,text)",
+     "SELECT distlock.enqueue_tasks('job', ARRAY['{\"n\": 8}', '{\"n\": 9}']::pg_catalog.jsonb[], '2000-01-01', 0, 5, 'many')"),
     ("distlock.consume_task(text,interval,interval,text[])", "SELECT * FROM distlock.consume_task('h', '1 hour')"),
     ("distlock.extend_task_lease(bigint,interval,text)", "SELECT distlock.extend_task_lease(1, '1 hour', 'h')"),
     ("distlock.extend_task_lease(bigint,interval,text,integer)", "SELECT distlock.extend_task_lease(1, '1 hour', 'h', 1)"),
