@@ -168,8 +168,10 @@ def test_a_worker_killed_while_handlers_commit_their_jobs_runs_each_effect_once(
     ends with exactly one effect."""
     db = effects
     producer = pg_distlock.Queue(db.dsn)
-    jobs = {producer.enqueue("effect", {"i": i}) for i in range(60)}
-    node = Node(db, "queue-tx", name, 0.02, 4, 2, 4)
+    # Enough work left after the first effects (about 2 s of it) that the
+    # kill lands while handlers hold jobs, however late the poll sees them.
+    jobs = {producer.enqueue("effect", {"i": i}) for i in range(200)}
+    node = Node(db, "queue-tx", name, 0.05, 4, 2, 4)
     try:
         eventually(lambda: db.value("SELECT count(*) FROM public.effects") >= 12, timeout=20,
                    what="the first effects committed")
