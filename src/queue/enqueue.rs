@@ -6,6 +6,7 @@ use pgrx::PgSqlErrorCode;
 
 use super::payload::{Payload, Payloads};
 use crate::errors::{raise, required, OrRaise};
+use pgrx::datum::DatumWithOid;
 use crate::plans::{first_value, plan, types};
 
 /// Queues a job in queue `p_queue`; returns its id. With `p_unique_key`,
@@ -39,13 +40,9 @@ fn enqueue_tasks(
     p_max_attempts: default!(Option<i32>, 5),
     p_queue: default!(Option<Text>, "'default'"),
 ) -> SetOfIterator<'static, i64> {
-    let task_name = text::name(p_task_name, "p_task_name");
-    let payloads = required(p_payloads, "p_payloads");
-    let run_after = required(p_run_after, "p_run_after");
-    let priority = required(p_priority, "p_priority");
-    let max_attempts = crate::errors::int_in_range(p_max_attempts, "p_max_attempts", 1..=i32::MAX);
+    let (job, payloads) = NewJob::checked(p_task_name, p_payloads, "p_payloads", p_run_after, p_priority, p_max_attempts);
     let queue = text::name(p_queue, "p_queue");
-    crate::scopes::require(crate::scopes::Capability::Producer, "job name", &task_name);
+    job.may_produce();
     let ids = crate::access::connect_mut(|client| {
         if payloads.contains_nulls() {
             let stmt = plan(client, include_str!("../../sql/queries/payloads_first_null.sql"), &[types::JSONB_ARRAY]);
@@ -55,22 +52,9 @@ fn enqueue_tasks(
                 format!("p_payloads must not hold NULL, got one at position {}", at.unwrap_or_default()),
             );
         }
-        let stmt = plan(
-            client,
-            include_str!("../../sql/queries/queue_enqueue_many.sql"),
-            &[types::TEXT, types::JSONB_ARRAY, types::TIMESTAMPTZ, types::INT4, types::INT4, types::OID, types::TEXT],
-        );
-        let values = [
-            (&task_name).into(),
-            payloads.into(),
-            run_after.into(),
-            priority.into(),
-            max_attempts.into(),
-            crate::access::caller().into(),
-            (&queue).into(),
-        ];
+        let stmt = plan(client, include_str!("../../sql/queries/queue_enqueue_many.sql"), &NewJob::types(types::JSONB_ARRAY));
         client
-            .update(&*stmt, None, &values)
+            .update(&*stmt, None, &job.args(payloads.into(), &queue))
             .and_then(|rows| rows.map(|row| row.get::<i64>(1).map(Option::unwrap_or_default)).collect::<Result<Vec<_>, _>>())
             .or_raise()
     });
@@ -87,34 +71,22 @@ pub(crate) fn enqueue(
     queue: Text,
     unique_key: Option<Text>,
 ) -> i64 {
-    let task_name = text::name(p_task_name, "p_task_name");
-    let payload = required(p_payload, "p_payload");
-    let run_after = required(p_run_after, "p_run_after");
-    let priority = required(p_priority, "p_priority");
-    let max_attempts = crate::errors::int_in_range(p_max_attempts, "p_max_attempts", 1..=i32::MAX);
-    crate::scopes::require(crate::scopes::Capability::Producer, "job name", &task_name);
+    let (job, payload) = NewJob::checked(p_task_name, p_payload, "p_payload", p_run_after, p_priority, p_max_attempts);
+    job.may_produce();
     let (id, added) = crate::access::connect_mut(|client| {
-        let mut values = vec![
-            (&task_name).into(),
-            payload.into(),
-            run_after.into(),
-            priority.into(),
-            max_attempts.into(),
-            crate::access::caller().into(),
-            (&queue).into(),
-        ];
-        const TYPES: [pgrx::PgOid; 8] =
-            [types::TEXT, types::JSONB, types::TIMESTAMPTZ, types::INT4, types::INT4, types::OID, types::TEXT, types::TEXT];
+        let mut values = job.args(payload.into(), &queue);
+        let mut arg_types = NewJob::types(types::JSONB).to_vec();
+        arg_types.push(types::TEXT);
         // producer_role, queue and unique_key came with the same update.
         if !crate::version::has_column(c"task_queue", c"producer_role") {
-            let stmt = plan(client, include_str!("../../sql/queries/queue_enqueue_0_2_0.sql"), &TYPES[..5]);
+            let stmt = plan(client, include_str!("../../sql/queries/queue_enqueue_0_2_0.sql"), &arg_types[..5]);
             return (inserted_id(client.update(&*stmt, None, &values[..5])), true);
         }
         let Some(key) = &unique_key else {
-            let stmt = plan(client, include_str!("../../sql/queries/queue_enqueue.sql"), &TYPES[..7]);
+            let stmt = plan(client, include_str!("../../sql/queries/queue_enqueue.sql"), &arg_types[..7]);
             return (inserted_id(client.update(&*stmt, None, &values)), true);
         };
-        let insert = plan(client, include_str!("../../sql/queries/queue_enqueue_unique.sql"), &TYPES);
+        let insert = plan(client, include_str!("../../sql/queries/queue_enqueue_unique.sql"), &arg_types);
         let existing = plan(client, include_str!("../../sql/queries/queue_unique_job.sql"), &[types::TEXT, types::TEXT]);
         values.push(key.into());
         // The job that held the key may finish between the two statements
@@ -134,6 +106,57 @@ pub(crate) fn enqueue(
         super::wake::jobs_added(Some(queue.bytes()), 1);
     }
     id
+}
+
+/// A job's settings, checked, apart from its payload and queue.
+struct NewJob {
+    task_name: Text,
+    run_after: TimestampWithTimeZone,
+    priority: i32,
+    max_attempts: i32,
+}
+
+impl NewJob {
+    /// Checks the arguments in their order, the payload (or payloads)
+    /// `p_payload`, named `payload_name`, second.
+    fn checked<P>(
+        p_task_name: Option<Text>,
+        p_payload: Option<P>,
+        payload_name: &'static str,
+        p_run_after: Option<TimestampWithTimeZone>,
+        p_priority: Option<i32>,
+        p_max_attempts: Option<i32>,
+    ) -> (Self, P) {
+        let task_name = text::name(p_task_name, "p_task_name");
+        let payload = required(p_payload, payload_name);
+        let run_after = required(p_run_after, "p_run_after");
+        let priority = required(p_priority, "p_priority");
+        let max_attempts = crate::errors::int_in_range(p_max_attempts, "p_max_attempts", 1..=i32::MAX);
+        (NewJob { task_name, run_after, priority, max_attempts }, payload)
+    }
+
+    /// Raises unless the caller's producer scope covers the job's name.
+    fn may_produce(&self) {
+        crate::scopes::require(crate::scopes::Capability::Producer, "job name", &self.task_name);
+    }
+
+    /// The insert statements' first seven argument types, `payload` the payload's.
+    fn types(payload: pgrx::PgOid) -> [pgrx::PgOid; 7] {
+        [types::TEXT, payload, types::TIMESTAMPTZ, types::INT4, types::INT4, types::OID, types::TEXT]
+    }
+
+    /// The insert statements' first seven arguments.
+    fn args<'a>(&'a self, payload: DatumWithOid<'a>, queue: &'a Text) -> Vec<DatumWithOid<'a>> {
+        vec![
+            (&self.task_name).into(),
+            payload,
+            self.run_after.into(),
+            self.priority.into(),
+            self.max_attempts.into(),
+            crate::access::caller().into(),
+            queue.into(),
+        ]
+    }
 }
 
 fn inserted_id(inserted: pgrx::spi::SpiResult<pgrx::spi::SpiTupleTable<'_>>) -> i64 {
