@@ -453,6 +453,11 @@ CREATE INDEX task_queue_queue_runnable_idx
     ON distlock.task_queue (queue, priority DESC, run_after, id)
     WHERE status IN ('pending', 'failed');
 
+-- When the next job scheduled for later comes due, for consumers about to wait.
+CREATE INDEX task_queue_due_idx
+    ON distlock.task_queue (run_after)
+    WHERE status IN ('pending', 'failed');
+
 -- Unique jobs (enqueue_task's p_unique_key): one unfinished job per key and queue.
 ALTER TABLE distlock.task_queue ADD COLUMN unique_key text;
 CREATE UNIQUE INDEX task_queue_unique_key_idx

@@ -51,6 +51,13 @@ CREATE INDEX task_queue_queue_runnable_idx
     ON distlock.task_queue (queue, priority DESC, run_after, id)
     WHERE status IN ('pending', 'failed');
 
+-- When the next job scheduled for later comes due: what a consumer about to
+-- wait reads (its sleep ends then). Without it that read stepped over every
+-- runnable job, which a queue full at its concurrency limit has many of.
+CREATE INDEX task_queue_due_idx
+    ON distlock.task_queue (run_after)
+    WHERE status IN ('pending', 'failed');
+
 -- Unique jobs: one pending, failed (awaiting its retry) or processing job per
 -- key and queue. Completed and dead jobs free their key, so a key names a
 -- piece of work still to be done, not one ever done.

@@ -1,6 +1,11 @@
 -- params: bigint, text, text, integer
 -- A failed attempt: retried after 10 s * 2^(attempts - 1), capped at 1 hour,
 -- jittered to 50-100 %; dead once max_attempts attempts have been made.
+-- The status is tested with texteq rather than =: a condition the lease
+-- index's predicate (status = 'processing') matches would let the planner
+-- read the job by scanning that index, every processing job and every dead
+-- entry of one, when statistics from a quiet moment call it empty. The
+-- primary key finds the job in one step whatever the statistics say.
 UPDATE distlock.task_queue
    SET status = CASE WHEN attempts OPERATOR(pg_catalog.>=) max_attempts THEN 'dead' ELSE 'failed' END,
        completed_at = CASE WHEN attempts OPERATOR(pg_catalog.>=) max_attempts THEN pg_catalog.clock_timestamp() END,
@@ -14,7 +19,7 @@ UPDATE distlock.task_queue
                    END,
        lease_expires_at = NULL,
        last_error = $3
- WHERE id OPERATOR(pg_catalog.=) $1 AND status OPERATOR(pg_catalog.=) 'processing'
+ WHERE id OPERATOR(pg_catalog.=) $1 AND pg_catalog.texteq(status, 'processing')
    AND worker_id OPERATOR(pg_catalog.=) $2
    AND ($4::int IS NULL OR attempts OPERATOR(pg_catalog.=) $4)
 RETURNING id, holder_role, queue

@@ -2,6 +2,10 @@
 -- queue_fail.sql for the jobs $1 that worker $2 holds: job $1[i] only in
 -- attempt $3[i] (any when NULL), with error $4[i] (ROWS FROM pads missing
 -- arrays with NULLs).
+-- The status is tested with texteq rather than =, and the ids also with
+-- = ANY: the planner then finds each job through the primary key, never by
+-- scanning the lease index (every processing job and every dead entry of
+-- one), which statistics from a quiet moment call empty.
 UPDATE distlock.task_queue q
    SET status = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN 'dead' ELSE 'failed' END,
        completed_at = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN pg_catalog.clock_timestamp() END,
@@ -18,7 +22,8 @@ UPDATE distlock.task_queue q
   FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.int8[]), pg_catalog.unnest($3::pg_catalog.int4[]),
                   pg_catalog.unnest($4::pg_catalog.text[])) AS j (id, attempt, error)
  WHERE q.id OPERATOR(pg_catalog.=) j.id
-   AND q.status OPERATOR(pg_catalog.=) 'processing'
+   AND q.id OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.int8[])
+   AND pg_catalog.texteq(q.status, 'processing')
    AND q.worker_id OPERATOR(pg_catalog.=) $2
    AND (j.attempt IS NULL OR q.attempts OPERATOR(pg_catalog.=) j.attempt)
 RETURNING q.id, q.holder_role, q.queue

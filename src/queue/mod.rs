@@ -14,6 +14,8 @@ mod settle;
 mod settle_and_consume;
 mod wake;
 #[cfg(any(test, feature = "pg_test"))]
+mod plan_tests;
+#[cfg(any(test, feature = "pg_test"))]
 mod queue_tests;
 
 pub use consume::reap_expired_leases;

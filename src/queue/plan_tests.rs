@@ -1,0 +1,73 @@
+//! The plans of the queue's frequent statements as a backend keeps them
+//! (generic plans, made once), on a queue whose statistics were taken at a
+//! quiet moment: each reads the index meant for it, so that its cost does
+//! not grow with the jobs it does not touch.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    use crate::test_sql::run;
+
+    /// The generic plan of statement `sql` (whose first line names its
+    /// parameter types) for the arguments `args`, as EXPLAIN prints it.
+    fn generic_plan(sql: &str, args: &str) -> String {
+        let types = sql.lines().next().and_then(|line| line.strip_prefix("-- params: ")).expect("a params line");
+        run(&format!("SET LOCAL plan_cache_mode = force_generic_plan; PREPARE plan_test({types}) AS {sql}"));
+        let plan = Spi::connect(|client| {
+            client
+                .select(&format!("EXPLAIN EXECUTE plan_test({args})"), None, &[])
+                .map(|rows| rows.filter_map(|row| row.get::<String>(1).ok().flatten()).collect::<Vec<_>>().join("\n"))
+        })
+        .expect("EXPLAIN");
+        run("DEALLOCATE plan_test");
+        plan
+    }
+
+    /// A queue of 5,000 runnable jobs, analyzed while none was processing,
+    /// then 200 of them claimed: the statistics call the lease index empty.
+    fn queue_analyzed_while_quiet() {
+        run("INSERT INTO distlock.task_queue (task_name, payload)
+               SELECT 'plan-test', pg_catalog.jsonb_build_object('n', g) FROM generate_series(1, 5000) g;
+             ANALYZE distlock.task_queue;
+             SELECT count(*) FROM distlock.consume_tasks(200, 'plan-worker')");
+    }
+
+    /// A settle finds its jobs through the primary key. Read through the
+    /// lease index, each settle stepped over every processing job (and every
+    /// dead entry of one) whenever the statistics called that index empty.
+    #[pg_test]
+    fn queue_settles_read_their_jobs_by_primary_key() {
+        queue_analyzed_while_quiet();
+        let settles = [
+            (include_str!("../../sql/queries/queue_complete.sql"), "1, 'plan-worker', NULL, 1"),
+            (include_str!("../../sql/queries/queue_fail.sql"), "1, 'plan-worker', 'e', 1"),
+            (include_str!("../../sql/queries/queue_extend.sql"), "1, 'plan-worker', '1 minute', 1"),
+            (include_str!("../../sql/queries/queue_complete_many.sql"), "ARRAY[1, 2], 'plan-worker', ARRAY[1, 1]"),
+            (
+                include_str!("../../sql/queries/queue_fail_many.sql"),
+                "ARRAY[1, 2], 'plan-worker', ARRAY[1, 1], ARRAY['e', 'e']",
+            ),
+        ];
+        for (sql, args) in settles {
+            let plan = generic_plan(sql, args);
+            assert!(
+                plan.contains("task_queue_pkey") && !plan.contains("task_queue_lease_idx"),
+                "{}\n{plan}",
+                sql.lines().nth(1).unwrap_or_default()
+            );
+        }
+    }
+
+    /// A consumer about to wait reads when the next job scheduled for later
+    /// comes due from the due index, not by stepping over every runnable job.
+    #[pg_test]
+    fn queue_next_due_reads_the_due_index() {
+        queue_analyzed_while_quiet();
+        let plan = generic_plan(
+            include_str!("../../sql/queries/queue_next_due.sql"),
+            "now(), now() + interval '1 second', NULL, ARRAY['default']",
+        );
+        assert!(plan.contains("task_queue_due_idx"), "{plan}");
+    }
+}
