@@ -12,7 +12,7 @@ use super::claim::{claim_from, clock_now, timestamp, Job, Source};
 use super::limits::{claim_limited, limited_queues, note};
 use super::payload::Payload;
 use super::resolve_worker;
-use super::wake::{self, Sleeper};
+use super::wake::{self, Sleeper, WakeUp};
 use crate::errors::{int_in_range, interval_micros, positive_interval, raise_with_hint, OrRaise};
 use crate::plans::{first_value, plan, types};
 use crate::scopes::{self, Capability, Scope};
@@ -96,6 +96,8 @@ pub(crate) fn route(p_queues: Option<TextArray>) -> Route {
 /// waiting consumer then looks again soon, besides being woken).
 struct Look {
     jobs: Vec<Job>,
+    /// How many queues of a route of named queues it tried, in order.
+    tried: usize,
     limited_queue_full: bool,
     /// A limited queue had every claim turn taken: they end within a commit.
     limited_queue_busy: bool,
@@ -105,7 +107,7 @@ struct Look {
 /// with a concurrency limit are claimed from in their turn; a consumer of
 /// every queue takes their jobs after the others'.
 fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, scope: &Scope, route: &Route) -> Look {
-    let mut look = Look { jobs: Vec::new(), limited_queue_full: false, limited_queue_busy: false };
+    let mut look = Look { jobs: Vec::new(), tried: 0, limited_queue_full: false, limited_queue_busy: false };
     let jobs = &mut look.jobs;
     match route {
         Route::Legacy => claim_from(client, batch, worker, lease, scope, Source::Legacy, jobs),
@@ -127,6 +129,7 @@ fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, sco
             // a claim that fills its batch costs one statement.
             let mut limited: Option<Vec<(Text, i32)>> = None;
             for queue in queues {
+                look.tried += 1;
                 let before = jobs.len();
                 claim_from(client, batch, worker, lease, scope, Source::Queue(queue, false), jobs);
                 if jobs.len() == before {
@@ -246,6 +249,7 @@ pub(crate) fn consume_after(
     let mut given_worker = Some(p_worker_id);
     let mut worker: Option<Text> = None;
     let mut sleeper: Option<Sleeper> = None;
+    let mut woken: Option<WakeUp> = None;
     let mut restricted = false;
     loop {
         let (look, due) = crate::access::connect(|client| {
@@ -269,6 +273,9 @@ pub(crate) fn consume_after(
         let now = clock_now();
         if !look.jobs.is_empty() {
             reset_full_queue_retry();
+            if let (Some(sleeper), Some(woken), Route::Queues(queues)) = (&sleeper, woken, &route) {
+                sleeper.answered_without(woken, &queues[look.tried.min(queues.len())..]);
+            }
         }
         if !look.jobs.is_empty() || now >= deadline {
             return look.jobs;
@@ -298,7 +305,7 @@ pub(crate) fn consume_after(
             }
             Some(sleeper) => {
                 let until = due.map_or(deadline, |due| due.min(deadline));
-                sleeper.sleep((until - now + 999) / 1000);
+                woken = sleeper.sleep((until - now + 999) / 1000);
             }
         }
     }

@@ -17,8 +17,10 @@
 //! A woken sleeper clears its flag when it looks; one that leaves with a
 //! wake-up it did not act on (cancelled, or a wake-up that came during its
 //! last look) passes it to another sleeper of the same queue, so that no
-//! job waits for a sleeper that is gone. Sleepers whose scope limits the
-//! jobs they may take are woken for every job of their queues.
+//! job waits for a sleeper that is gone; so does one woken for a queue that
+//! its look did not reach (its batch filled from queues named before it).
+//! Sleepers whose scope limits the jobs they may take are woken for every
+//! job of their queues.
 //!
 //! Without shared memory there is nothing to register in: the sleeper looks
 //! again every POLL_INTERVAL_MS, still inside the server.
@@ -172,13 +174,19 @@ pub fn queue_resumed(queue: &[u8]) {
 /// the sleep still wakes it.
 pub struct Sleeper {
     entry: Option<&'static sleepers::Sleeper>,
+    /// A wake-up its last look did not answer, passed on as it leaves.
+    pass_on: Cell<Option<u32>>,
 }
+
+/// What woke a sleeper: a commit that made jobs of this queue (hash) runnable.
+#[derive(Clone, Copy)]
+pub struct WakeUp(u32);
 
 impl Sleeper {
     /// A sleeper taking up to `batch` jobs of `queues` (None: every queue)
     /// per look; `restricted` when a scope limits which jobs it may take.
     pub fn new(queues: Option<&[Text]>, restricted: bool, batch: i32) -> Self {
-        let Some(table) = sleepers::table() else { return Sleeper { entry: None } };
+        let Some(table) = sleepers::table() else { return Sleeper { entry: None, pass_on: Cell::new(None) } };
         let me = unsafe { pg_sys::MyProcPid };
         // A free entry, or one whose backend is gone without clearing it.
         let entry = table.entries().iter().find(|entry| {
@@ -186,7 +194,7 @@ impl Sleeper {
             let free = pid == 0 || (pid > 0 && entry.live_pid().is_none());
             free && entry.pid.compare_exchange(pid, -1, ORDER, ORDER).is_ok()
         });
-        let Some(entry) = entry else { return Sleeper { entry: None } };
+        let Some(entry) = entry else { return Sleeper { entry: None, pass_on: Cell::new(None) } };
         entry.latch.store(sleepers::my_latch(), ORDER);
         entry.database.store(unsafe { pg_sys::MyDatabaseId }.to_u32(), ORDER);
         let named = queues.filter(|queues| queues.len() <= NAMED_QUEUES).unwrap_or(&[]);
@@ -200,12 +208,22 @@ impl Sleeper {
         entry.until.store(i64::MAX, ORDER);
         entry.pid.store(me, ORDER);
         table.sleeping.fetch_add(1, ORDER);
-        Sleeper { entry: Some(entry) }
+        Sleeper { entry: Some(entry), pass_on: Cell::new(None) }
     }
 
-    /// Sleeps up to `ms` milliseconds, less when woken; raises on cancel,
-    /// statement_timeout or termination.
-    pub fn sleep(&self, ms: i64) {
+    /// The look after `wake_up` filled its batch before it tried the queues
+    /// `untried`. When the wake-up was for one of them, no other sleeper of
+    /// that queue was woken for its jobs: this one passes the wake-up on as
+    /// it leaves, rather than leave them to a sleeper's deadline.
+    pub fn answered_without(&self, wake_up: WakeUp, untried: &[Text]) {
+        if untried.iter().any(|queue| queue_hash(queue.bytes()) == wake_up.0) {
+            self.pass_on.set(Some(wake_up.0));
+        }
+    }
+
+    /// Sleeps up to `ms` milliseconds, less when woken (then what woke it);
+    /// raises on cancel, statement_timeout or termination.
+    pub fn sleep(&self, ms: i64) -> Option<WakeUp> {
         let ms = match self.entry {
             Some(entry) => {
                 let ms = ms.clamp(1, i32::MAX as i64);
@@ -224,11 +242,10 @@ impl Sleeper {
             );
             pg_sys::ResetLatch(pg_sys::MyLatch);
         }
-        if let Some(entry) = self.entry {
-            // Looking now: a wake-up from here on is a new one.
-            entry.woken.store(false, ORDER);
-        }
+        // Looking now: a wake-up from here on is a new one.
+        let woken = self.entry.filter(|entry| entry.woken.swap(false, ORDER));
         check_for_interrupts!();
+        woken.map(|entry| WakeUp(entry.woken_for.load(ORDER)))
     }
 }
 
@@ -241,7 +258,7 @@ impl Drop for Sleeper {
         if let Some(table) = sleepers::table() {
             table.sleeping.fetch_sub(1, ORDER);
         }
-        if let Some(queue) = unanswered {
+        for queue in unanswered.into_iter().chain(self.pass_on.get().filter(|queue| Some(*queue) != unanswered)) {
             wake_sleepers(Wake { queue, count: wanted, sleeping_past: None });
         }
     }

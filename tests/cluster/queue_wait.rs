@@ -211,6 +211,42 @@ fn a_commit_wakes_only_as_many_waiting_batch_consumers_as_its_jobs_fill() {
     cancel_the_waiting(&mut producer, &db, asleep);
 }
 
+/// A consumer of two queues woken for a job of the second, whose look fills
+/// its batch from the first, passes the wake-up on to a consumer of the
+/// second queue rather than leave that job to the other's deadline.
+#[test]
+fn a_consumer_woken_for_a_queue_its_look_did_not_reach_passes_the_wake_up_on() {
+    let db = fresh_db("queue_wait_pass_on");
+    let mut producer = connect(&db);
+    let both = start_waiting_on(primary_port(), primary_port(), &db, "both", "60 seconds", "ARRAY['first', 'second']");
+    // Queued without waking anyone: the consumer of both queues finds it
+    // only when something else wakes it.
+    let first: i64 = scalar(&mut producer, "INSERT INTO distlock.task_queue (task_name, queue) VALUES ('job', 'first') RETURNING id")
+        .expect("id")
+        .parse()
+        .expect("id");
+    let second_only =
+        start_waiting_on(primary_port(), primary_port(), &db, "second-only", "60 seconds", "ARRAY['second']");
+    let enqueued = Instant::now();
+    // One wake-up for queue 'second'. Wakers scan the sleepers from a
+    // rotating start and the consumer of both took its entry first (the one
+    // before the other's), so it is nearly always the one woken.
+    let second = enqueue_into(&mut producer, "second");
+    let got = finish(second_only).expect("wait");
+    assert_eq!(got.job, Some(second));
+    assert!(enqueued.elapsed() < Duration::from_secs(10), "the job of 'second' waited {:?}", enqueued.elapsed());
+    // Woken, it returned before it passed the wake-up on.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !both.is_finished() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+    }
+    if both.is_finished() {
+        assert_eq!(finish(both).expect("wait").job, Some(first), "the consumer of both took the first queue's job");
+    } else {
+        cancel_the_waiting(&mut producer, &db, [both]);
+    }
+}
+
 fn enqueue_into(c: &mut Client, queue: &str) -> i64 {
     scalar(c, &format!("SELECT distlock.enqueue_task('job', p_queue => '{queue}')")).expect("id").parse().expect("id")
 }
