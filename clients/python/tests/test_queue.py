@@ -67,6 +67,26 @@ def test_complete_many(db: Db, server: str) -> None:
     assert db.value("SELECT count(*) FROM distlock.jobs WHERE status = 'completed'") == 4
 
 
+def test_enqueue_many_queues_one_job_per_payload_in_order(db: Db) -> None:
+    queue = pg_distlock.Queue(db.dsn, worker_id="c1", queues=["bulk"])
+    payloads = [{"n": 12345678901234567890}, None, [1, "two"]]
+    ids = queue.enqueue_many("bulk-job", payloads, priority=3, max_attempts=2, queue="bulk")
+    assert len(ids) == 3 and ids == sorted(ids)
+    jobs = queue.consume(batch=10)
+    assert [(j.id, j.name, j.payload, j.max_attempts) for j in jobs] == [
+        (ids[0], "bulk-job", payloads[0], 2), (ids[1], "bulk-job", {}, 2), (ids[2], "bulk-job", payloads[2], 2)]
+    assert queue.enqueue_many("bulk-job", [], queue="bulk") == []
+    with pytest.raises(pg_distlock.InvalidArgument):
+        queue.enqueue_many("bulk-job", {"not": "a list"})  # type: ignore[arg-type]
+
+
+async def test_async_enqueue_many(db: Db) -> None:
+    async with aio.Queue(db.dsn, worker_id="a1", queues=["bulk-async"]) as queue:
+        ids = await queue.enqueue_many("bulk-job", [{"i": 1}, {"i": 2}], queue="bulk-async")
+        jobs = await queue.consume(batch=10)
+        assert [(j.id, j.payload) for j in jobs] == [(ids[0], {"i": 1}), (ids[1], {"i": 2})]
+
+
 def consumer_query(db: Db, app: str) -> str | None:
     """The consumer's current (or, when idle, latest) claim statement (not
     the feature probe before it, which names consume_task too)."""

@@ -152,6 +152,30 @@ class QueueLogic(Bound[S]):
         job_id = yield from fx.first(sql + ")", params)
         return int(job_id)
 
+    def _enqueue_many_op(
+        self,
+        name: str,
+        payloads: Sequence[Any],
+        *,
+        run_after: datetime | None = None,
+        priority: int = 0,
+        max_attempts: int = 5,
+        queue: str | None = None,
+    ) -> fx.Gen[list[int]]:
+        if isinstance(payloads, (str, bytes, dict)):
+            raise InvalidArgument(f"payloads must be a list of payloads, got {type(payloads).__name__}")
+        sql = (
+            "SELECT id FROM distlock.enqueue_tasks(p_task_name => %s, p_payloads => %s::jsonb[],"
+            " p_run_after => coalesce(%s::timestamptz, now()), p_priority => %s, p_max_attempts => %s"
+        )
+        wrapped = [Jsonb({} if payload is None else payload) for payload in payloads]
+        params: tuple[Any, ...] = (name, wrapped, run_after, priority, max_attempts)
+        if queue is not None:
+            sql += ", p_queue => %s"
+            params += (queue,)
+        rows = yield from fx.execute(sql + ") AS id", params)
+        return [int(row[0]) for row in rows]
+
     def _consume_op(
         self, batch: int = 1, wait: Seconds = 0.0, *, on: fx.Session | None = None, until: fx.Flag | None = None
     ) -> fx.Gen[list[Job]]:
