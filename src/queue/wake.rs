@@ -186,7 +186,7 @@ impl Sleeper {
     /// A sleeper taking up to `batch` jobs of `queues` (None: every queue)
     /// per look; `restricted` when a scope limits which jobs it may take.
     pub fn new(queues: Option<&[Text]>, restricted: bool, batch: i32) -> Self {
-        let Some(table) = sleepers::table() else { return Sleeper { entry: None, pass_on: Cell::new(None) } };
+        let Some(table) = sleepers::table() else { return Sleeper::in_entry(None) };
         let me = unsafe { pg_sys::MyProcPid };
         // A free entry, or one whose backend is gone without clearing it.
         let entry = table.entries().iter().find(|entry| {
@@ -194,7 +194,7 @@ impl Sleeper {
             let free = pid == 0 || (pid > 0 && entry.live_pid().is_none());
             free && entry.pid.compare_exchange(pid, -1, ORDER, ORDER).is_ok()
         });
-        let Some(entry) = entry else { return Sleeper { entry: None, pass_on: Cell::new(None) } };
+        let Some(entry) = entry else { return Sleeper::in_entry(None) };
         entry.latch.store(sleepers::my_latch(), ORDER);
         entry.database.store(unsafe { pg_sys::MyDatabaseId }.to_u32(), ORDER);
         let named = queues.filter(|queues| queues.len() <= NAMED_QUEUES).unwrap_or(&[]);
@@ -208,7 +208,12 @@ impl Sleeper {
         entry.until.store(i64::MAX, ORDER);
         entry.pid.store(me, ORDER);
         table.sleeping.fetch_add(1, ORDER);
-        Sleeper { entry: Some(entry), pass_on: Cell::new(None) }
+        Sleeper::in_entry(Some(entry))
+    }
+
+    /// A sleeper registered in `entry`; None: one that polls, with nothing to register in.
+    fn in_entry(entry: Option<&'static sleepers::Sleeper>) -> Self {
+        Sleeper { entry, pass_on: Cell::new(None) }
     }
 
     /// The look after `wake_up` filled its batch before it tried the queues
