@@ -6,6 +6,7 @@ mod claim;
 mod consume;
 mod dead_jobs;
 mod enqueue;
+mod horizon;
 mod limits;
 mod payload;
 mod retention;

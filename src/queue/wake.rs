@@ -176,6 +176,9 @@ pub struct Sleeper {
     entry: Option<&'static sleepers::Sleeper>,
     /// A wake-up its last look did not answer, passed on as it leaves.
     pass_on: Cell<Option<u32>>,
+    /// Nothing reads with the calling statement's snapshot after the wait:
+    /// it sleeps without holding back the xmin horizon.
+    releases_horizon: bool,
 }
 
 /// What woke a sleeper: a commit that made jobs of this queue (hash) runnable.
@@ -213,7 +216,8 @@ impl Sleeper {
 
     /// A sleeper registered in `entry`; None: one that polls, with nothing to register in.
     fn in_entry(entry: Option<&'static sleepers::Sleeper>) -> Self {
-        Sleeper { entry, pass_on: Cell::new(None) }
+        let releases_horizon = super::horizon::statement_snapshot_unused_after_wait();
+        Sleeper { entry, pass_on: Cell::new(None), releases_horizon }
     }
 
     /// The look after `wake_up` filled its batch before it tried the queues
@@ -239,6 +243,9 @@ impl Sleeper {
             None => ms.clamp(1, POLL_INTERVAL_MS),
         };
         unsafe {
+            if self.releases_horizon {
+                super::horizon::release_xmin();
+            }
             pg_sys::WaitLatch(
                 pg_sys::MyLatch,
                 (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,

@@ -439,3 +439,88 @@ fn a_waiting_consumer_shows_a_named_wait_event() {
         assert!(finish(waiter).expect("wait").job.is_some(), "{mode} mode");
     }
 }
+
+/// The xmin `worker`'s backend holds back while it sleeps in the server
+/// (None: none); panics unless it sleeps.
+fn xmin_while_sleeping(c: &mut Client, db: &str, worker: &str) -> Option<String> {
+    let row = c
+        .query_one(
+            "SELECT wait_event_type, backend_xmin::text FROM pg_stat_activity
+              WHERE datname = $1 AND application_name = $2",
+            &[&db, &worker],
+        )
+        .expect("the consumer's backend");
+    assert_eq!(row.get::<_, Option<String>>(0).as_deref(), Some("Extension"), "{worker} sleeps in the server");
+    row.get(1)
+}
+
+/// A consumer waiting in a statement of its own holds back no xmin horizon
+/// while it sleeps (so vacuum can remove what dies meanwhile), in the
+/// shapes clients send: a plain call, an aggregate over it, a call through
+/// the extended protocol; each still takes the job that wakes it. Between
+/// two sleeps of the polling mode a look holds a snapshot for a moment,
+/// hence a sleep without one is waited for.
+#[test]
+fn a_waiting_consumer_does_not_hold_back_the_xmin_horizon() {
+    for (mode, port) in storage_modes() {
+        let db = fresh_db_on(port, &format!("queue_wait_horizon_{mode}"));
+        let mut watcher = connect_to(port, &db, "watcher");
+        let plain = start_waiting(port, port, &db, "plain", "60 seconds");
+        let aggregate = start_waiting_with(
+            port,
+            port,
+            &db,
+            "aggregate",
+            "SELECT coalesce(max(task_id), 0) FROM distlock.consume_task('aggregate', p_wait => '60 seconds')".into(),
+        );
+        let before = sleeping(port, &db);
+        let mut c = connect_to(port, &db, "extended");
+        let extended = thread::spawn(move || {
+            c.query("SELECT task_id FROM distlock.consume_task($1, p_wait => '60 seconds')", &[&"extended"])
+                .map(|rows| rows.len())
+        });
+        eventually("extended to sleep in the server", Duration::from_secs(10), || sleeping(port, &db) > before);
+        for worker in ["plain", "aggregate", "extended"] {
+            eventually(&format!("{worker} to sleep without an xmin ({mode} mode)"), Duration::from_secs(10), || {
+                xmin_while_sleeping(&mut watcher, &db, worker).is_none()
+            });
+        }
+        watcher
+            .batch_execute("SELECT distlock.enqueue_task('wake') FROM generate_series(1, 3)")
+            .expect("three jobs in one commit");
+        assert!(finish(plain).expect("plain").job.is_some(), "{mode} mode: plain took a job");
+        assert!(finish(aggregate).expect("aggregate").job.unwrap_or(0) > 0, "{mode} mode: aggregate took a job");
+        assert_eq!(extended.join().expect("thread").expect("extended"), 1, "{mode} mode: extended took a job");
+    }
+}
+
+/// Where the statement's snapshot may be read again after the wait, in a
+/// transaction block or in a query that reads more than the call, the
+/// consumer keeps its xmin while it sleeps.
+#[test]
+fn a_consumer_waiting_inside_a_transaction_or_a_larger_query_keeps_its_xmin() {
+    let db = fresh_db("queue_wait_keeps_horizon");
+    let mut watcher = connect(&db);
+    let in_block = start_waiting_with(
+        primary_port(),
+        primary_port(),
+        &db,
+        "in_block",
+        "BEGIN; SELECT task_id FROM distlock.consume_task('in_block', p_wait => '60 seconds'); COMMIT".into(),
+    );
+    let joined = start_waiting_with(
+        primary_port(),
+        primary_port(),
+        &db,
+        "joined",
+        "SELECT c.task_id FROM distlock.consume_task('joined', p_wait => '60 seconds') c
+           CROSS JOIN (SELECT 1 FROM pg_catalog.pg_class LIMIT 1) one"
+            .into(),
+    );
+    for worker in ["in_block", "joined"] {
+        assert!(xmin_while_sleeping(&mut watcher, &db, worker).is_some(), "{worker} keeps its xmin");
+    }
+    watcher.batch_execute("SELECT distlock.enqueue_task('wake') FROM generate_series(1, 2)").expect("two jobs");
+    assert!(finish(in_block).expect("in_block").job.is_some(), "in_block took a job");
+    assert!(finish(joined).expect("joined").job.is_some(), "joined took a job");
+}
