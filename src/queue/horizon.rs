@@ -16,9 +16,10 @@ use std::ffi::{c_void, CStr};
 const WAITING_FUNCTIONS: [&CStr; 3] = [c"consume_task", c"consume_tasks", c"settle_and_consume_tasks"];
 
 /// Whether no snapshot this transaction holds will be read with after the
-/// calling wait returns: the wait is the whole of a plain SELECT run on its
-/// own in READ COMMITTED, outside a transaction block, and no other portal
-/// (a cursor, a suspended protocol-level portal) is open.
+/// calling wait returns: the wait is the whole of a plain SELECT that the
+/// client runs on its own in READ COMMITTED, outside a transaction block,
+/// and no other portal (a cursor, a suspended protocol-level portal) is
+/// open.
 pub fn statement_snapshot_unused_after_wait() -> bool {
     unsafe {
         pg_sys::XactIsoLevel < pg_sys::XACT_REPEATABLE_READ as i32
@@ -44,6 +45,7 @@ unsafe fn runs_only_a_wait(portal: pg_sys::Portal) -> bool {
             || (*portal).strategy != pg_sys::PortalStrategy::PORTAL_ONE_SELECT
             || (*portal).queryDesc.is_null()
             || (*(*portal).queryDesc).plannedstmt.is_null()
+            || !sends_to_the_client((*(*portal).queryDesc).dest)
         {
             return false;
         }
@@ -55,6 +57,17 @@ unsafe fn runs_only_a_wait(portal: pg_sys::Portal) -> bool {
             && list_length(statement.rtable) == 1
             && plan_runs_only_a_wait(statement.planTree)
     }
+}
+
+/// The portal's rows go to the client: it is the client's statement, not
+/// a cursor a function reads (a PL/pgSQL loop's rows go to SPI), which
+/// would go on running with its own snapshot after the wait.
+unsafe fn sends_to_the_client(destination: *mut pg_sys::DestReceiver) -> bool {
+    !destination.is_null()
+        && matches!(
+            unsafe { (*destination).mydest },
+            pg_sys::CommandDest::DestRemote | pg_sys::CommandDest::DestRemoteExecute
+        )
 }
 
 /// The plan computes immutable expressions over the rows of a single call

@@ -495,8 +495,9 @@ fn a_waiting_consumer_does_not_hold_back_the_xmin_horizon() {
 }
 
 /// Where the statement's snapshot may be read again after the wait, in a
-/// transaction block or in a query that reads more than the call, the
-/// consumer keeps its xmin while it sleeps.
+/// transaction block, in a query that reads more than the call, or in a
+/// function's loop over the call (a cursor, run by a statement that goes
+/// on), the consumer keeps its xmin while it sleeps.
 #[test]
 fn a_consumer_waiting_inside_a_transaction_or_a_larger_query_keeps_its_xmin() {
     let db = fresh_db("queue_wait_keeps_horizon");
@@ -517,10 +518,27 @@ fn a_consumer_waiting_inside_a_transaction_or_a_larger_query_keeps_its_xmin() {
            CROSS JOIN (SELECT 1 FROM pg_catalog.pg_class LIMIT 1) one"
             .into(),
     );
-    for worker in ["in_block", "joined"] {
+    let looped = start_waiting_with(
+        primary_port(),
+        primary_port(),
+        &db,
+        "looped",
+        "DO $$ DECLARE job record; BEGIN
+           FOR job IN SELECT task_id FROM distlock.consume_task('looped', p_wait => '60 seconds') LOOP
+           END LOOP;
+         END $$"
+            .into(),
+    );
+    for worker in ["in_block", "joined", "looped"] {
         assert!(xmin_while_sleeping(&mut watcher, &db, worker).is_some(), "{worker} keeps its xmin");
     }
-    watcher.batch_execute("SELECT distlock.enqueue_task('wake') FROM generate_series(1, 2)").expect("two jobs");
+    watcher.batch_execute("SELECT distlock.enqueue_task('wake') FROM generate_series(1, 3)").expect("three jobs");
     assert!(finish(in_block).expect("in_block").job.is_some(), "in_block took a job");
     assert!(finish(joined).expect("joined").job.is_some(), "joined took a job");
+    finish(looped).expect("looped");
+    assert_eq!(
+        scalar(&mut watcher, "SELECT count(*) FROM distlock.task_queue WHERE status = 'processing'").as_deref(),
+        Some("3"),
+        "each of the three took a job"
+    );
 }
