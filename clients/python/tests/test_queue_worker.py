@@ -224,3 +224,23 @@ async def test_async_handlers_run_side_by_side_and_complete_in_their_transaction
     assert set(effect_counts(db).values()) == {1} and len(effect_counts(db)) == 6
     assert statuses(db) == {"completed": 6}
     await producer.close()
+
+
+def test_a_worker_waiting_for_work_holds_back_no_vacuum_horizon(db: Db) -> None:
+    """The worker's waiting call is a statement of its own on an autocommit
+    connection, which the server lets sleep without an xmin: vacuum can
+    remove the row versions that die while a fleet waits."""
+    handled: list[int] = []
+    worker = pg_distlock.QueueWorker(db.dsn, lambda job: handled.append(job.id), concurrency=2, wait=30,
+                                     handle_signals=False)
+    thread, ran = run_in_thread(worker)
+    try:
+        asleep = "SELECT backend_xmin IS NULL FROM pg_stat_activity" \
+                 " WHERE datname = current_database() AND wait_event_type = 'Extension'"
+        eventually(lambda: db.rows(asleep) == [(True,)], timeout=10, what="the worker asleep in the server without an xmin")
+        job_id = pg_distlock.Queue(db.dsn).enqueue("wake")
+        eventually(lambda: handled == [job_id], timeout=10, what="the job that woke it handled")
+    finally:
+        worker.stop()
+        thread.join(20)
+    assert ran and ran[0].completed == 1
