@@ -82,14 +82,15 @@ unsafe fn plan_runs_only_a_wait(plan: *mut pg_sys::Plan) -> bool {
         if !node.initPlan.is_null() || !node.righttree.is_null() || !immutable(node.targetlist) || !immutable(node.qual) {
             return false;
         }
+        let below = node.lefttree;
         match (*plan.cast::<pg_sys::Node>()).type_ {
-            NodeTag::T_FunctionScan => node.lefttree.is_null() && calls_one_wait((*plan.cast::<pg_sys::FunctionScan>()).functions),
-            NodeTag::T_Result => immutable((*plan.cast::<pg_sys::Result>()).resconstantqual) && plan_runs_only_a_wait(node.lefttree),
-            NodeTag::T_Agg => (*plan.cast::<pg_sys::Agg>()).chain.is_null() && plan_runs_only_a_wait(node.lefttree),
-            NodeTag::T_Sort => plan_runs_only_a_wait(node.lefttree),
+            NodeTag::T_FunctionScan => below.is_null() && calls_one_wait((*plan.cast::<pg_sys::FunctionScan>()).functions),
+            NodeTag::T_Result => immutable((*plan.cast::<pg_sys::Result>()).resconstantqual) && plan_runs_only_a_wait(below),
+            NodeTag::T_Agg => (*plan.cast::<pg_sys::Agg>()).chain.is_null() && plan_runs_only_a_wait(below),
+            NodeTag::T_Sort => plan_runs_only_a_wait(below),
             NodeTag::T_Limit => {
                 let limit = &*plan.cast::<pg_sys::Limit>();
-                immutable(limit.limitOffset) && immutable(limit.limitCount) && plan_runs_only_a_wait(node.lefttree)
+                immutable(limit.limitOffset) && immutable(limit.limitCount) && plan_runs_only_a_wait(below)
             }
             _ => false,
         }
