@@ -37,6 +37,28 @@ def test_each_due_task_runs_once_with_its_fencing_token(db: Db, mode: str) -> No
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_worker_ends_each_run_and_claims_the_next_in_one_call(db: Db, mode: str) -> None:
+    """Back to back, a run's release also claims the next due task
+    (release_and_fetch_task): one statement and one commit per run."""
+    db.add_tasks(4)
+    claimed_by: list[str] = []
+
+    def handler(claim: TaskClaim) -> None:
+        # While the handler runs, the worker's connection is idle and its
+        # last statement is the one that claimed this task.
+        claimed_by.append(str(db.value(
+            "SELECT query FROM pg_stat_activity WHERE application_name = %s AND query LIKE %s"
+            " ORDER BY state_change DESC LIMIT 1",
+            f"pg_distlock:task_worker:fused-{mode}", "%fetch%task%",
+        )))
+
+    stats = pg_distlock.TaskWorker(db.dsn, handler, worker_id=f"fused-{mode}", mode=mode, exit_when_idle=True).run()
+    assert (stats.claimed, stats.completed, stats.failed, stats.lost) == (4, 4, 0, 0)
+    assert ["release_and_fetch_task" in query for query in claimed_by] == [False, True, True, True], claimed_by
+    assert [r[1] for r in runs(db)] == ["completed"] * 4
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_failing_handler_releases_failed_with_the_error_text(db: Db, mode: str) -> None:
     [task] = db.add_tasks(1)
 

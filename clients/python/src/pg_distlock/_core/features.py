@@ -14,7 +14,8 @@ SELECT p.proname::text, coalesce(p.proargnames, '{}'::text[])
   FROM pg_catalog.pg_proc p
   JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = 'distlock'
-   AND p.proname = ANY ('{consume_task,consume_tasks,complete_tasks,settle_and_consume_tasks,try_acquire_task_lease}'::text[])
+   AND p.proname = ANY ('{consume_task,consume_tasks,complete_tasks,settle_and_consume_tasks,try_acquire_task_lease,
+                          release_and_fetch_task}'::text[])
 """
 
 
@@ -30,6 +31,8 @@ class Features:
     """complete_tasks(p_task_ids, p_worker_id, p_attempts)."""
     settle_and_consume: bool = False
     """settle_and_consume_tasks (0.3.0): settles finished jobs and claims in one call."""
+    release_and_fetch: bool = False
+    """release_and_fetch_task (0.3.0), both forms: releases a task's claim and claims the next due one."""
 
 
 def parse(rows: Iterable[tuple[Any, ...]]) -> Features:
@@ -44,6 +47,8 @@ def parse(rows: Iterable[tuple[Any, ...]]) -> Features:
         consume_batch_wait=has("consume_tasks", "p_batch", "p_wait"),
         complete_batch=has("complete_tasks", "p_task_ids", "p_worker_id", "p_attempts"),
         settle_and_consume=has("settle_and_consume_tasks", "p_completed", "p_failed_errors", "p_queues"),
+        release_and_fetch=has("release_and_fetch_task", "p_worker_id", "p_status")
+        and has("release_and_fetch_task", "p_fencing_token", "p_lease"),
     )
 
 

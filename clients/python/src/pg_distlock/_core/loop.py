@@ -121,13 +121,17 @@ class Loop:
         handle: Callable[[fx.Session, list[T], float], fx.Gen[None]],
         limit: int | None,
         poll_interval: float,
+        claimed_ahead: Callable[[], bool] = lambda: False,
     ) -> fx.Gen[WorkerStats]:
         """Fetches work on the loop's connection and handles it until stopped,
         idle (with exit_when_idle) or `limit` items were claimed; a connection
-        failure while fetching reconnects, with backoff."""
+        failure while fetching reconnects, with backoff. While
+        `claimed_ahead()`, work the last handling claimed is still to run, so
+        a stop waits for it."""
         self.started = True
         try:
-            while not self.stopping.is_set() and (limit is None or self.stats.claimed < limit):
+            while ((not self.stopping.is_set() or claimed_ahead())
+                   and (limit is None or self.stats.claimed < limit)):
                 session = yield from self.connect()
                 if session is None:
                     break

@@ -33,6 +33,15 @@ FETCH_LEASE = (
     "SELECT task_id, task_name, task_type, acquired, fencing_token"
     " FROM distlock.worker_fetch_and_execute_task(%s, %s)"
 )
+# Ends a run and claims the next due task in one call, one commit per run.
+RELEASE_AND_FETCH_SESSION = (
+    "SELECT task_id, task_name, task_type, acquired, fencing_token"
+    " FROM distlock.release_and_fetch_task(%s, %s, %s, %s)"
+)
+RELEASE_AND_FETCH_LEASE = (
+    "SELECT task_id, task_name, task_type, acquired, fencing_token"
+    " FROM distlock.release_and_fetch_task(%s, %s, %s, %s, %s, %s)"
+)
 
 
 @dataclass
@@ -52,6 +61,10 @@ class TaskClaim:
     """An Event set when stop(timeout) ran out: give up by raising; the claim
     is released as failed."""
     _lost: Lost = field(repr=False)
+    _sent: float = field(default=0.0, repr=False)
+    """When the call that claimed it was sent (its lease runs from then)."""
+    _session: Any = field(default=None, repr=False)
+    """The connection that claimed it: a session claim lives and dies with it."""
 
     def check(self) -> None:
         """Raises LeaseLost if the claim was lost; call it before fenced writes."""
@@ -86,11 +99,24 @@ class TaskWorkerLogic(Bound[S], Worker):
         self.max_tasks = max_tasks
         self.on_lost = on_lost
         self._loop = Loop(self._rt, exit_when_idle, handle_signals)
+        self._next: TaskClaim | None = None
+        """The task the last run's release claimed, to run next."""
+        self._looked_ahead = False
+        """The last run's release looked for the next due task (and found `_next`)."""
 
     def _run_op(self) -> fx.Gen[WorkerStats]:
-        return (yield from self._loop.run(self._fetch, self._execute, self.max_tasks, self.poll_interval))
+        return (yield from self._loop.run(
+            self._fetch, self._execute, self.max_tasks, self.poll_interval, lambda: self._next is not None,
+        ))
 
     def _fetch(self, session: fx.Session) -> fx.Gen[list[TaskClaim]]:
+        claimed, self._next = self._next, None
+        looked_ahead, self._looked_ahead = self._looked_ahead, False
+        if claimed is not None and (claimed.mode == "lease" or claimed._session is session):
+            return [claimed]
+        if looked_ahead and claimed is None:
+            return []
+        # Not looked yet, or a session claim whose connection was lost (it went with it).
         mode = yield from self._mode(session)
         claim = yield from self._claim(session, mode)
         return [] if claim is None else [claim]
@@ -102,17 +128,30 @@ class TaskWorkerLogic(Bound[S], Worker):
         return "lease" if found.task_leases else "session"
 
     def _claim(self, session: fx.Session, mode: str) -> fx.Gen[TaskClaim | None]:
+        sent = time.monotonic()
         if mode == "lease":
             rows = yield from fx.execute(FETCH_LEASE, (self.worker_id, interval(self.lease)), on=session)
         else:
             rows = yield from fx.execute(FETCH_SESSION, (self.worker_id,), on=session)
-        task_id, task_name, task_type, acquired, token = rows[0]
+        return self._claim_from(rows[0], mode, session, sent)
+
+    def _claim_from(self, row: Any, mode: str, session: fx.Session, sent: float) -> TaskClaim | None:
+        task_id, task_name, task_type, acquired, token = row
         if not acquired:
             return None
         lost = Lost(self._rt.new_flag, self.on_lost)
         return TaskClaim(
             task_id, task_name, task_type, token, mode, self.worker_id, lost.flag, self._loop.stopping, self._loop.cancelled, lost,
+            sent, session,
         )
+
+    def _fetches_next(self, session: fx.Session) -> fx.Gen[bool]:
+        """Whether a run's release should also claim the next due task: the
+        server can, and the worker will run another."""
+        if self._loop.stopping.is_set() or (self.max_tasks is not None and self._loop.stats.claimed >= self.max_tasks):
+            return False
+        found = yield fx.Detect(session)
+        return bool(found.release_and_fetch)
 
     def _renewer(self, session: fx.Session, claim: TaskClaim) -> Callable[[], fx.Gen[bool]]:
         if claim.mode == "lease":
@@ -140,7 +179,7 @@ class TaskWorkerLogic(Bound[S], Worker):
             self._rt.new_flag, claim._lost, self.lease, self.heartbeat, self._renewer(session, claim),
             f"the claim of task {claim.task_id} ({claim.task_name})",
         )
-        yield from keeper.start(sent)
+        yield from keeper.start(claim._sent or sent)
         status, error = "completed", None
         started = time.monotonic()
         try:
@@ -163,10 +202,11 @@ class TaskWorkerLogic(Bound[S], Worker):
                 # A claim the sweep revoked still holds its lock until released.
                 yield from self._release_session(session, claim, "failed", claim._lost.reason)
             return
+        fetch_next = yield from self._fetches_next(session)
         if claim.mode == "lease":
-            done = yield from self._release_lease(claim, status, error, keeper)
+            done = yield from self._release_lease(session, claim, status, error, keeper, fetch_next)
         else:
-            done = yield from self._release_session(session, claim, status, error)
+            done = yield from self._release_session(session, claim, status, error, fetch_next)
         if done:
             if status == "completed":
                 self._loop.stats.completed += 1
@@ -175,12 +215,22 @@ class TaskWorkerLogic(Bound[S], Worker):
         else:
             self._loop.stats.lost += 1
 
-    def _release_session(self, session: fx.Session, claim: TaskClaim, status: str, error: str | None) -> fx.Gen[bool]:
+    def _release_session(
+        self, session: fx.Session, claim: TaskClaim, status: str, error: str | None, fetch_next: bool = False,
+    ) -> fx.Gen[bool]:
         try:
-            yield from fx.execute(
-                "SELECT distlock.release_task_lock(%s, %s, %s, %s)", (claim.task_id, self.worker_id, status, error),
-                on=session,
-            )
+            if fetch_next:
+                sent = time.monotonic()
+                rows = yield from fx.execute(
+                    RELEASE_AND_FETCH_SESSION, (claim.task_id, self.worker_id, status, error), on=session,
+                )
+                self._next = self._claim_from(rows[0], "session", session, sent)
+                self._looked_ahead = True
+            else:
+                yield from fx.execute(
+                    "SELECT distlock.release_task_lock(%s, %s, %s, %s)", (claim.task_id, self.worker_id, status, error),
+                    on=session,
+                )
             return True
         except Unavailable as exc:
             yield from self._loop.disconnect(exc)
@@ -188,9 +238,28 @@ class TaskWorkerLogic(Bound[S], Worker):
             log.warning("pg_distlock: %s", exc)
         return False
 
-    def _release_lease(self, claim: TaskClaim, status: str, error: str | None, keeper: Keeper) -> fx.Gen[bool]:
-        """Releases by token from any connection, retrying through a failover
-        until the lease would have run out."""
+    def _release_lease(
+        self, session: fx.Session, claim: TaskClaim, status: str, error: str | None, keeper: Keeper, fetch_next: bool,
+    ) -> fx.Gen[bool]:
+        """Releases by token (and claims the next due task, with
+        `fetch_next`), retrying the release alone from any connection through
+        a failover until the lease would have run out."""
+        if fetch_next:
+            sent = time.monotonic()
+            try:
+                rows = yield from fx.execute(
+                    RELEASE_AND_FETCH_LEASE,
+                    (claim.task_id, claim.token, status, self.worker_id, interval(self.lease), error),
+                    on=session,
+                )
+                self._next = self._claim_from(rows[0], "lease", session, sent)
+                self._looked_ahead = True
+                return True
+            except LeaseLost as exc:
+                log.warning("pg_distlock: %s", exc)
+                return False
+            except Unavailable as exc:
+                yield from self._loop.disconnect(exc)
         delay = 0.1
         while True:
             try:
