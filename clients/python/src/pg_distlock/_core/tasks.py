@@ -150,7 +150,11 @@ class TaskWorkerLogic(Bound[S], Worker):
         server can, and the worker will run another."""
         if self._loop.stopping.is_set() or (self.max_tasks is not None and self._loop.stats.claimed >= self.max_tasks):
             return False
-        found = yield fx.Detect(session)
+        try:
+            found = yield fx.Detect(session)
+        except Unavailable:
+            # The connection is gone (a failover): the release alone retries elsewhere.
+            return False
         return bool(found.release_and_fetch)
 
     def _renewer(self, session: fx.Session, claim: TaskClaim) -> Callable[[], fx.Gen[bool]]:
