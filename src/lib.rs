@@ -22,6 +22,7 @@ mod scopes;
 mod session_locks;
 mod shared;
 mod snowflake;
+mod subtransaction;
 mod sweep;
 mod text;
 mod tasks;

@@ -53,40 +53,26 @@ impl Drop for BoundedWaits {
 /// backend out of the lock's wait queue cleanly.
 pub fn acquire_within(tag: &pg_sys::LOCKTAG, mode: pg_sys::LOCKMODE, session: bool, ms: i32) -> bool {
     let tag = *tag;
-    unsafe {
-        let caller_context = pg_sys::CurrentMemoryContext;
-        let caller_owner = pg_sys::CurrentResourceOwner;
-        let restore = move || {
-            pg_sys::MemoryContextSwitchTo(caller_context);
-            pg_sys::CurrentResourceOwner = caller_owner;
-        };
-        let abort = move || {
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
-            restore();
-        };
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        pg_sys::MemoryContextSwitchTo(caller_context);
-        let session_timeout = pg_sys::LockTimeout;
-        pg_sys::LockTimeout = ms.max(1);
-        PgTryBuilder::new(move || {
-            pg_sys::LockAcquire(&tag, mode, session, false);
-            pg_sys::ReleaseCurrentSubTransaction();
-            restore();
-            true
-        })
-        .catch_when(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, move |_| {
-            pg_sys::FlushErrorState();
-            abort();
-            false
-        })
-        .catch_others(move |error: CaughtError| {
-            // A deadlock (40P01), a cancel, statement_timeout: the caller
-            // sees it as it would from pg_advisory_lock.
-            pg_sys::FlushErrorState();
-            abort();
-            error.rethrow()
-        })
-        .finally(move || pg_sys::LockTimeout = session_timeout)
-        .execute()
-    }
+    let entered = crate::subtransaction::begin();
+    let session_timeout = unsafe { pg_sys::LockTimeout };
+    unsafe { pg_sys::LockTimeout = ms.max(1) };
+    PgTryBuilder::new(move || {
+        unsafe { pg_sys::LockAcquire(&tag, mode, session, false) };
+        entered.release();
+        true
+    })
+    .catch_when(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, move |_| {
+        unsafe { pg_sys::FlushErrorState() };
+        entered.roll_back();
+        false
+    })
+    .catch_others(move |error: CaughtError| {
+        // A deadlock (40P01), a cancel, statement_timeout: the caller
+        // sees it as it would from pg_advisory_lock.
+        unsafe { pg_sys::FlushErrorState() };
+        entered.roll_back();
+        error.rethrow()
+    })
+    .finally(move || unsafe { pg_sys::LockTimeout = session_timeout })
+    .execute()
 }

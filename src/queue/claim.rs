@@ -1,6 +1,8 @@
 //! One claim statement: FOR UPDATE SKIP LOCKED over the runnable jobs (and
 //! expired leases) of every queue or of one, each claimed job given a lease.
 
+use std::cell::Cell;
+
 use crate::text::Text;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -20,6 +22,30 @@ pub(crate) fn clock_now() -> pg_sys::TimestampTz {
 
 pub(crate) fn timestamp(us: pg_sys::TimestampTz) -> TimestampWithTimeZone {
     TimestampWithTimeZone::try_from(us).unwrap_or_else(|_| TimestampWithTimeZone::positive_infinity())
+}
+
+thread_local! {
+    static LOOKS_BEFORE_SLEEPING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// While alive, the claims of this call may be followed by a sleep in the
+/// same transaction. A claim statement can lock a row it does not return:
+/// a job claimed and committed by another consumer after the statement's
+/// snapshot is locked in its latest version before the recheck finds it no
+/// longer runnable, and that lock lasts until the transaction ends. Held
+/// through a sleep, it made the job's holder wait to settle it until the
+/// sleeper's wait ended. So each claim statement runs in a subtransaction,
+/// rolled back when it returns no row, which drops those locks.
+pub(crate) struct LooksBeforeSleeping(bool);
+
+pub(crate) fn looks_before_sleeping(may_sleep: bool) -> LooksBeforeSleeping {
+    LooksBeforeSleeping(LOOKS_BEFORE_SLEEPING.with(|flag| flag.replace(may_sleep)))
+}
+
+impl Drop for LooksBeforeSleeping {
+    fn drop(&mut self) {
+        LOOKS_BEFORE_SLEEPING.with(|flag| flag.set(self.0));
+    }
 }
 
 /// What one claim statement reads.
@@ -69,10 +95,13 @@ pub(crate) fn claim_from(
             arguments.push(queue.into());
             arguments.push(limited.into());
         }
-        client
-            .select(&*stmt, None, &arguments)
-            .and_then(|rows| {
-                for row in rows {
+        let mut returned = 0;
+        let mut run_statement = || {
+            client
+                .select(&*stmt, None, &arguments)
+                .and_then(|rows| {
+                    for row in rows {
+                        returned += 1;
                     if row.get::<bool>(8)? != Some(true) {
                         made_dead += 1;
                         continue;
@@ -92,6 +121,13 @@ pub(crate) fn claim_from(
                 Ok(())
             })
             .or_raise();
+            returned
+        };
+        if LOOKS_BEFORE_SLEEPING.with(Cell::get) {
+            crate::subtransaction::run_keeping_if(run_statement, |returned| *returned > 0);
+        } else {
+            run_statement();
+        }
         if made_dead == 0 {
             break;
         }

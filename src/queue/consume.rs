@@ -248,7 +248,18 @@ pub(crate) fn consume_after(
     // rights switch per claim would cost the hot path.
     let mut given_worker = Some(p_worker_id);
     let mut worker: Option<Text> = None;
-    let mut sleeper: Option<Sleeper> = None;
+    // Registered before the first look when the call may wait, so that a
+    // look that finds nothing can sleep at once (registering only then
+    // took a second look before every sleep). Counted as restricted by
+    // its scope until the first look knows.
+    let sleeper = (wait > 0).then(|| {
+        let queues = match &route {
+            Route::Queues(queues) => Some(&queues[..]),
+            Route::Every | Route::Legacy => None,
+        };
+        Sleeper::new(queues, true, p_batch)
+    });
+    let _looks = super::claim::looks_before_sleeping(sleeper.is_some());
     let mut woken: Option<WakeUp> = None;
     let mut restricted = false;
     loop {
@@ -270,6 +281,9 @@ pub(crate) fn consume_after(
             };
             (look, due)
         });
+        if let Some(sleeper) = &sleeper {
+            sleeper.set_restricted(restricted);
+        }
         let now = clock_now();
         if !look.jobs.is_empty() {
             reset_full_queue_retry();
@@ -292,21 +306,10 @@ pub(crate) fn consume_after(
             Some(ms) => Some(due.unwrap_or(deadline).min(now + ms * 1000)),
             None => due,
         };
-        match &sleeper {
-            // Registered before looking once more, so that no commit between
-            // the look and the sleep goes unnoticed.
-            None => {
-                require_read_committed();
-                let queues = match &route {
-                    Route::Queues(queues) => Some(&queues[..]),
-                    Route::Every | Route::Legacy => None,
-                };
-                sleeper = Some(Sleeper::new(queues, restricted, p_batch));
-            }
-            Some(sleeper) => {
-                let until = due.map_or(deadline, |due| due.min(deadline));
-                woken = sleeper.sleep((until - now + 999) / 1000);
-            }
+        if let Some(sleeper) = &sleeper {
+            require_read_committed();
+            let until = due.map_or(deadline, |due| due.min(deadline));
+            woken = sleeper.sleep((until - now + 999) / 1000);
         }
     }
 }

@@ -1,9 +1,10 @@
 //! Waiting for jobs without polling and without a herd.
 //!
 //! With shared memory (pg_distlock preloaded, or the DSM registry on 17+), a
-//! consumer that found nothing registers in the sleepers table (the queues
-//! it takes, how many jobs it claims at once, when it wakes by itself) and
-//! sleeps on its latch. A commit wakes sleepers of a queue until their
+//! consumer that may wait registers in the sleepers table before its first
+//! look (the queues it takes, how many jobs it claims at once, when it
+//! wakes by itself), so that a look that finds nothing can sleep at once on
+//! its latch: no commit between the look and the sleep goes unnoticed. A commit wakes sleepers of a queue until their
 //! batches cover the jobs of that queue it made runnable (a commit of 128
 //! jobs wakes two sleepers claiming 64 each, or 128 claiming one), once
 //! its rows are visible to their next snapshot: an enqueue wakes one,
@@ -25,17 +26,26 @@
 //! Without shared memory there is nothing to register in: the sleeper looks
 //! again every POLL_INTERVAL_MS, still inside the server.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use super::horizon;
 use crate::shared::sleepers::{self, NAMED_QUEUES, ORDER};
 use crate::text::Text;
 use crate::xact;
 
 /// How often a consumer looks for jobs while it waits without shared memory.
 pub const POLL_INTERVAL_MS: i64 = 100;
+
+/// A registered consumer's `until` while it looks rather than sleeps: a
+/// claim's commit (which wakes sleepers that would sleep past its lease)
+/// passes it by, and jobs wake it only after every sleeper of their queue.
+/// Its look reads the lease of any claim committed before the look's
+/// snapshot; a lease committed during the look is seen by a sleeper woken
+/// for it, or at this consumer's next look (within its wait).
+const LOOKING: i64 = 0;
 
 /// A queue as sleepers and wakers name it.
 fn queue_hash(queue: &[u8]) -> u32 {
@@ -118,12 +128,15 @@ fn wake_sleepers(wake: Wake) {
     // Start where the last wake-up left off, so that no sleeper is always first.
     let start = table.wakeups.load(ORDER) as usize % entries.len().max(1);
     let mut left = wake.count;
-    for n in 0..entries.len() {
+    // Those asleep first, then those looking (whose look may not see the jobs).
+    let asleep_then_looking = (0..entries.len()).map(|n| (n, true)).chain((0..entries.len()).map(|n| (n, false)));
+    for (n, asleep) in asleep_then_looking {
         let entry = &entries[(start + n) % entries.len()];
         if entry.live_pid().is_none() || entry.database.load(ORDER) != database || !takes(entry, wake.queue) {
             continue;
         }
-        if wake.sleeping_past.is_some_and(|t| entry.until.load(ORDER) <= t) {
+        let until = entry.until.load(ORDER);
+        if (until != LOOKING) != asleep || wake.sleeping_past.is_some_and(|t| until <= t) {
             continue;
         }
         let restricted = entry.restricted.load(ORDER);
@@ -177,8 +190,8 @@ pub struct Sleeper {
     /// A wake-up its last look did not answer, passed on as it leaves.
     pass_on: Cell<Option<u32>>,
     /// Nothing reads with the calling statement's snapshot after the wait:
-    /// it sleeps without holding back the xmin horizon.
-    releases_horizon: bool,
+    /// it sleeps without holding back the xmin horizon. Found at its first sleep.
+    releases_horizon: OnceCell<bool>,
 }
 
 /// What woke a sleeper: a commit that made jobs of this queue (hash) runnable.
@@ -208,16 +221,22 @@ impl Sleeper {
         entry.restricted.store(restricted, ORDER);
         entry.wants.store(batch.max(1) as u32, ORDER);
         entry.woken.store(false, ORDER);
-        entry.until.store(i64::MAX, ORDER);
+        entry.until.store(LOOKING, ORDER);
         entry.pid.store(me, ORDER);
         table.sleeping.fetch_add(1, ORDER);
         Sleeper::in_entry(Some(entry))
     }
 
+    /// Whether a scope limits which jobs it may take (known after its first look).
+    pub fn set_restricted(&self, restricted: bool) {
+        if let Some(entry) = self.entry {
+            entry.restricted.store(restricted, ORDER);
+        }
+    }
+
     /// A sleeper registered in `entry`; None: one that polls, with nothing to register in.
     fn in_entry(entry: Option<&'static sleepers::Sleeper>) -> Self {
-        let releases_horizon = super::horizon::statement_snapshot_unused_after_wait();
-        Sleeper { entry, pass_on: Cell::new(None), releases_horizon }
+        Sleeper { entry, pass_on: Cell::new(None), releases_horizon: OnceCell::new() }
     }
 
     /// The look after `wake_up` filled its batch before it tried the queues
@@ -242,9 +261,10 @@ impl Sleeper {
             }
             None => ms.clamp(1, POLL_INTERVAL_MS),
         };
+        let releases_horizon = *self.releases_horizon.get_or_init(horizon::statement_snapshot_unused_after_wait);
         unsafe {
-            if self.releases_horizon {
-                super::horizon::release_xmin();
+            if releases_horizon {
+                horizon::release_xmin();
             }
             pg_sys::WaitLatch(
                 pg_sys::MyLatch,
@@ -255,6 +275,9 @@ impl Sleeper {
             pg_sys::ResetLatch(pg_sys::MyLatch);
         }
         // Looking now: a wake-up from here on is a new one.
+        if let Some(entry) = self.entry {
+            entry.until.store(LOOKING, ORDER);
+        }
         let woken = self.entry.filter(|entry| entry.woken.swap(false, ORDER));
         check_for_interrupts!();
         woken.map(|entry| WakeUp(entry.woken_for.load(ORDER)))
