@@ -102,25 +102,25 @@ pub(crate) fn claim_from(
                 .and_then(|rows| {
                     for row in rows {
                         returned += 1;
-                    if row.get::<bool>(8)? != Some(true) {
-                        made_dead += 1;
-                        continue;
+                        if row.get::<bool>(8)? != Some(true) {
+                            made_dead += 1;
+                            continue;
+                        }
+                        jobs.push((
+                            row.get::<i64>(1)?.unwrap_or_default(),
+                            row.get::<Text>(2)?.unwrap_or_default(),
+                            row.get::<Payload>(3)?,
+                            row.get::<i32>(4)?.unwrap_or_default(),
+                            row.get::<i32>(5)?.unwrap_or_default(),
+                            row.get::<TimestampWithTimeZone>(6)?
+                                .unwrap_or_else(TimestampWithTimeZone::negative_infinity),
+                            row.get::<i32>(7)?.unwrap_or_default(),
+                            worker.clone(),
+                        ));
                     }
-                    jobs.push((
-                        row.get::<i64>(1)?.unwrap_or_default(),
-                        row.get::<Text>(2)?.unwrap_or_default(),
-                        row.get::<Payload>(3)?,
-                        row.get::<i32>(4)?.unwrap_or_default(),
-                        row.get::<i32>(5)?.unwrap_or_default(),
-                        row.get::<TimestampWithTimeZone>(6)?
-                            .unwrap_or_else(TimestampWithTimeZone::negative_infinity),
-                        row.get::<i32>(7)?.unwrap_or_default(),
-                        worker.clone(),
-                    ));
-                }
-                Ok(())
-            })
-            .or_raise();
+                    Ok(())
+                })
+                .or_raise();
             returned
         };
         if LOOKS_BEFORE_SLEEPING.with(Cell::get) {

@@ -248,20 +248,8 @@ pub(crate) fn consume_after(
     // rights switch per claim would cost the hot path.
     let mut given_worker = Some(p_worker_id);
     let mut worker: Option<Text> = None;
-    // Registered before the first look when the call may wait, so that a
-    // look that finds nothing can sleep at once (registering only then
-    // took a second look before every sleep). Counted as restricted by
-    // its scope until the first look knows.
-    let sleeper = (wait > 0).then(|| {
-        let queues = match &route {
-            Route::Queues(queues) => Some(&queues[..]),
-            Route::Every | Route::Legacy => None,
-        };
-        Sleeper::new(queues, true, p_batch)
-    });
-    let _looks = super::claim::looks_before_sleeping(sleeper.is_some());
+    let mut sleeper: Option<Sleeper> = None;
     let mut woken: Option<WakeUp> = None;
-    let mut restricted = false;
     loop {
         let (look, due) = crate::access::connect(|client| {
             let worker = worker.get_or_insert_with(|| {
@@ -272,7 +260,18 @@ pub(crate) fn consume_after(
                 resolved
             });
             let scope = scopes::of_caller(Capability::Consumer);
-            restricted = matches!(*scope, Scope::Prefixes(_));
+            // Registered before the first look of a call that may wait, so
+            // that a look that finds nothing sleeps at once and no commit
+            // between the look and the sleep goes unnoticed (registering
+            // after an empty look took a second look before every sleep).
+            if sleeper.is_none() && deadline > clock_now() {
+                let queues = match &route {
+                    Route::Queues(queues) => Some(&queues[..]),
+                    Route::Every | Route::Legacy => None,
+                };
+                sleeper = Some(Sleeper::new(queues, matches!(*scope, Scope::Prefixes(_)), p_batch));
+            }
+            let _looks = super::claim::looks_before_sleeping(sleeper.is_some());
             let look = claim(client, p_batch, worker, lease, &scope, &route);
             let due = if look.jobs.is_empty() && sleeper.is_some() {
                 next_due(client, clock_now(), deadline, &scope, &route)
@@ -281,9 +280,6 @@ pub(crate) fn consume_after(
             };
             (look, due)
         });
-        if let Some(sleeper) = &sleeper {
-            sleeper.set_restricted(restricted);
-        }
         let now = clock_now();
         if !look.jobs.is_empty() {
             reset_full_queue_retry();

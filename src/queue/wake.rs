@@ -4,8 +4,8 @@
 //! consumer that may wait registers in the sleepers table before its first
 //! look (the queues it takes, how many jobs it claims at once, when it
 //! wakes by itself), so that a look that finds nothing can sleep at once on
-//! its latch: no commit between the look and the sleep goes unnoticed. A commit wakes sleepers of a queue until their
-//! batches cover the jobs of that queue it made runnable (a commit of 128
+//! its latch: no commit between the look and the sleep goes unnoticed. A
+//! commit wakes sleepers of a queue until their batches cover the jobs of that queue it made runnable (a commit of 128
 //! jobs wakes two sleepers claiming 64 each, or 128 claiming one), once
 //! its rows are visible to their next snapshot: an enqueue wakes one,
 //! a failed attempt one (its retry time is new), a claim rolled back one per
@@ -225,13 +225,6 @@ impl Sleeper {
         entry.pid.store(me, ORDER);
         table.sleeping.fetch_add(1, ORDER);
         Sleeper::in_entry(Some(entry))
-    }
-
-    /// Whether a scope limits which jobs it may take (known after its first look).
-    pub fn set_restricted(&self, restricted: bool) {
-        if let Some(entry) = self.entry {
-            entry.restricted.store(restricted, ORDER);
-        }
     }
 
     /// A sleeper registered in `entry`; None: one that polls, with nothing to register in.
