@@ -1,8 +1,6 @@
 //! One claim statement: FOR UPDATE SKIP LOCKED over the runnable jobs (and
 //! expired leases) of every queue or of one, each claimed job given a lease.
 
-use std::cell::Cell;
-
 use crate::text::Text;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -24,28 +22,13 @@ pub(crate) fn timestamp(us: pg_sys::TimestampTz) -> TimestampWithTimeZone {
     TimestampWithTimeZone::try_from(us).unwrap_or_else(|_| TimestampWithTimeZone::positive_infinity())
 }
 
-thread_local! {
-    static LOOKS_BEFORE_SLEEPING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// While alive, the claims of this call may be followed by a sleep in the
-/// same transaction. A claim statement can lock a row it does not return:
-/// a job claimed and committed by another consumer after the statement's
-/// snapshot is locked in its latest version before the recheck finds it no
-/// longer runnable, and that lock lasts until the transaction ends. Held
-/// through a sleep, it made the job's holder wait to settle it until the
-/// sleeper's wait ended. So each claim statement runs in a subtransaction,
-/// rolled back when it returns no row, which drops those locks.
-pub(crate) struct LooksBeforeSleeping(bool);
-
-pub(crate) fn looks_before_sleeping(may_sleep: bool) -> LooksBeforeSleeping {
-    LooksBeforeSleeping(LOOKS_BEFORE_SLEEPING.with(|flag| flag.replace(may_sleep)))
-}
-
-impl Drop for LooksBeforeSleeping {
-    fn drop(&mut self) {
-        LOOKS_BEFORE_SLEEPING.with(|flag| flag.set(self.0));
-    }
+/// Who claims: the worker, its lease, the scope it may take jobs from, and
+/// whether a sleep may follow its claims in the same transaction.
+pub(crate) struct Claimant<'a> {
+    pub worker: &'a Text,
+    pub lease: Interval,
+    pub scope: &'a Scope,
+    pub may_sleep: bool,
 }
 
 /// What one claim statement reads.
@@ -60,12 +43,18 @@ pub(crate) enum Source<'a> {
 /// Claims into `jobs` until it holds `batch`, from `source`. Rows the
 /// statement made dead (an expired lease with no attempt left) are not
 /// handed out; while any were, it looks again for the jobs they displaced.
+///
+/// A claim statement can lock a row it does not return: a job claimed and
+/// committed by another consumer after the statement's snapshot is locked
+/// in its latest version before the recheck finds it no longer runnable,
+/// and that lock lasts until the transaction ends. Held through a sleep, it
+/// made the job's holder wait to settle it until the sleeper woke. So when
+/// a sleep may follow, each statement runs in a subtransaction, rolled back
+/// when it returns no row, which drops those locks.
 pub(crate) fn claim_from(
     client: &SpiClient<'_>,
     batch: i32,
-    worker: &Text,
-    lease: Interval,
-    scope: &Scope,
+    claimant: &Claimant<'_>,
     source: Source<'_>,
     jobs: &mut Vec<Job>,
 ) {
@@ -89,19 +78,19 @@ pub(crate) fn claim_from(
         }
         let now = timestamp(clock_now());
         let mut made_dead = 0;
+        let Claimant { worker, lease, scope, .. } = *claimant;
         let mut arguments =
             vec![wanted.into(), worker.into(), lease.into(), role.into(), now.into(), scope.as_parameter().into()];
         if let Some((queue, limited)) = queue {
             arguments.push(queue.into());
             arguments.push(limited.into());
         }
-        let mut returned = 0;
+        let before = jobs.len();
         let mut run_statement = || {
             client
                 .select(&*stmt, None, &arguments)
                 .and_then(|rows| {
                     for row in rows {
-                        returned += 1;
                         if row.get::<bool>(8)? != Some(true) {
                             made_dead += 1;
                             continue;
@@ -121,9 +110,9 @@ pub(crate) fn claim_from(
                     Ok(())
                 })
                 .or_raise();
-            returned
+            made_dead + (jobs.len() - before)
         };
-        if LOOKS_BEFORE_SLEEPING.with(Cell::get) {
+        if claimant.may_sleep {
             crate::subtransaction::run_keeping_if(run_statement, |returned| *returned > 0);
         } else {
             run_statement();

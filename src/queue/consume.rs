@@ -8,7 +8,7 @@ use crate::text::{Text, TextArray};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use super::claim::{claim_from, clock_now, timestamp, Job, Source};
+use super::claim::{claim_from, clock_now, timestamp, Claimant, Job, Source};
 use super::limits::{claim_limited, limited_queues, note};
 use super::payload::Payload;
 use super::resolve_worker;
@@ -106,16 +106,16 @@ struct Look {
 /// One look at the queue: claims up to `batch` jobs along `route`. Queues
 /// with a concurrency limit are claimed from in their turn; a consumer of
 /// every queue takes their jobs after the others'.
-fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, scope: &Scope, route: &Route) -> Look {
+fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Route) -> Look {
     let mut look = Look { jobs: Vec::new(), tried: 0, limited_queue_full: false, limited_queue_busy: false };
     let jobs = &mut look.jobs;
     match route {
-        Route::Legacy => claim_from(client, batch, worker, lease, scope, Source::Legacy, jobs),
+        Route::Legacy => claim_from(client, batch, claimant, Source::Legacy, jobs),
         Route::Every => {
-            claim_from(client, batch, worker, lease, scope, Source::Every, jobs);
+            claim_from(client, batch, claimant, Source::Every, jobs);
             if (jobs.len() as i32) < batch {
                 for (queue, max) in limited_queues(client, None) {
-                    let limited = claim_limited(client, batch, worker, lease, scope, &queue, max, jobs);
+                    let limited = claim_limited(client, batch, claimant, &queue, max, jobs);
                     note(&mut look.limited_queue_full, &mut look.limited_queue_busy, limited);
                     if jobs.len() as i32 >= batch {
                         break;
@@ -131,11 +131,11 @@ fn claim(client: &SpiClient<'_>, batch: i32, worker: &Text, lease: Interval, sco
             for queue in queues {
                 look.tried += 1;
                 let before = jobs.len();
-                claim_from(client, batch, worker, lease, scope, Source::Queue(queue, false), jobs);
+                claim_from(client, batch, claimant, Source::Queue(queue, false), jobs);
                 if jobs.len() == before {
                     let limited = limited.get_or_insert_with(|| limited_queues(client, Some(queues)));
                     if let Some((_, max)) = limited.iter().find(|(name, _)| name == queue) {
-                        let limited = claim_limited(client, batch, worker, lease, scope, queue, *max, jobs);
+                        let limited = claim_limited(client, batch, claimant, queue, *max, jobs);
                         note(&mut look.limited_queue_full, &mut look.limited_queue_busy, limited);
                     }
                 }
@@ -271,8 +271,8 @@ pub(crate) fn consume_after(
                 };
                 sleeper = Some(Sleeper::new(queues, matches!(*scope, Scope::Prefixes(_)), p_batch));
             }
-            let _looks = super::claim::looks_before_sleeping(sleeper.is_some());
-            let look = claim(client, p_batch, worker, lease, &scope, &route);
+            let claimant = Claimant { worker, lease, scope: &scope, may_sleep: sleeper.is_some() };
+            let look = claim(client, p_batch, &claimant, &route);
             let due = if look.jobs.is_empty() && sleeper.is_some() {
                 next_due(client, clock_now(), deadline, &scope, &route)
             } else {

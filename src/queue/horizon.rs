@@ -9,6 +9,7 @@
 //! more than the call), the wait keeps it.
 
 use pgrx::pg_sys::{self, NodeTag};
+use std::cell::RefCell;
 use std::ffi::{c_void, CStr};
 
 /// The functions that wait, all of pg_distlock: each runs only statements
@@ -114,15 +115,26 @@ unsafe fn calls_one_wait(functions: *mut pg_sys::List) -> bool {
     }
 }
 
-unsafe fn is_waiting_function(function: pg_sys::Oid) -> bool {
-    unsafe {
+thread_local! {
+    /// Functions this backend has looked up: an answer costs catalog scans
+    /// (pg_extension, pg_depend), and a backend calls the same few.
+    static LOOKED_UP: RefCell<Vec<(pg_sys::Oid, bool)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn is_waiting_function(function: pg_sys::Oid) -> bool {
+    if let Some(known) = LOOKED_UP.with(|seen| seen.borrow().iter().find(|(oid, _)| *oid == function).map(|(_, w)| *w)) {
+        return known;
+    }
+    let waiting = unsafe {
         let extension = pg_sys::get_extension_oid(c"pg_distlock".as_ptr(), true);
         let name = pg_sys::get_func_name(function);
         extension != pg_sys::InvalidOid
             && !name.is_null()
             && WAITING_FUNCTIONS.contains(&CStr::from_ptr(name))
             && pg_sys::getExtensionOfObject(pg_sys::ProcedureRelationId, function) == extension
-    }
+    };
+    LOOKED_UP.with(|seen| seen.borrow_mut().push((function, waiting)));
+    waiting
 }
 
 /// No function in `expression` may read the database: every function is

@@ -6,10 +6,9 @@ use crate::text::Text;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use super::claim::{claim_from, Job, Source};
+use super::claim::{claim_from, Claimant, Job, Source};
 use crate::errors::{raise_with_hint, OrRaise};
 use crate::plans::{first_value, plan, types};
-use crate::scopes::Scope;
 
 /// The running queues with a concurrency limit among `queues` (all when None).
 pub(crate) fn limited_queues(client: &SpiClient<'_>, queues: Option<&[Text]>) -> Vec<(Text, i32)> {
@@ -34,13 +33,10 @@ pub(crate) fn limited_queues(client: &SpiClient<'_>, queues: Option<&[Text]>) ->
 /// processing jobs it sees: a claim that commits between the two counts is
 /// counted twice, never missed. So processing jobs, committed or in flight,
 /// never exceed the limit.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn claim_limited(
     client: &SpiClient<'_>,
     batch: i32,
-    worker: &Text,
-    lease: Interval,
-    scope: &Scope,
+    claimant: &Claimant<'_>,
     queue: &Text,
     max: i32,
     jobs: &mut Vec<Job>,
@@ -73,7 +69,7 @@ pub(crate) fn claim_limited(
     let before = jobs.len();
     if room > 0 {
         let upto = (before as i64 + room).min(batch as i64) as i32;
-        claim_from(client, upto, worker, lease, scope, Source::Queue(queue, true), jobs);
+        claim_from(client, upto, claimant, Source::Queue(queue, true), jobs);
     }
     if jobs.len() == before {
         unlock_queue_turn(queue.bytes(), mine);

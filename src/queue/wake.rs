@@ -5,7 +5,8 @@
 //! look (the queues it takes, how many jobs it claims at once, when it
 //! wakes by itself), so that a look that finds nothing can sleep at once on
 //! its latch: no commit between the look and the sleep goes unnoticed. A
-//! commit wakes sleepers of a queue until their batches cover the jobs of that queue it made runnable (a commit of 128
+//! commit wakes sleepers of a queue until their batches cover the jobs of
+//! that queue it made runnable (a commit of 128
 //! jobs wakes two sleepers claiming 64 each, or 128 claiming one), once
 //! its rows are visible to their next snapshot: an enqueue wakes one,
 //! a failed attempt one (its retry time is new), a claim rolled back one per

@@ -61,9 +61,9 @@ class TaskClaim:
     """An Event set when stop(timeout) ran out: give up by raising; the claim
     is released as failed."""
     _lost: Lost = field(repr=False)
-    _sent: float = field(default=0.0, repr=False)
+    _sent: float = field(repr=False)
     """When the call that claimed it was sent (its lease runs from then)."""
-    _session: Any = field(default=None, repr=False)
+    _session: Any = field(repr=False)
     """The connection that claimed it: a session claim lives and dies with it."""
 
     def check(self) -> None:
@@ -99,23 +99,19 @@ class TaskWorkerLogic(Bound[S], Worker):
         self.max_tasks = max_tasks
         self.on_lost = on_lost
         self._loop = Loop(self._rt, exit_when_idle, handle_signals)
-        self._next: TaskClaim | None = None
-        """The task the last run's release claimed, to run next."""
-        self._looked_ahead = False
-        """The last run's release looked for the next due task (and found `_next`)."""
+        self._ahead: list[TaskClaim] | None = None
+        """What the last run's release claimed to run next (empty: it found
+        nothing due); None when it did not look."""
 
     def _run_op(self) -> fx.Gen[WorkerStats]:
         return (yield from self._loop.run(
-            self._fetch, self._execute, self.max_tasks, self.poll_interval, lambda: self._next is not None,
+            self._fetch, self._execute, self.max_tasks, self.poll_interval, lambda: bool(self._ahead),
         ))
 
     def _fetch(self, session: fx.Session) -> fx.Gen[list[TaskClaim]]:
-        claimed, self._next = self._next, None
-        looked_ahead, self._looked_ahead = self._looked_ahead, False
-        if claimed is not None and (claimed.mode == "lease" or claimed._session is session):
-            return [claimed]
-        if looked_ahead and claimed is None:
-            return []
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and all(claim.mode == "lease" or claim._session is session for claim in ahead):
+            return ahead
         # Not looked yet, or a session claim whose connection was lost (it went with it).
         mode = yield from self._mode(session)
         claim = yield from self._claim(session, mode)
@@ -144,6 +140,11 @@ class TaskWorkerLogic(Bound[S], Worker):
             task_id, task_name, task_type, token, mode, self.worker_id, lost.flag, self._loop.stopping, self._loop.cancelled, lost,
             sent, session,
         )
+
+    def _run_next(self, rows: Any, mode: str, session: fx.Session, sent: float) -> None:
+        """The result of a release that also claimed: what the loop runs next."""
+        claim = self._claim_from(rows[0], mode, session, sent)
+        self._ahead = [] if claim is None else [claim]
 
     def _fetches_next(self, session: fx.Session) -> fx.Gen[bool]:
         """Whether a run's release should also claim the next due task: the
@@ -177,13 +178,13 @@ class TaskWorkerLogic(Bound[S], Worker):
             return bool(current)
         return confirm_session
 
-    def _execute(self, session: fx.Session, claims: list[TaskClaim], sent: float) -> fx.Gen[None]:
-        [claim] = claims
+    def _execute(self, session: fx.Session, claims: list[TaskClaim], _sent: float) -> fx.Gen[None]:
+        [claim] = claims  # it knows when its claim was sent: a release may have claimed it ahead
         keeper = Keeper(
             self._rt.new_flag, claim._lost, self.lease, self.heartbeat, self._renewer(session, claim),
             f"the claim of task {claim.task_id} ({claim.task_name})",
         )
-        yield from keeper.start(claim._sent or sent)
+        yield from keeper.start(claim._sent)
         status, error = "completed", None
         started = time.monotonic()
         try:
@@ -228,8 +229,7 @@ class TaskWorkerLogic(Bound[S], Worker):
                 rows = yield from fx.execute(
                     RELEASE_AND_FETCH_SESSION, (claim.task_id, self.worker_id, status, error), on=session,
                 )
-                self._next = self._claim_from(rows[0], "session", session, sent)
-                self._looked_ahead = True
+                self._run_next(rows, "session", session, sent)
             else:
                 yield from fx.execute(
                     "SELECT distlock.release_task_lock(%s, %s, %s, %s)", (claim.task_id, self.worker_id, status, error),
@@ -256,8 +256,7 @@ class TaskWorkerLogic(Bound[S], Worker):
                     (claim.task_id, claim.token, status, self.worker_id, interval(self.lease), error),
                     on=session,
                 )
-                self._next = self._claim_from(rows[0], "lease", session, sent)
-                self._looked_ahead = True
+                self._run_next(rows, "lease", session, sent)
                 return True
             except LeaseLost as exc:
                 log.warning("pg_distlock: %s", exc)
