@@ -205,6 +205,11 @@ fn wait_micros(p_wait: Option<Interval>) -> i64 {
     micros.min(i64::MAX as i128 / 2) as i64
 }
 
+/// Whether the transaction has been given a transaction id.
+fn has_transaction_id() -> bool {
+    unsafe { pg_sys::GetTopTransactionIdIfAny() != pg_sys::InvalidTransactionId }
+}
+
 /// Each look needs a snapshot that includes what committed since the last
 /// one, which only READ COMMITTED gives.
 fn require_read_committed() {
@@ -244,6 +249,7 @@ pub(crate) fn consume_after(
     let wait = wait_micros(p_wait);
     crate::errors::require_primary("consume jobs");
     let mut deadline = clock_now().saturating_add(wait);
+    let had_transaction_id = has_transaction_id();
     // Resolved in the first look's connection: a second SPI connection and
     // rights switch per claim would cost the hot path.
     let mut given_worker = Some(p_worker_id);
@@ -288,6 +294,16 @@ pub(crate) fn consume_after(
             }
         }
         if !look.jobs.is_empty() || now >= deadline {
+            return look.jobs;
+        }
+        // Never sleep with a transaction id this call was given: it would
+        // hold back every other snapshot's xmin, and so the removal of every
+        // row version that dies meanwhile. A look that found nothing can
+        // have one: a job claimed by another consumer after the look's
+        // snapshot is locked before the recheck turns it down, and rolling
+        // the claim's subtransaction back keeps the id. The caller calls
+        // again.
+        if !had_transaction_id && has_transaction_id() {
             return look.jobs;
         }
         // Neither a completion that makes room in a full limited queue nor

@@ -542,3 +542,52 @@ fn a_consumer_waiting_inside_a_transaction_or_a_larger_query_keeps_its_xmin() {
         "each of the three took a job"
     );
 }
+
+/// A look that meets a job another consumer claimed and committed after the
+/// look's snapshot locks the job's newest version before finding it taken
+/// (PostgreSQL's recheck in READ COMMITTED), which gives the transaction an
+/// id. A consumer sleeping with an id holds back every other snapshot's
+/// xmin, so vacuum and index scans keep every row version that died since;
+/// at 64 waiting consumers a few always slept with one. Such a call returns
+/// with no job instead, for its caller to call again. No SQL step can pause
+/// a statement between its snapshot and its lock, so a trigger that skips
+/// the claim's update of a job stands in for the race: the look locks a
+/// job and returns no row.
+#[test]
+fn a_look_that_locked_a_job_it_did_not_take_does_not_sleep_with_a_transaction_id() {
+    let db = fresh_db("queue_wait_locked_not_taken");
+    let mut c = connect(&db);
+    c.batch_execute(
+        "CREATE FUNCTION public.skip_update() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+         CREATE TRIGGER skip_decoy BEFORE UPDATE ON distlock.task_queue
+            FOR EACH ROW WHEN (OLD.task_name = 'decoy') EXECUTE FUNCTION public.skip_update()",
+    )
+    .expect("a trigger that skips the claim of the decoy");
+    let decoy = enqueue(&mut c, "decoy");
+    let mut waiter = connect_to(primary_port(), &db, "locker");
+    let handle = thread::spawn(move || {
+        let started = Instant::now();
+        let rows = waiter.query("SELECT task_id FROM distlock.consume_task('locker', p_wait => '60 seconds')", &[])?;
+        Ok::<_, postgres::Error>((rows.len(), started.elapsed()))
+    });
+    let state = |c: &mut Client| {
+        scalar(
+            c,
+            &format!(
+                "SELECT wait_event_type || '/' || (backend_xid IS NOT NULL) FROM pg_stat_activity
+                  WHERE datname = '{db}' AND application_name = 'locker'"
+            ),
+        )
+    };
+    eventually("the consumer to return or sleep", Duration::from_secs(10), || {
+        handle.is_finished() || state(&mut c).is_some_and(|shown| shown.starts_with("Extension/"))
+    });
+    assert_ne!(state(&mut c).as_deref(), Some("Extension/true"), "the consumer sleeps with a transaction id");
+    let (got, took) = handle.join().expect("waiting thread").expect("the wait");
+    assert_eq!(got, 0, "the decoy was handed out");
+    assert!(took < Duration::from_secs(30), "the call waited {took:?}");
+    assert_eq!(
+        scalar(&mut c, &format!("SELECT status FROM distlock.task_queue WHERE id = {decoy}")).as_deref(),
+        Some("pending")
+    );
+}
