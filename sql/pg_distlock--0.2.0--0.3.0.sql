@@ -456,7 +456,7 @@ CREATE INDEX task_queue_queue_runnable_idx
 -- When the next job scheduled for later comes due, for consumers about to wait.
 CREATE INDEX task_queue_due_idx
     ON distlock.task_queue (run_after)
-    WHERE status IN ('pending', 'failed');
+    WHERE status IN ('pending', 'failed') AND run_after > created_at;
 
 -- Unique jobs (enqueue_task's p_unique_key): one unfinished job per key and queue.
 ALTER TABLE distlock.task_queue ADD COLUMN unique_key text;

@@ -54,9 +54,14 @@ CREATE INDEX task_queue_queue_runnable_idx
 -- When the next job scheduled for later comes due: what a consumer about to
 -- wait reads (its sleep ends then). Without it that read stepped over every
 -- runnable job, which a queue full at its concurrency limit has many of.
+-- Only jobs scheduled later than their enqueue (delayed jobs, retries): a
+-- job runnable from its enqueue on never comes due with time, and leaving
+-- it out spares each enqueue an index entry, and the index the entries of
+-- claimed jobs that nothing but vacuum removes (a count of pending jobs by
+-- bitmap scan read 94,000 of them with 64 consumers at work).
 CREATE INDEX task_queue_due_idx
     ON distlock.task_queue (run_after)
-    WHERE status IN ('pending', 'failed');
+    WHERE status IN ('pending', 'failed') AND run_after > created_at;
 
 -- Unique jobs: one pending, failed (awaiting its retry) or processing job per
 -- key and queue. Completed and dead jobs free their key, so a key names a

@@ -26,6 +26,9 @@ SELECT LEAST(
         AND (NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.paused)
              OR queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s WHERE s.paused)))
         AND run_after OPERATOR(pg_catalog.>) $1
+        -- The due index holds only these: a job runnable when it was
+        -- enqueued (created_at <= $1) cannot come due after $1.
+        AND run_after OPERATOR(pg_catalog.>) created_at
         AND run_after OPERATOR(pg_catalog.<=) $2
         AND ($3 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
                                     WHERE pg_catalog.starts_with(task_name, s.prefix)))))
