@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -244,3 +245,35 @@ def test_a_worker_waiting_for_work_holds_back_no_vacuum_horizon(db: Db) -> None:
         worker.stop()
         thread.join(20)
     assert ran and ran[0].completed == 1
+
+
+def skip_claims_of(db: Db, task_name: str) -> None:
+    """A trigger that turns down every claim of jobs named `task_name`: a
+    look locks such a job and returns nothing, as one that raced another
+    consumer's claim does, and the server returns before its wait is over
+    rather than sleep with the transaction id that lock gave it."""
+    db.admin.execute(
+        "CREATE FUNCTION public.skip_update() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$")
+    db.admin.execute(
+        "CREATE TRIGGER skip_claims BEFORE UPDATE ON distlock.task_queue FOR EACH ROW"
+        f" WHEN (OLD.task_name = '{task_name}') EXECUTE FUNCTION public.skip_update()")
+
+
+def test_consume_waits_out_its_wait_when_the_server_returns_early(db: Db) -> None:
+    skip_claims_of(db, "decoy")
+    queue = pg_distlock.Queue(db.dsn)
+    queue.enqueue("decoy")
+    started = time.monotonic()
+    assert queue.consume(wait=0.5) == []
+    assert time.monotonic() - started >= 0.5
+
+
+def test_a_worker_that_exits_when_idle_is_not_idle_when_the_server_returns_early(db: Db) -> None:
+    skip_claims_of(db, "decoy")
+    producer = pg_distlock.Queue(db.dsn)
+    producer.enqueue("decoy")
+    started = time.monotonic()
+    stats = pg_distlock.QueueWorker(db.dsn, lambda job: None, wait=0.5, exit_when_idle=True,
+                                    handle_signals=False).run()
+    assert time.monotonic() - started >= 0.5
+    assert stats.claimed == 0

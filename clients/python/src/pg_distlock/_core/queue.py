@@ -190,17 +190,24 @@ class QueueLogic(Bound[S]):
             params = (batch, *params)
         routed = self.queues is not None
         tail: tuple[Any, ...] = (self.queues,) if routed else ()
-        if in_server:
-            if until is not None and until.is_set():
-                return []
-            try:
-                rows = yield from fx.execute(consume_sql(batch, True, routed), (*params, interval(wait_s), *tail), on=on)
-            except Cancelled:
-                # A worker's stop(), or the session's statement_timeout shorter
-                # than the wait: no job came, and none was claimed.
-                return []
-            return [Job(*row) for row in rows]
         deadline = time.monotonic() + wait_s
+        if in_server:
+            left = wait_s
+            while True:
+                if until is not None and until.is_set():
+                    return []
+                try:
+                    rows = yield from fx.execute(consume_sql(batch, True, routed), (*params, interval(left), *tail), on=on)
+                except Cancelled:
+                    # A worker's stop(), or the session's statement_timeout shorter
+                    # than the wait: no job came, and none was claimed.
+                    return []
+                left = deadline - time.monotonic()
+                # The server returns no job before the wait is over when its
+                # look raced another consumer's claim (it never sleeps with a
+                # transaction id): wait out the rest in another call.
+                if rows or left <= 0:
+                    return [Job(*row) for row in rows]
         delay = 0.05
         while True:
             rows = yield from fx.execute(consume_sql(batch, False, routed), (*params, *tail), on=on)

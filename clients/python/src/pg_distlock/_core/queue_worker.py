@@ -116,6 +116,10 @@ class QueueWorkerLogic(Generic[S], Worker):
         go to the handler slots, or without slots are run here one by one."""
         loop, stats = self._loop, self._loop.stats
         holding = 0
+        # When the calls that found nothing began waiting: the server may
+        # return one before its wait is over (a look that raced another
+        # consumer's claim), which is not idle yet.
+        waiting_since: float | None = None
         while True:
             holding -= self._count_freed()
             if loop.stopping.is_set() or (self.max_jobs is not None and stats.claimed >= self.max_jobs):
@@ -138,6 +142,7 @@ class QueueWorkerLogic(Generic[S], Worker):
             loop.waiting = waits
             if waits and holding > 0:
                 self._fetcher_asleep.set()
+            cut_short = False
             try:
                 jobs = yield from self._claim(session, outcomes, room)
             except Unavailable as exc:
@@ -150,12 +155,15 @@ class QueueWorkerLogic(Generic[S], Worker):
                 self._put_back(outcomes)
                 yield from loop.disconnect(discard=True)
                 jobs = []
+                cut_short = True
             except BaseException:
                 self._put_back(outcomes)
                 raise
             finally:
                 loop.waiting = False
                 self._fetcher_asleep.clear()
+            if jobs or outcomes:
+                waiting_since = None
             if jobs and not slots:
                 self._hand_out(jobs, sent)
                 for job in jobs:
@@ -169,6 +177,11 @@ class QueueWorkerLogic(Generic[S], Worker):
                 continue
             if outcomes:
                 continue  # a call that settled did not wait; the next one does
+            if waits and not cut_short and not loop.stopping.is_set():
+                waiting_since = sent if waiting_since is None else waiting_since
+                if time.monotonic() - waiting_since < self.wait:
+                    continue
+            waiting_since = None
             if holding > 0:
                 if self.wait == 0 or loop.exit_when_idle:
                     # Nothing to claim: the next chance is a job finishing.
