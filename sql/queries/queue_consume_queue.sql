@@ -46,32 +46,41 @@ WITH expired AS (
     UNION ALL
     SELECT id FROM runnable
     LIMIT $1
+), taken AS (
+    -- A claim deletes the version it claims and inserts the next one
+    -- rather than updating it in place. A consumer whose snapshot still
+    -- sees the job runnable then finds the row deleted and skips it; after
+    -- an update, FOR UPDATE in READ COMMITTED follows the row to its new
+    -- version and locks it before rechecking, and that lock, held until
+    -- that consumer's commit, made the job's holder wait for it to settle
+    -- the job (16 consumers: 15 % of their time, the settle 13 times slower).
+    DELETE FROM distlock.task_queue q
+     USING next
+     WHERE q.id OPERATOR(pg_catalog.=) next.id
+    RETURNING q.*
+), claimed AS (
+    -- A taken-over job whose attempts are used up is dead instead.
+    SELECT t.*, (t.status OPERATOR(pg_catalog.=) 'processing'
+                 AND t.attempts OPERATOR(pg_catalog.>=) t.max_attempts) AS dies
+      FROM taken t
 )
-UPDATE distlock.task_queue q
-   SET status = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
-                      AND q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
-                     THEN 'dead' ELSE 'processing' END,
-       completed_at = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
-                            AND q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
-                           THEN $5 END,
-       last_error = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
-                         THEN 'lease expired (worker ' OPERATOR(pg_catalog.||) COALESCE(q.worker_id, '?')
-                              OPERATOR(pg_catalog.||) ')'
-                         ELSE q.last_error END,
-       worker_id = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
-                         AND q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
-                        THEN q.worker_id ELSE $2 END,
-       holder_role = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
-                           AND q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
-                          THEN q.holder_role ELSE $4 END,
-       started_at = $5,
-       lease_expires_at = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
-                                AND q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
-                               THEN NULL ELSE $5 OPERATOR(pg_catalog.+) $3 END,
-       attempts = CASE WHEN q.status OPERATOR(pg_catalog.=) 'processing'
-                        AND q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
-                       THEN q.attempts ELSE q.attempts OPERATOR(pg_catalog.+) 1 END
-  FROM next
- WHERE q.id OPERATOR(pg_catalog.=) next.id
+INSERT INTO distlock.task_queue AS q (id, task_name, payload, status, worker_id, created_at, started_at, completed_at,
+                                      attempts, max_attempts, run_after, priority, lease_expires_at, last_error,
+                                      holder_role, producer_role, queue, unique_key)
+SELECT c.id, c.task_name, c.payload,
+       CASE WHEN c.dies THEN 'dead' ELSE 'processing' END,
+       CASE WHEN c.dies THEN c.worker_id ELSE $2 END,
+       c.created_at,
+       $5,
+       CASE WHEN c.dies THEN $5 END,
+       CASE WHEN c.dies THEN c.attempts ELSE c.attempts OPERATOR(pg_catalog.+) 1 END,
+       c.max_attempts, c.run_after, c.priority,
+       CASE WHEN c.dies THEN NULL ELSE $5 OPERATOR(pg_catalog.+) $3 END,
+       CASE WHEN c.status OPERATOR(pg_catalog.=) 'processing'
+            THEN 'lease expired (worker ' OPERATOR(pg_catalog.||) COALESCE(c.worker_id, '?') OPERATOR(pg_catalog.||) ')'
+            ELSE c.last_error END,
+       CASE WHEN c.dies THEN c.holder_role ELSE $4 END,
+       c.producer_role, c.queue, c.unique_key
+  FROM claimed c
 RETURNING q.id, q.task_name, q.payload, q.attempts, q.max_attempts, q.lease_expires_at, q.priority,
           q.status OPERATOR(pg_catalog.=) 'processing'

@@ -227,6 +227,51 @@ mod tests {
         assert_sqlstate("distlock.set_queue_limit(NULL, 1)", "22004");
     }
 
+    /// A claim writes a job's claimed version as a new row (see
+    /// queue_consume.sql): each claim statement names every column of
+    /// task_queue, so a column added later cannot silently fall back to its
+    /// default when a job is claimed, and the values a claim does not change
+    /// come through unchanged.
+    #[pg_test]
+    fn queue_a_claim_carries_every_column_of_the_job_over() {
+        let columns = one::<String>(
+            "SELECT string_agg(attname, ',' ORDER BY attname) FROM pg_catalog.pg_attribute
+              WHERE attrelid = 'distlock.task_queue'::regclass AND attnum > 0 AND NOT attisdropped",
+        )
+        .expect("columns");
+        for sql in
+            [include_str!("../../sql/queries/queue_consume.sql"), include_str!("../../sql/queries/queue_consume_queue.sql")]
+        {
+            let list = sql
+                .split_once("INSERT INTO distlock.task_queue AS q (")
+                .and_then(|(_, rest)| rest.split_once(')'))
+                .map(|(list, _)| list)
+                .expect("the claim's INSERT column list");
+            let mut named: Vec<&str> = list.split(',').map(str::trim).collect();
+            named.sort_unstable();
+            assert_eq!(named.join(","), columns, "{}", sql.lines().nth(1).unwrap_or_default());
+        }
+
+        let id = enqueue("'carried', '{\"n\": 7}', now() - interval '1 hour', 3, 9, 'carry', 'key-1'");
+        run(&format!(
+            "UPDATE distlock.task_queue SET last_error = 'before', created_at = now() - interval '2 hours' WHERE id = {id}"
+        ));
+        let before = format!(
+            "SELECT task_name, payload, created_at, max_attempts, run_after, priority, last_error, producer_role, queue, unique_key
+               FROM distlock.task_queue WHERE id = {id}"
+        );
+        run(&format!("CREATE TEMP TABLE job_before AS {before}"));
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('carrier', p_queues => ARRAY['carry'])"), Some(id));
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT (SELECT count(*) FROM ({before} EXCEPT SELECT * FROM job_before) changed) = 0
+                    AND status = 'processing' AND worker_id = 'carrier' AND attempts = 1
+                   FROM distlock.task_queue WHERE id = {id}"
+            )),
+            Some(true)
+        );
+    }
+
     #[pg_test]
     fn queue_consume_takes_highest_priority_then_oldest() {
         let low = enqueue("'a', '{\"n\": 1}'");

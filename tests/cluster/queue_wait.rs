@@ -543,24 +543,25 @@ fn a_consumer_waiting_inside_a_transaction_or_a_larger_query_keeps_its_xmin() {
     );
 }
 
-/// A look that meets a job another consumer claimed and committed after the
-/// look's snapshot locks the job's newest version before finding it taken
-/// (PostgreSQL's recheck in READ COMMITTED), which gives the transaction an
-/// id. A consumer sleeping with an id holds back every other snapshot's
-/// xmin, so vacuum and index scans keep every row version that died since;
-/// at 64 waiting consumers a few always slept with one. Such a call returns
-/// with no job instead, for its caller to call again. No SQL step can pause
-/// a statement between its snapshot and its lock, so a trigger that skips
-/// the claim's update of a job stands in for the race: the look locks a
-/// job and returns no row.
+/// A look can lock a job it does not take: one that another transaction
+/// changed after the look's snapshot (an extended lease, a failed attempt)
+/// is locked in its newest version before PostgreSQL's recheck in READ
+/// COMMITTED finds it no longer claimable, and the lock gives the
+/// transaction an id. A consumer sleeping with an id holds back every other
+/// snapshot's xmin, so vacuum and index scans keep every row version that
+/// died since; at 64 waiting consumers a few always slept with one. Such a
+/// call returns with no job instead, for its caller to call again. No SQL
+/// step can pause a statement between its snapshot and its lock, so a
+/// trigger that skips the claim's delete of a job's runnable version stands
+/// in for the race: the look locks a job and returns no row.
 #[test]
 fn a_look_that_locked_a_job_it_did_not_take_does_not_sleep_with_a_transaction_id() {
     let db = fresh_db("queue_wait_locked_not_taken");
     let mut c = connect(&db);
     c.batch_execute(
-        "CREATE FUNCTION public.skip_update() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
-         CREATE TRIGGER skip_decoy BEFORE UPDATE ON distlock.task_queue
-            FOR EACH ROW WHEN (OLD.task_name = 'decoy') EXECUTE FUNCTION public.skip_update()",
+        "CREATE FUNCTION public.skip_delete() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+         CREATE TRIGGER skip_decoy BEFORE DELETE ON distlock.task_queue
+            FOR EACH ROW WHEN (OLD.task_name = 'decoy') EXECUTE FUNCTION public.skip_delete()",
     )
     .expect("a trigger that skips the claim of the decoy");
     let decoy = enqueue(&mut c, "decoy");
