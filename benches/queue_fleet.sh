@@ -89,6 +89,10 @@ run() {
   psql_on "$port" -c "TRUNCATE distlock.task_queue, distlock.completed_jobs" >/dev/null
   [ -z "$table" ] || psql_on "$port" -c "VACUUM ANALYZE $table" \
     -c "SELECT pg_stat_reset_single_table_counters('$table'::regclass)" >/dev/null
+  # Every point starts right after a checkpoint: at these rates the WAL
+  # brings one every 12-25 s, and a point that began just before one
+  # wrote a full page image for every page it touched first.
+  psql_on "$port" -c "CHECKPOINT" >/dev/null
   pgbench_on -c 1 -T $((seconds + 2)) -r -f "benches/pgbench/$producer_script.sql" >"$dir/producer.log" &
   local producer=$!
   if [ "$peer" = pgque ]; then
