@@ -248,15 +248,16 @@ def test_a_worker_waiting_for_work_holds_back_no_vacuum_horizon(db: Db) -> None:
 
 
 def skip_claims_of(db: Db, task_name: str) -> None:
-    """A trigger that turns down every claim of jobs named `task_name`: a
-    look locks such a job and returns nothing, as one that raced another
-    consumer's claim does, and the server returns before its wait is over
-    rather than sleep with the transaction id that lock gave it."""
+    """A trigger that turns down every claim of jobs named `task_name` (a
+    claim deletes the job's runnable version): a look locks such a job and
+    returns nothing, as one that met a job changed after its snapshot does,
+    and the server returns before its wait is over rather than sleep with
+    the transaction id that lock gave it."""
     db.admin.execute(
-        "CREATE FUNCTION public.skip_update() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$")
+        "CREATE FUNCTION public.skip_delete() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$")
     db.admin.execute(
-        "CREATE TRIGGER skip_claims BEFORE UPDATE ON distlock.task_queue FOR EACH ROW"
-        f" WHEN (OLD.task_name = '{task_name}') EXECUTE FUNCTION public.skip_update()")
+        "CREATE TRIGGER skip_claims BEFORE DELETE ON distlock.task_queue FOR EACH ROW"
+        f" WHEN (OLD.task_name = '{task_name}') EXECUTE FUNCTION public.skip_delete()")
 
 
 def test_consume_waits_out_its_wait_when_the_server_returns_early(db: Db) -> None:
