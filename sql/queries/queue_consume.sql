@@ -1,4 +1,4 @@
--- params: bigint, text, interval, oid, timestamptz, text[]
+-- params: bigint, text, interval, oid, timestamptz, text[], integer, timestamptz, bigint
 -- Claims up to $1 jobs for worker $2 of role $4 with a lease of $3, at time
 -- $5 (a parameter, not clock_timestamp(), so that it is an index condition).
 -- Claimable: a job whose consumer's lease ran out (taken over, counting an
@@ -13,6 +13,11 @@
 -- EXISTS keeps the generic plan on the ordered index: the list alone,
 -- estimated against a column with one common value, looked so selective
 -- that the planner sorted the whole table instead (45 ms per claim).
+-- $7, $8, $9: where in the claim's index to start (see claim_start.rs), a
+-- priority and the run_after and id to start from within it. Jobs of a
+-- higher priority still come first; the caller passes the head of the
+-- index (priority 2147483647, run_after -infinity, the lowest bigint id)
+-- to read it all.
 WITH expired AS (
     SELECT id
       FROM distlock.task_queue
@@ -26,7 +31,10 @@ WITH expired AS (
      ORDER BY lease_expires_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
-), runnable AS (
+), runnable_higher AS (
+    -- Runnable jobs in three ranges of the claim's index, read in its
+    -- order: those of a higher priority than where to start, those of the
+    -- same priority from there on, those of a lower priority.
     SELECT id
       FROM distlock.task_queue
      WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
@@ -36,14 +44,49 @@ WITH expired AS (
                                                       WHERE s.paused OR s.max_processing IS NOT NULL)))
        AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
                                    WHERE pg_catalog.starts_with(task_name, s.prefix)))
+       AND priority OPERATOR(pg_catalog.>) $7
+     ORDER BY priority DESC, run_after, id
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+), runnable_from_start AS (
+    SELECT id
+      FROM distlock.task_queue
+     WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
+       AND run_after OPERATOR(pg_catalog.<=) $5
+       AND (NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.paused OR s.max_processing IS NOT NULL)
+            OR queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s
+                                                      WHERE s.paused OR s.max_processing IS NOT NULL)))
+       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
+       AND priority OPERATOR(pg_catalog.=) $7
+       AND (run_after, id) OPERATOR(pg_catalog.>=) ($8, $9)
+     ORDER BY priority DESC, run_after, id
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+), runnable_lower AS (
+    SELECT id
+      FROM distlock.task_queue
+     WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
+       AND run_after OPERATOR(pg_catalog.<=) $5
+       AND (NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.paused OR s.max_processing IS NOT NULL)
+            OR queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s
+                                                      WHERE s.paused OR s.max_processing IS NOT NULL)))
+       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
+       AND priority OPERATOR(pg_catalog.<) $7
      ORDER BY priority DESC, run_after, id
      LIMIT $1
        FOR UPDATE SKIP LOCKED
 ), next AS (
-    -- Evaluated lazily: runnable is read only for what expired did not fill.
+    -- Evaluated lazily: each range is read only for what those before it
+    -- did not fill.
     SELECT id FROM expired
     UNION ALL
-    SELECT id FROM runnable
+    SELECT id FROM runnable_higher
+    UNION ALL
+    SELECT id FROM runnable_from_start
+    UNION ALL
+    SELECT id FROM runnable_lower
     LIMIT $1
 ), taken AS (
     -- A claim deletes the version it claims and inserts the next one
@@ -82,4 +125,4 @@ SELECT c.id, c.task_name, c.payload,
        c.producer_role, c.queue, c.unique_key
   FROM claimed c
 RETURNING q.id, q.task_name, q.payload, q.attempts, q.max_attempts, q.lease_expires_at, q.priority,
-          q.status OPERATOR(pg_catalog.=) 'processing'
+          q.status OPERATOR(pg_catalog.=) 'processing', q.run_after

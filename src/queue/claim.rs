@@ -5,6 +5,7 @@ use crate::text::Text;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
+use super::claim_start::{self, Place};
 use super::payload::Payload;
 use crate::errors::OrRaise;
 use crate::plans::{plan, types};
@@ -58,25 +59,34 @@ pub(crate) fn claim_from(
     source: Source<'_>,
     jobs: &mut Vec<Job>,
 ) {
-    const EVERY: [pgrx::PgOid; 6] =
+    const LEGACY: [pgrx::PgOid; 6] =
         [types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY];
-    const ONE_QUEUE: [pgrx::PgOid; 8] = [
+    const EVERY: [pgrx::PgOid; 9] = [
+        types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::INT4,
+        types::TIMESTAMPTZ, types::INT8,
+    ];
+    const ONE_QUEUE: [pgrx::PgOid; 11] = [
         types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT, types::BOOL,
+        types::INT4, types::TIMESTAMPTZ, types::INT8,
     ];
     let (stmt, queue) = match source {
-        Source::Legacy => (plan(client, include_str!("../../sql/queries/queue_consume_0_2_0.sql"), &EVERY), None),
+        Source::Legacy => (plan(client, include_str!("../../sql/queries/queue_consume_0_2_0.sql"), &LEGACY), None),
         Source::Every => (plan(client, include_str!("../../sql/queries/queue_consume.sql"), &EVERY), None),
         Source::Queue(queue, limited) => {
             (plan(client, include_str!("../../sql/queries/queue_consume_queue.sql"), &ONE_QUEUE), Some((queue, limited)))
         }
     };
+    let starts_anywhere = !matches!(source, Source::Legacy);
+    let start_queue = queue.map(|(queue, _)| queue);
+    let mut from_head = !starts_anywhere;
     let role = crate::access::caller();
     loop {
         let wanted = batch as i64 - jobs.len() as i64;
         if wanted <= 0 {
             break;
         }
-        let now = timestamp(clock_now());
+        let now_us = clock_now();
+        let now = timestamp(now_us);
         let mut made_dead = 0;
         let Claimant { worker, lease, scope, .. } = *claimant;
         let mut arguments =
@@ -85,6 +95,16 @@ pub(crate) fn claim_from(
             arguments.push(queue.into());
             arguments.push(limited.into());
         }
+        let from = if from_head { Place::HEAD } else { claim_start::start(start_queue, now_us) };
+        if starts_anywhere {
+            let run_after = if from.run_after == Place::HEAD.run_after {
+                TimestampWithTimeZone::negative_infinity()
+            } else {
+                timestamp(from.run_after)
+            };
+            arguments.extend([from.priority.into(), run_after.into(), from.id.into()]);
+        }
+        let mut furthest: Option<Place> = None;
         let before = jobs.len();
         let mut run_statement = || {
             client
@@ -94,6 +114,14 @@ pub(crate) fn claim_from(
                         if row.get::<bool>(8)? != Some(true) {
                             made_dead += 1;
                             continue;
+                        }
+                        if starts_anywhere {
+                            let place = Place {
+                                priority: row.get::<i32>(7)?.unwrap_or_default(),
+                                run_after: row.get::<TimestampWithTimeZone>(9)?.map_or(0, |t| t.into_inner()),
+                                id: row.get::<i64>(1)?.unwrap_or_default(),
+                            };
+                            furthest = Some(furthest.map_or(place, |f| f.later(place)));
                         }
                         jobs.push((
                             row.get::<i64>(1)?.unwrap_or_default(),
@@ -112,10 +140,18 @@ pub(crate) fn claim_from(
                 .or_raise();
             made_dead + (jobs.len() - before)
         };
-        if claimant.may_sleep {
-            crate::subtransaction::run_keeping_if(run_statement, |returned| *returned > 0);
+        let returned = if claimant.may_sleep {
+            crate::subtransaction::run_keeping_if(run_statement, |returned| *returned > 0)
         } else {
-            run_statement();
+            run_statement()
+        };
+        if starts_anywhere {
+            claim_start::claimed(start_queue, from, furthest, now_us);
+        }
+        if from != Place::HEAD && (returned as i64) < wanted {
+            // The index may hold runnable jobs before where this claim started.
+            from_head = true;
+            continue;
         }
         if made_dead == 0 {
             break;

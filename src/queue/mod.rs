@@ -3,6 +3,7 @@
 //! behind a transaction-pooling PgBouncer.
 
 mod claim;
+mod claim_start;
 mod consume;
 mod dead_jobs;
 mod enqueue;
@@ -14,6 +15,8 @@ mod settings;
 mod settle;
 mod settle_and_consume;
 mod wake;
+#[cfg(any(test, feature = "pg_test"))]
+mod claim_start_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod plan_tests;
 #[cfg(any(test, feature = "pg_test"))]

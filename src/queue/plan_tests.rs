@@ -70,4 +70,35 @@ mod tests {
         );
         assert!(plan.contains("task_queue_due_idx"), "{plan}");
     }
+
+    /// A claim that starts after the last job its backend claimed goes
+    /// there by the index (claim_start.rs), not by stepping over what lies
+    /// before: the place is an index condition of the claim's own index.
+    #[pg_test]
+    fn queue_claims_start_where_they_are_told_by_the_index() {
+        queue_analyzed_while_quiet();
+        let claims = [
+            (
+                include_str!("../../sql/queries/queue_consume.sql"),
+                "1, 'w', '5 minutes', 10, now(), NULL, 0, now(), 1",
+                "task_queue_runnable_idx",
+            ),
+            (
+                include_str!("../../sql/queries/queue_consume_queue.sql"),
+                "1, 'w', '5 minutes', 10, now(), NULL, 'default', false, 0, now(), 1",
+                "task_queue_queue_runnable_idx",
+            ),
+        ];
+        for (sql, args, index) in claims {
+            let plan = generic_plan(sql, args);
+            let scan = plan
+                .lines()
+                .skip_while(|line| !line.contains("CTE runnable_from_start"))
+                .skip_while(|line| !line.contains(&format!("Index Scan using {index} ")))
+                .take(2)
+                .collect::<Vec<_>>()
+                .join("\n");
+            assert!(scan.contains("ROW(run_after, id) >= ROW("), "{plan}");
+        }
+    }
 }

@@ -1,0 +1,82 @@
+//! A claim starts after the last job its backend claimed (claim_start.rs):
+//! it still takes higher priorities first, misses no runnable job, and
+//! leaves a job that became runnable behind that place waiting no longer
+//! than HEAD_EVERY_US.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    use crate::test_sql::{one, run};
+
+    fn enqueue(args: &str) -> i64 {
+        one::<i64>(&format!("SELECT distlock.enqueue_task({args})")).expect("id")
+    }
+
+    /// consume_task along a route: every queue, or queue 'q' by name (each
+    /// reads its own statement and index).
+    fn consume(route: &str) -> Option<i64> {
+        one::<i64>(&format!("SELECT (SELECT task_id FROM distlock.consume_task('w', p_queues => {route}))"))
+    }
+
+    const ROUTES: [(&str, &str); 2] = [("NULL", "'default'"), ("ARRAY['q']", "'q'")];
+
+    #[pg_test]
+    fn queue_a_claim_after_the_last_job_still_takes_higher_priorities_and_misses_nothing() {
+        for (route, queue) in ROUTES {
+            let first = enqueue(&format!("'a', '{{}}', now(), 0, 5, {queue}"));
+            assert_eq!(consume(route), Some(first), "{route}");
+            // Runnable behind where the next claim starts, and nothing after it.
+            let behind = enqueue(&format!("'b', '{{}}', now() - interval '1 hour', 0, 5, {queue}"));
+            assert_eq!(consume(route), Some(behind), "{route}");
+            let later = enqueue(&format!("'c', '{{}}', now(), 0, 5, {queue}"));
+            let urgent = enqueue(&format!("'d', '{{}}', now(), 5, 5, {queue}"));
+            let least = enqueue(&format!("'e', '{{}}', now() - interval '2 hours', -1, 5, {queue}"));
+            assert_eq!(consume(route), Some(urgent), "{route}");
+            assert_eq!(consume(route), Some(later), "{route}");
+            assert_eq!(consume(route), Some(least), "{route}");
+            assert_eq!(consume(route), None, "{route}");
+        }
+    }
+
+    /// While jobs after the start are runnable, a job behind it is passed
+    /// over (that is what spares the claim the index entries of the jobs
+    /// claimed before), but for a tenth of a second at most.
+    #[pg_test]
+    fn queue_a_job_behind_where_claims_start_waits_a_tenth_of_a_second_at_most() {
+        for (route, queue) in ROUTES {
+            let first = enqueue(&format!("'a', '{{}}', now(), 0, 5, {queue}"));
+            let began = one::<f64>("SELECT extract(epoch FROM clock_timestamp())::float8").expect("time");
+            assert_eq!(consume(route), Some(first), "{route}");
+            let behind = enqueue(&format!("'b', '{{}}', now() - interval '1 hour', 0, 5, {queue}"));
+            let after = enqueue(&format!("'c', '{{}}', now(), 0, 5, {queue}"));
+            let taken = consume(route);
+            let elapsed = one::<f64>("SELECT extract(epoch FROM clock_timestamp())::float8").expect("time") - began;
+            if elapsed < 0.1 {
+                assert_eq!(taken, Some(after), "{route}");
+                run("SELECT pg_sleep(0.1)");
+                assert_eq!(consume(route), Some(behind), "{route}");
+            } else {
+                // Too slow a machine to tell: the start had expired anyway.
+                assert_eq!(taken, Some(behind), "{route}");
+            }
+        }
+    }
+
+    /// Jobs a rolled-back claim took are runnable again behind where the
+    /// backend's claims would start: it starts from the head again.
+    #[pg_test]
+    fn queue_jobs_of_a_rolled_back_claim_come_first_again() {
+        let first = enqueue("'a'");
+        let second = enqueue("'b'");
+        let third = enqueue("'c'");
+        run("DO $$ BEGIN
+               PERFORM distlock.consume_tasks(2, 'w');
+               RAISE EXCEPTION 'roll the claim back';
+             EXCEPTION WHEN raise_exception THEN NULL;
+             END $$");
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('w')"), Some(first));
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('w')"), Some(second));
+        assert_eq!(one::<i64>("SELECT task_id FROM distlock.consume_task('w')"), Some(third));
+    }
+}
