@@ -41,9 +41,23 @@ pub(crate) enum Source<'a> {
     Queue(&'a Text, bool),
 }
 
-/// Claims into `jobs` until it holds `batch`, from `source`. Rows the
-/// statement made dead (an expired lease with no attempt left) are not
-/// handed out; while any were, it looks again for the jobs they displaced.
+/// Where a claim starts reading its index (see claim_start.rs).
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Start {
+    /// Where this backend's last claim of the source left off; from the
+    /// head again when that finds fewer jobs than wanted.
+    Remembered,
+    /// The same, but the caller looks again from the head (or knows that
+    /// the source hands out nothing anyway).
+    RememberedOnly,
+    Head,
+}
+
+/// Claims into `jobs` until it holds `batch`, from `source`, starting at
+/// `start`. Rows the statement made dead (an expired lease with no attempt
+/// left) are not handed out; while any were, it looks again for the jobs
+/// they displaced. True when it started after the head and found fewer
+/// jobs than wanted (with `Start::RememberedOnly`: the head may hold more).
 ///
 /// A claim statement can lock a row it does not return: a job claimed and
 /// committed by another consumer after the statement's snapshot is locked
@@ -57,8 +71,9 @@ pub(crate) fn claim_from(
     batch: i32,
     claimant: &Claimant<'_>,
     source: Source<'_>,
+    start: Start,
     jobs: &mut Vec<Job>,
-) {
+) -> bool {
     const LEGACY: [pgrx::PgOid; 6] =
         [types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY];
     const EVERY: [pgrx::PgOid; 9] = [
@@ -78,7 +93,7 @@ pub(crate) fn claim_from(
     };
     let starts_anywhere = !matches!(source, Source::Legacy);
     let start_queue = queue.map(|(queue, _)| queue);
-    let mut from_head = !starts_anywhere;
+    let mut from_head = !starts_anywhere || start == Start::Head;
     let role = crate::access::caller();
     loop {
         let wanted = batch as i64 - jobs.len() as i64;
@@ -150,6 +165,9 @@ pub(crate) fn claim_from(
         }
         if from != Place::HEAD && (returned as i64) < wanted {
             // The index may hold runnable jobs before where this claim started.
+            if start == Start::RememberedOnly {
+                return true;
+            }
             from_head = true;
             continue;
         }
@@ -157,5 +175,6 @@ pub(crate) fn claim_from(
             break;
         }
     }
+    false
 }
 

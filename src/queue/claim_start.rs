@@ -86,15 +86,18 @@ pub(crate) fn start(queue: Option<&Text>, now: TimestampTz) -> Place {
 
 /// After a claim from `queue` that started at `from` and claimed up to
 /// `furthest` (None: nothing): the next starts there, or from the head when
-/// this one claimed nothing.
+/// this one read from the head and claimed nothing.
 pub(crate) fn claimed(queue: Option<&Text>, from: Place, furthest: Option<Place>, now: TimestampTz) {
     STARTS.with(|starts| {
         let mut starts = starts.borrow_mut();
         let at = starts.iter().position(|s| s.queue.as_ref() == queue);
         match (at, furthest) {
-            (Some(at), None) => {
+            // Nothing from the head: no job to start after. Nothing after a
+            // start says nothing of the head, which the caller reads next.
+            (Some(at), None) if from == Place::HEAD => {
                 starts.swap_remove(at);
             }
+            (Some(_), None) => {}
             (Some(at), Some(place)) => {
                 starts[at].place = place;
                 if from == Place::HEAD {

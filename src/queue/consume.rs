@@ -8,7 +8,7 @@ use crate::text::{Text, TextArray};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use super::claim::{claim_from, clock_now, timestamp, Claimant, Job, Source};
+use super::claim::{claim_from, clock_now, timestamp, Claimant, Job, Source, Start};
 use super::limits::{claim_limited, limited_queues, note};
 use super::payload::Payload;
 use super::resolve_worker;
@@ -110,9 +110,11 @@ fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Ro
     let mut look = Look { jobs: Vec::new(), tried: 0, limited_queue_full: false, limited_queue_busy: false };
     let jobs = &mut look.jobs;
     match route {
-        Route::Legacy => claim_from(client, batch, claimant, Source::Legacy, jobs),
+        Route::Legacy => {
+            claim_from(client, batch, claimant, Source::Legacy, Start::Head, jobs);
+        }
         Route::Every => {
-            claim_from(client, batch, claimant, Source::Every, jobs);
+            claim_from(client, batch, claimant, Source::Every, Start::Remembered, jobs);
             if (jobs.len() as i32) < batch {
                 for (queue, max) in limited_queues(client, None) {
                     let limited = claim_limited(client, batch, claimant, &queue, max, jobs);
@@ -124,19 +126,27 @@ fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Ro
             }
         }
         Route::Queues(queues) => {
-            // The settings are read only when a queue gives nothing: the
+            // The settings are read only when a queue gives too few: the
             // claim statement itself takes nothing from a limited queue, so
-            // a claim that fills its batch costs one statement.
+            // a claim that fills its batch costs one statement. Nor does it
+            // look again from the head of a limited queue's index.
             let mut limited: Option<Vec<(Text, i32)>> = None;
             for queue in queues {
                 look.tried += 1;
                 let before = jobs.len();
-                claim_from(client, batch, claimant, Source::Queue(queue, false), jobs);
-                if jobs.len() == before {
+                let short =
+                    claim_from(client, batch, claimant, Source::Queue(queue, false), Start::RememberedOnly, jobs);
+                if short || jobs.len() == before {
                     let limited = limited.get_or_insert_with(|| limited_queues(client, Some(queues)));
-                    if let Some((_, max)) = limited.iter().find(|(name, _)| name == queue) {
-                        let limited = claim_limited(client, batch, claimant, queue, *max, jobs);
-                        note(&mut look.limited_queue_full, &mut look.limited_queue_busy, limited);
+                    match limited.iter().find(|(name, _)| name == queue) {
+                        Some((_, max)) => {
+                            let limited = claim_limited(client, batch, claimant, queue, *max, jobs);
+                            note(&mut look.limited_queue_full, &mut look.limited_queue_busy, limited);
+                        }
+                        None if short => {
+                            claim_from(client, batch, claimant, Source::Queue(queue, false), Start::Head, jobs);
+                        }
+                        None => {}
                     }
                 }
                 if jobs.len() as i32 >= batch {

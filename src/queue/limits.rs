@@ -6,7 +6,7 @@ use crate::text::Text;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use super::claim::{claim_from, Claimant, Job, Source};
+use super::claim::{claim_from, Claimant, Job, Source, Start};
 use crate::errors::{raise_with_hint, OrRaise};
 use crate::plans::{first_value, plan, types};
 
@@ -69,7 +69,7 @@ pub(crate) fn claim_limited(
     let before = jobs.len();
     if room > 0 {
         let upto = (before as i64 + room).min(batch as i64) as i32;
-        claim_from(client, upto, claimant, Source::Queue(queue, true), jobs);
+        claim_from(client, upto, claimant, Source::Queue(queue, true), Start::Remembered, jobs);
     }
     if jobs.len() == before {
         unlock_queue_turn(queue.bytes(), mine);
