@@ -1,10 +1,12 @@
 """The Python client's QueueWorker against a hand-written psycopg loop of
 consume_task + complete_task, one process each, the same concurrency, a
 no-op handler; QueueWorker with its defaults (claiming for free handlers
-only) and with a prefetch of its concurrency. Run by benches/queue_python.sh; prints jobs/s as CSV rows."""
+only) and with a prefetch of its concurrency. Run by benches/queue_python.sh; prints jobs/s as CSV rows:
+the median of each over the rounds, and the lowest and highest ratio of a round."""
 
 from __future__ import annotations
 
+import statistics
 import sys
 import threading
 import time
@@ -75,15 +77,26 @@ def timed(dsn: str, seconds: float, threads: list[threading.Thread], stop: objec
 
 def main() -> int:
     dsn, seconds = sys.argv[1], float(sys.argv[2])
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     jobs = int(seconds * 25000)
-    baselines: dict[int, float] = {}
-    for concurrency, prefetch in ((1, 0), (16, 0), (16, 16)):
-        if concurrency not in baselines:
+    # Rounds alternate the loops, and each figure is the median of its
+    # rounds: one 8-second round of either moved by a third between runs.
+    baselines: dict[int, list[float]] = {}
+    ours: dict[tuple[int, int], list[float]] = {}
+    for _ in range(rounds):
+        for concurrency, prefetch in ((1, 0), (16, 0), (16, 16)):
+            if prefetch == 0:
+                fill(dsn, jobs)
+                baselines.setdefault(concurrency, []).append(hand_written(dsn, concurrency, seconds))
             fill(dsn, jobs)
-            baselines[concurrency] = hand_written(dsn, concurrency, seconds)
-        fill(dsn, jobs)
-        ours = queue_worker(dsn, concurrency, prefetch, seconds)
-        print(f"{concurrency},{prefetch},{baselines[concurrency]:.0f},{ours:.0f}", flush=True)
+            ours.setdefault((concurrency, prefetch), []).append(queue_worker(dsn, concurrency, prefetch, seconds))
+    for (concurrency, prefetch), rates in ours.items():
+        print(
+            f"{concurrency},{prefetch},{statistics.median(baselines[concurrency]):.0f},{statistics.median(rates):.0f},"
+            f"{min(r / b for r, b in zip(rates, baselines[concurrency])):.2f},"
+            f"{max(r / b for r, b in zip(rates, baselines[concurrency])):.2f}",
+            flush=True,
+        )
     return 0
 
 

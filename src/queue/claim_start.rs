@@ -13,9 +13,10 @@
 //! follows committed after it, a queue resumed, a scope or a queue limit
 //! that passed jobs over. None is lost or waits for long: a claim that finds
 //! fewer jobs than it asked for after the point looks again from the head
-//! (so it returns fewer only when the whole index has no more), and a
-//! backend starts from the head again at least every `HEAD_EVERY_US`, so
-//! such a job waits at most that long behind newer ones.
+//! (so it returns fewer only when the whole index has no more), a backend
+//! starts from the head again at least every `HEAD_EVERY_US`, so such a job
+//! waits at most that long behind newer ones, and a transaction that
+//! claimed and rolled back makes its backend start from the head.
 
 use pgrx::pg_sys::TimestampTz;
 
