@@ -56,7 +56,7 @@ impl Place {
 
 /// Where this backend's claims from one queue (None: from every queue)
 /// start, and since when it has not started from the head.
-struct Start {
+struct QueueStart {
     queue: Option<Text>,
     place: Place,
     since: TimestampTz,
@@ -67,7 +67,7 @@ struct Start {
 const MOST_STARTS: usize = 16;
 
 thread_local! {
-    static STARTS: std::cell::RefCell<Vec<Start>> = const { std::cell::RefCell::new(Vec::new()) };
+    static STARTS: std::cell::RefCell<Vec<QueueStart>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Where the next claim from `queue` starts at time `now`.
@@ -109,7 +109,7 @@ pub(crate) fn claimed(queue: Option<&Text>, from: Place, furthest: Option<Place>
                 if starts.len() >= MOST_STARTS {
                     starts.clear();
                 }
-                starts.push(Start { queue: queue.cloned(), place, since: now });
+                starts.push(QueueStart { queue: queue.cloned(), place, since: now });
             }
             (None, None) => {}
         }
