@@ -7,6 +7,21 @@ pub fn one<T: FromDatum + IntoDatum>(sql: &str) -> Option<T> {
     Spi::get_one::<T>(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
+/// The first column of a one-row query, which must not be NULL.
+pub fn required<T: FromDatum + IntoDatum>(sql: &str) -> T {
+    one::<T>(sql).unwrap_or_else(|| panic!("{sql}: returned NULL"))
+}
+
+/// Queues a job with `distlock.enqueue_task(args)`; its id.
+pub fn enqueue(args: &str) -> i64 {
+    required(&format!("SELECT distlock.enqueue_task({args})"))
+}
+
+/// The wall clock, in seconds since the epoch.
+pub fn clock_seconds() -> f64 {
+    required("SELECT extract(epoch FROM clock_timestamp())::float8")
+}
+
 /// Runs statements; the test fails on an SQL error.
 pub fn run(sql: &str) {
     Spi::run(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));

@@ -7,11 +7,7 @@
 mod tests {
     use pgrx::prelude::*;
 
-    use crate::test_sql::{one, run};
-
-    fn enqueue(args: &str) -> i64 {
-        one::<i64>(&format!("SELECT distlock.enqueue_task({args})")).expect("id")
-    }
+    use crate::test_sql::{clock_seconds, enqueue, one, run};
 
     /// consume_task along a route: every queue, or queue 'q' by name (each
     /// reads its own statement and index).
@@ -46,12 +42,12 @@ mod tests {
     fn queue_a_job_behind_where_claims_start_waits_a_tenth_of_a_second_at_most() {
         for (route, queue) in ROUTES {
             let first = enqueue(&format!("'a', '{{}}', now(), 0, 5, {queue}"));
-            let began = one::<f64>("SELECT extract(epoch FROM clock_timestamp())::float8").expect("time");
+            let began = clock_seconds();
             assert_eq!(consume(route), Some(first), "{route}");
             let behind = enqueue(&format!("'b', '{{}}', now() - interval '1 hour', 0, 5, {queue}"));
             let after = enqueue(&format!("'c', '{{}}', now(), 0, 5, {queue}"));
             let taken = consume(route);
-            let elapsed = one::<f64>("SELECT extract(epoch FROM clock_timestamp())::float8").expect("time") - began;
+            let elapsed = clock_seconds() - began;
             if elapsed < 0.1 {
                 assert_eq!(taken, Some(after), "{route}");
                 run("SELECT pg_sleep(0.1)");

@@ -5,11 +5,7 @@
 mod tests {
     use pgrx::prelude::*;
 
-    use crate::test_sql::{assert_sqlstate, one, run};
-
-    fn enqueue(args: &str) -> i64 {
-        one::<i64>(&format!("SELECT distlock.enqueue_task({args})")).expect("id")
-    }
+    use crate::test_sql::{assert_sqlstate, enqueue, one, run};
 
     #[pg_test]
     fn queue_enqueue_uses_documented_defaults() {
