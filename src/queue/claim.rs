@@ -5,7 +5,8 @@ use crate::text::Text;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use super::claim_start::{self, Place};
+use super::claim_start::{self, Origin};
+use super::place::Place;
 use super::payload::Payload;
 use crate::errors::OrRaise;
 use crate::plans::{plan, types};
@@ -57,7 +58,8 @@ pub(crate) enum Start {
 /// `start`. Rows the statement made dead (an expired lease with no attempt
 /// left) are not handed out; while any were, it looks again for the jobs
 /// they displaced. True when it started after the head and found fewer
-/// jobs than wanted (with `Start::RememberedOnly`: the head may hold more).
+/// jobs than wanted with jobs possibly left before its start (with
+/// `Start::RememberedOnly`: the head may hold more).
 ///
 /// A claim statement can lock a row it does not return: a job claimed and
 /// committed by another consumer after the statement's snapshot is locked
@@ -110,14 +112,17 @@ pub(crate) fn claim_from(
             arguments.push(queue.into());
             arguments.push(limited.into());
         }
-        let from = if from_head { Place::HEAD } else { claim_start::start(start_queue, now_us) };
+        // Read before the statement's snapshot is taken.
+        let position = claim_start::log_position();
+        let from = if from_head { Origin::HEAD } else { claim_start::start(start_queue, now_us, position) };
         if starts_anywhere {
-            let run_after = if from.run_after == Place::HEAD.run_after {
+            let place = from.place;
+            let run_after = if place.run_after == Place::HEAD.run_after {
                 TimestampWithTimeZone::negative_infinity()
             } else {
-                timestamp(from.run_after)
+                timestamp(place.run_after)
             };
-            arguments.extend([from.priority.into(), run_after.into(), from.id.into()]);
+            arguments.extend([place.priority.into(), run_after.into(), place.id.into()]);
         }
         let mut furthest: Option<Place> = None;
         let before = jobs.len();
@@ -161,9 +166,9 @@ pub(crate) fn claim_from(
             run_statement()
         };
         if starts_anywhere {
-            claim_start::claimed(start_queue, from, furthest, now_us);
+            claim_start::claimed(start_queue, from, furthest, now_us, position);
         }
-        if from != Place::HEAD && (returned as i64) < wanted {
+        if !from.complete && (returned as i64) < wanted {
             // The index may hold runnable jobs before where this claim started.
             if start == Start::RememberedOnly {
                 return true;

@@ -10,56 +10,70 @@
 //!
 //! Jobs can become runnable behind that point: a claim another consumer
 //! rolled back, a producer whose transaction began before the job it
-//! follows committed after it, a queue resumed, a scope or a queue limit
-//! that passed jobs over. None is lost or waits for long: a claim that finds
-//! fewer jobs than it asked for after the point looks again from the head
-//! (so it returns fewer only when the whole index has no more), a backend
-//! starts from the head again at least every `HEAD_EVERY_US`, so such a job
-//! waits at most that long behind newer ones, and a transaction that
-//! claimed and rolled back makes its backend start from the head.
+//! follows committed after it, a failed attempt's retry, a queue resumed.
+//! With shared memory, every commit that makes jobs runnable (and every
+//! abort of a claim) writes where the earliest of them lies to the runnable
+//! log (see wake.rs), and a claim starts at the earliest of its backend's
+//! place and the places the log got since that place was found (or at the
+//! head when the log has moved on too far to tell): reading from there it
+//! reads every job it could claim, so a claim that finds fewer jobs than it
+//! asked for has found all there are. Only in READ COMMITTED, where each
+//! claim statement's snapshot is taken after it reads the log.
+//!
+//! Without the log (no shared memory, or a transaction that keeps one
+//! snapshot), a claim that finds fewer jobs than it asked for after the
+//! point looks again from the head, so it returns fewer only when the
+//! whole index has no more, and a backend starts from the head again at
+//! least every `HEAD_EVERY_US`, so a job made runnable behind it waits at
+//! most that long behind newer ones. With the log, only what writes no log
+//! entry (a backend still running a library older than the log, a change
+//! by hand, a change to a role's scopes) puts a job behind where claims
+//! start, and a backend starts from the head again at least every
+//! `HEAD_EVERY_WITH_LOG_US`. A transaction that claimed and rolled back
+//! makes its own backend start from the head.
 
-use pgrx::pg_sys::TimestampTz;
+use pgrx::pg_sys::{self, TimestampTz};
 
+use super::place::Place;
+use crate::shared::runnable_log;
 use crate::text::Text;
 
 /// How long a backend keeps starting after its last job before it reads
-/// the index from the head again.
+/// the index from the head again: without the runnable log, and with it.
 pub(crate) const HEAD_EVERY_US: i64 = 100_000;
+pub(crate) const HEAD_EVERY_WITH_LOG_US: i64 = 1_000_000;
 
-/// A place in the claim's index, whose order is priority descending, then
-/// run_after, then id.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) struct Place {
-    pub priority: i32,
-    pub run_after: TimestampTz,
-    pub id: i64,
+/// Where a claim starts, and whether reading from there reads every job it
+/// could claim (false: jobs may lie before it that the runnable log did
+/// not tell of).
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(crate) struct Origin {
+    pub place: Place,
+    pub complete: bool,
 }
 
-impl Place {
-    /// Before every job: the highest priority, the earliest time, the
-    /// lowest id.
-    pub(crate) const HEAD: Place = Place { priority: i32::MAX, run_after: TimestampTz::MIN, id: i64::MIN };
+impl Origin {
+    pub(crate) const HEAD: Origin = Origin { place: Place::HEAD, complete: true };
+}
 
-    fn index_order(&self) -> (std::cmp::Reverse<i32>, TimestampTz, i64) {
-        (std::cmp::Reverse(self.priority), self.run_after, self.id)
-    }
-
-    /// The later of the two in the index's order.
-    pub(crate) fn later(self, other: Place) -> Place {
-        if other.index_order() > self.index_order() {
-            other
-        } else {
-            self
-        }
-    }
+/// The runnable log's position now, read before the claim statement takes
+/// its snapshot; None when there is no log, or when the transaction's
+/// snapshot may be older than this read.
+pub(crate) fn log_position() -> Option<u64> {
+    let read_committed = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
+    read_committed.then(runnable_log::log).flatten().map(|log| log.position())
 }
 
 /// Where this backend's claims from one queue (None: from every queue)
-/// start, and since when it has not started from the head.
+/// for one role (whose scope decides which jobs it passes over) start,
+/// since when it has not started from the head, and the runnable log's
+/// position before the claim that found the place (None: unknown).
 struct QueueStart {
     queue: Option<Text>,
+    role: pg_sys::Oid,
     place: Place,
     since: TimestampTz,
+    position: Option<u64>,
 }
 
 /// A consumer of a handful of queues keeps a handful of starts; more than
@@ -70,38 +84,70 @@ thread_local! {
     static STARTS: std::cell::RefCell<Vec<QueueStart>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Where the next claim from `queue` starts at time `now`.
-pub(crate) fn start(queue: Option<&Text>, now: TimestampTz) -> Place {
+/// Where the next claim from `queue` starts at time `now`, the runnable
+/// log being at `position` (see `log_position`).
+pub(crate) fn start(queue: Option<&Text>, now: TimestampTz, position: Option<u64>) -> Origin {
+    let role = crate::access::caller();
     STARTS.with(|starts| {
         let mut starts = starts.borrow_mut();
-        match starts.iter().position(|s| s.queue.as_ref() == queue) {
-            Some(at) if now - starts[at].since < HEAD_EVERY_US && now >= starts[at].since => starts[at].place,
-            Some(at) => {
-                starts.swap_remove(at);
-                Place::HEAD
-            }
-            None => Place::HEAD,
+        let Some(at) = starts.iter().position(|s| s.queue.as_ref() == queue && s.role == role) else {
+            return Origin::HEAD;
+        };
+        let QueueStart { place, since, position: found_at, .. } = starts[at];
+        let head_every = if found_at.is_some() { HEAD_EVERY_WITH_LOG_US } else { HEAD_EVERY_US };
+        if now - since >= head_every || now < since {
+            starts.swap_remove(at);
+            return Origin::HEAD;
         }
+        let (Some(after), Some(upto), Some(log)) = (found_at, position, runnable_log::log()) else {
+            return Origin { place, complete: false };
+        };
+        let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+        let queue = queue.map(|queue| super::wake::queue_hash(queue.bytes()));
+        let mut earliest = place;
+        let read = log.read(after, upto, database, queue, |(priority, run_after, id)| {
+            earliest = earliest.earlier(Place { priority, run_after, id });
+        });
+        if read.is_err() {
+            return Origin { place, complete: false };
+        }
+        if let Some(uncommitted) = super::wake::uncommitted_earliest(queue) {
+            earliest = earliest.earlier(uncommitted);
+        }
+        Origin { place: earliest, complete: true }
     })
 }
 
-/// After a claim from `queue` that started at `from` and claimed up to
-/// `furthest` (None: nothing): the next starts there, or from the head when
-/// this one read from the head and claimed nothing.
-pub(crate) fn claimed(queue: Option<&Text>, from: Place, furthest: Option<Place>, now: TimestampTz) {
+/// After a claim from `queue` that started `from` with the runnable log at
+/// `position` and claimed up to `furthest` (None: nothing): the next
+/// starts there, or from the head when this one read from the head and
+/// claimed nothing.
+pub(crate) fn claimed(queue: Option<&Text>, from: Origin, furthest: Option<Place>, now: TimestampTz, position: Option<u64>) {
+    let role = crate::access::caller();
+    // What the log said holds from where the claim ended only when it read
+    // every job it could claim before that.
+    let position = position.filter(|_| from.complete);
     STARTS.with(|starts| {
         let mut starts = starts.borrow_mut();
-        let at = starts.iter().position(|s| s.queue.as_ref() == queue);
+        let at = starts.iter().position(|s| s.queue.as_ref() == queue && s.role == role);
         match (at, furthest) {
-            // Nothing from the head: no job to start after. Nothing after a
-            // start says nothing of the head, which the caller reads next.
-            (Some(at), None) if from == Place::HEAD => {
+            // Nothing from the head: no job to start after.
+            (Some(at), None) if from.place == Place::HEAD => {
                 starts.swap_remove(at);
             }
-            (Some(_), None) => {}
+            // Nothing after a start the log vouched for: start there again.
+            // Nothing after another start says nothing of the head, which
+            // the caller reads next.
+            (Some(at), None) => {
+                if position.is_some() {
+                    starts[at].place = from.place;
+                    starts[at].position = position;
+                }
+            }
             (Some(at), Some(place)) => {
                 starts[at].place = place;
-                if from == Place::HEAD {
+                starts[at].position = position;
+                if from.place == Place::HEAD {
                     starts[at].since = now;
                 }
             }
@@ -109,7 +155,7 @@ pub(crate) fn claimed(queue: Option<&Text>, from: Place, furthest: Option<Place>
                 if starts.len() >= MOST_STARTS {
                     starts.clear();
                 }
-                starts.push(QueueStart { queue: queue.cloned(), place, since: now });
+                starts.push(QueueStart { queue: queue.cloned(), role, place, since: now, position });
             }
             (None, None) => {}
         }

@@ -9,6 +9,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use super::claim::{claim_from, clock_now, timestamp, Claimant, Job, Source, Start};
+use super::place::Place;
 use super::limits::{claim_limited, limited_queues, note};
 use super::payload::Payload;
 use super::resolve_worker;
@@ -56,7 +57,7 @@ pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
         .select(&*stmt, None, &[limit.into(), timestamp(clock_now()).into()])
         .map(|rows| rows.len())
         .or_raise();
-    wake::jobs_added(None, reaped);
+    wake::jobs_added(None, reaped, Place::HEAD);
     reaped
 }
 
@@ -160,7 +161,11 @@ fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Ro
             Route::Queues(queues) if queues.len() == 1 => Some(queues[0].bytes()),
             _ => None,
         };
-        wake::jobs_claimed(queue, look.jobs.len(), expiry);
+        // Were the claims rolled back, their jobs would be runnable again
+        // from the start of the highest priority among them.
+        let highest = look.jobs.iter().map(|job| job.6).max().unwrap_or(i32::MAX);
+        let earliest = Place { priority: highest, ..Place::HEAD };
+        wake::jobs_claimed(queue, look.jobs.len(), earliest, expiry);
     }
     look
 }

@@ -32,7 +32,8 @@ fn act_on_dead(statement: &'static str, p_queue: Option<Text>, p_job_ids: Option
 fn retry_dead_jobs(p_queue: default!(Option<Text>, "NULL"), p_job_ids: default!(Option<Vec<Option<i64>>>, "NULL")) -> i64 {
     let queues = act_on_dead(include_str!("../../sql/queries/queue_retry_dead.sql"), p_queue, p_job_ids);
     for queue in &queues {
-        super::wake::jobs_added(Some(queue.bytes()), 1);
+        // Runnable now, wherever their priority puts them in the index.
+        super::wake::jobs_added(Some(queue.bytes()), 1, super::place::Place::HEAD);
     }
     queues.len() as i64
 }

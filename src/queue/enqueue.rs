@@ -58,7 +58,9 @@ fn enqueue_tasks(
             .and_then(|rows| rows.map(|row| row.get::<i64>(1).map(Option::unwrap_or_default)).collect::<Result<Vec<_>, _>>())
             .or_raise()
     });
-    super::wake::jobs_added(Some(queue.bytes()), ids.len());
+    if let Some(first) = ids.iter().min() {
+        super::wake::jobs_added(Some(queue.bytes()), ids.len(), job.place(*first));
+    }
     SetOfIterator::new(ids)
 }
 
@@ -103,7 +105,7 @@ pub(crate) fn enqueue(
         }
     });
     if added {
-        super::wake::jobs_added(Some(queue.bytes()), 1);
+        super::wake::jobs_added(Some(queue.bytes()), 1, job.place(id));
     }
     id
 }
@@ -133,6 +135,11 @@ impl NewJob {
         let priority = required(p_priority, "p_priority");
         let max_attempts = crate::errors::int_in_range(p_max_attempts, "p_max_attempts", 1..=i32::MAX);
         (NewJob { task_name, run_after, priority, max_attempts }, payload)
+    }
+
+    /// Where job `id` of these settings lies in the claim's index.
+    fn place(&self, id: i64) -> super::place::Place {
+        super::place::Place { priority: self.priority, run_after: self.run_after.into_inner(), id }
     }
 
     /// Raises unless the caller's producer scope covers the job's name.

@@ -10,6 +10,7 @@ mod enqueue;
 mod horizon;
 mod limits;
 mod payload;
+mod place;
 mod retention;
 mod settings;
 mod settle;

@@ -10,13 +10,33 @@
 use crate::text::Text;
 use pgrx::prelude::*;
 
+use super::place::Place;
 use super::{for_completions, raise_unknown_job, resolve_worker};
 use crate::errors::{positive_interval, required, OrRaise};
 use crate::plans::{plan, types};
 
+/// A settled job's queue and its place in the claim's index, when the
+/// statement returns them (the head of the index when it does not).
+type Settled = (Option<Text>, Place);
+
+/// The queue (column 3) and place (priority and run_after in columns 4 and
+/// 5) of a row a settle statement returned, as far as it returns them.
+fn settled_row(row: &pgrx::spi::SpiHeapTupleData<'_>, columns: usize) -> pgrx::spi::SpiResult<Settled> {
+    let queue = if columns >= 3 { row.get::<Text>(3)? } else { None };
+    let place = match (columns >= 5, row.get::<i64>(1)?) {
+        (true, Some(id)) => Place {
+            priority: row.get::<i32>(4)?.unwrap_or(i32::MAX),
+            run_after: row.get::<TimestampWithTimeZone>(5)?.map_or(i64::MIN, |t| t.into_inner()),
+            id,
+        },
+        _ => Place::HEAD,
+    };
+    Ok((queue, place))
+}
+
 /// Runs one of the settle statements for (job, worker, extra, attempt):
-/// Some when it changed the job (with the job's queue when the statement
-/// returns it), None when the caller no longer
+/// Some when it changed the job (with the job's queue and place when the
+/// statement returns them), None when the caller no longer
 /// holds it (or holds a later attempt than `attempt`), ERROR when the job
 /// does not exist.
 fn settle(
@@ -26,20 +46,18 @@ fn settle(
     attempt: Option<i32>,
     extra: pgrx::datum::DatumWithOid<'_>,
     extra_type: pgrx::pg_sys::PgOid,
-) -> Option<Option<Text>> {
+) -> Option<Settled> {
     crate::access::connect(|client| {
         let worker = resolve_worker(client, p_worker_id);
         let stmt = plan(client, sql, &[types::INT8, types::TEXT, extra_type, types::INT4]);
         let settled = client
             .select(&*stmt, None, &[job_id.into(), (&worker).into(), extra, attempt.into()])
-            .and_then(|rows| {
-                if rows.is_empty() {
-                    return Ok(None);
+            .and_then(|mut rows| {
+                let columns = rows.columns()?;
+                match rows.next() {
+                    Some(row) => Ok(Some((row.get::<pgrx::pg_sys::Oid>(2)?, settled_row(&row, columns)?))),
+                    None => Ok(None),
                 }
-                let with_queue = rows.columns()? >= 3;
-                let row = rows.first();
-                let queue = if with_queue { row.get::<Text>(3)? } else { None };
-                Ok(Some((row.get::<pgrx::pg_sys::Oid>(2)?, queue)))
             })
             .or_raise();
         if let Some((holder, _)) = &settled {
@@ -58,7 +76,7 @@ fn settle(
                 raise_unknown_job(job_id);
             }
         }
-        settled.map(|(_, queue)| queue)
+        settled.map(|(_, settled)| settled)
     })
 }
 
@@ -87,9 +105,9 @@ fn fail(p_task_id: Option<i64>, p_error: Option<Text>, p_worker_id: Option<Text>
         false => include_str!("../../sql/queries/queue_fail_0_2_0.sql"),
     };
     let failed = settle(statement, job_id, p_worker_id, attempt, p_error.into(), types::TEXT);
-    if let Some(queue) = &failed {
+    if let Some((queue, place)) = &failed {
         // Its retry time is new to consumers waiting for the next job.
-        super::wake::jobs_added(queue.as_ref().map(Text::bytes), 1);
+        super::wake::jobs_added(queue.as_ref().map(Text::bytes), 1, *place);
     }
     failed.is_some()
 }
@@ -225,8 +243,8 @@ pub(crate) fn fail_many(
     );
     let rows = client.select(&*stmt, None, &[ids.into(), worker.into(), attempts.into(), errors.into()]);
     let failed = settled_ids(client, rows, worker);
-    for (_, queue) in &failed {
-        super::wake::jobs_added(queue.as_ref().map(Text::bytes), 1);
+    for (_, (queue, place)) in &failed {
+        super::wake::jobs_added(queue.as_ref().map(Text::bytes), 1, *place);
     }
     failed.into_iter().map(|(id, _)| id).collect()
 }
@@ -237,16 +255,12 @@ fn settled_ids(
     client: &pgrx::spi::SpiClient<'_>,
     rows: pgrx::spi::SpiResult<pgrx::spi::SpiTupleTable<'_>>,
     worker: &Text,
-) -> Vec<(i64, Option<Text>)> {
-    let rows: Vec<(i64, Option<pgrx::pg_sys::Oid>, Option<Text>)> = rows
+) -> Vec<(i64, Settled)> {
+    let rows: Vec<(i64, Option<pgrx::pg_sys::Oid>, Settled)> = rows
         .and_then(|rows| {
-            let with_queue = rows.columns()? >= 3;
+            let columns = rows.columns()?;
             rows.map(|row| {
-                Ok((
-                    row.get::<i64>(1)?.unwrap_or_default(),
-                    row.get::<pgrx::pg_sys::Oid>(2)?,
-                    if with_queue { row.get::<Text>(3)? } else { None },
-                ))
+                Ok((row.get::<i64>(1)?.unwrap_or_default(), row.get::<pgrx::pg_sys::Oid>(2)?, settled_row(&row, columns)?))
             })
             .collect()
         })
@@ -257,5 +271,5 @@ fn settled_ids(
     for holder in holders {
         crate::access::require_holder(client, Some(holder), || format!("jobs of worker \"{worker}\""));
     }
-    rows.into_iter().map(|(id, _, queue)| (id, queue)).collect()
+    rows.into_iter().map(|(id, _, settled)| (id, settled)).collect()
 }

@@ -26,13 +26,20 @@
 //!
 //! Without shared memory there is nothing to register in: the sleeper looks
 //! again every POLL_INTERVAL_MS, still inside the server.
+//!
+//! The same commits (and the aborts of claims) also write where in the
+//! claim's index the jobs they made runnable begin to the shared runnable
+//! log, which consumers read to learn whether a job appeared behind where
+//! their claims start (see claim_start.rs).
 
 use std::cell::{Cell, OnceCell, RefCell};
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use super::place::Place;
 use super::horizon;
+use crate::shared::runnable_log;
 use crate::shared::sleepers::{self, NAMED_QUEUES, ORDER};
 use crate::text::Text;
 use crate::xact;
@@ -48,8 +55,8 @@ pub const POLL_INTERVAL_MS: i64 = 100;
 /// for it, or at this consumer's next look (within its wait).
 const LOOKING: i64 = 0;
 
-/// A queue as sleepers and wakers name it.
-fn queue_hash(queue: &[u8]) -> u32 {
+/// A queue as sleepers, wakers and the runnable log name it.
+pub(crate) fn queue_hash(queue: &[u8]) -> u32 {
     // FNV-1a: the same in every backend; 0 is kept for "any queue".
     let hash = queue.iter().fold(0x811c_9dc5_u32, |h, b| (h ^ *b as u32).wrapping_mul(0x0100_0193));
     hash.max(1)
@@ -63,6 +70,8 @@ struct Wake {
     count: usize,
     /// Only sleepers that would sleep past this time (a new lease's expiry).
     sleeping_past: Option<i64>,
+    /// The earliest place of the jobs made runnable, for the runnable log.
+    earliest: Option<Place>,
 }
 
 thread_local! {
@@ -81,6 +90,10 @@ fn add(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>, wake: Wake) {
             Some(w) => {
                 w.count = w.count.saturating_add(wake.count);
                 w.sleeping_past = w.sleeping_past.min(wake.sleeping_past);
+                w.earliest = match (w.earliest, wake.earliest) {
+                    (Some(a), Some(b)) => Some(a.earlier(b)),
+                    (a, b) => a.or(b),
+                };
             }
             None => wakes.push(wake),
         }
@@ -99,7 +112,12 @@ fn add(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>, wake: Wake) {
 
 fn send(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>) {
     let wakes = list.with(|w| std::mem::take(&mut *w.borrow_mut()));
+    let log = runnable_log::log();
+    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
     for wake in wakes {
+        if let (Some(log), Some(earliest)) = (log, wake.earliest) {
+            log.write(database, wake.queue, earliest.key());
+        }
         wake_sleepers(wake);
     }
     old_library_sleepers();
@@ -162,25 +180,48 @@ fn takes(entry: &sleepers::Sleeper, queue: u32) -> bool {
 }
 
 /// This transaction made `count` jobs of `queue` runnable (None: of queues
-/// it does not know): wake that many sleepers once it commits.
-pub fn jobs_added(queue: Option<&[u8]>, count: usize) {
+/// it does not know), the earliest in the claim's index at `earliest`:
+/// wake that many sleepers once it commits.
+pub fn jobs_added(queue: Option<&[u8]>, count: usize, earliest: Place) {
     if count > 0 {
-        add(&AT_COMMIT, Wake { queue: queue.map_or(0, queue_hash), count, sleeping_past: None });
+        let queue = queue.map_or(0, queue_hash);
+        add(&AT_COMMIT, Wake { queue, count, sleeping_past: None, earliest: Some(earliest) });
     }
 }
 
-/// This transaction claimed `count` jobs (of `queue`, when it knows) with
-/// leases running out at `lease_expiry`: at commit, wake one sleeper that
-/// would sleep past that; at abort, the jobs are claimable again.
-pub fn jobs_claimed(queue: Option<&[u8]>, count: usize, lease_expiry: pg_sys::TimestampTz) {
-    let queue = queue.map_or(0, queue_hash);
-    add(&AT_COMMIT, Wake { queue, count: 1, sleeping_past: Some(lease_expiry) });
-    add(&AT_ABORT, Wake { queue, count, sleeping_past: None });
+/// The earliest place among the jobs of `queue` (hash; None: of any) that
+/// this transaction made runnable so far: its own claims see them, but the
+/// runnable log hears of them only at commit.
+pub(crate) fn uncommitted_earliest(queue: Option<u32>) -> Option<Place> {
+    AT_COMMIT.with(|wakes| {
+        wakes
+            .borrow()
+            .iter()
+            .filter(|wake| wake.queue == 0 || queue.is_none_or(|queue| queue == wake.queue))
+            .filter_map(|wake| wake.earliest)
+            .reduce(Place::earlier)
+    })
 }
 
-/// Queue `queue` runs again: wake all of its sleepers at commit.
+/// This transaction claimed `count` jobs (of `queue`, when it knows), the
+/// earliest at `earliest`, with leases running out at `lease_expiry`: at
+/// commit, wake one sleeper that would sleep past that; at abort, the jobs
+/// are claimable again.
+pub fn jobs_claimed(queue: Option<&[u8]>, count: usize, earliest: Place, lease_expiry: pg_sys::TimestampTz) {
+    let queue = queue.map_or(0, queue_hash);
+    add(&AT_COMMIT, Wake { queue, count: 1, sleeping_past: Some(lease_expiry), earliest: None });
+    add(&AT_ABORT, Wake { queue, count, sleeping_past: None, earliest: None });
+    // Logged as this subtransaction aborts, a savepoint rolled back too.
+    if let Some(log) = runnable_log::log() {
+        let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+        xact::on_outcome(None, Some(Box::new(move || log.write(database, queue, earliest.key()))));
+    }
+}
+
+/// Queue `queue` runs again (or its limit changed): wake all of its
+/// sleepers at commit; its jobs may lie anywhere in the index.
 pub fn queue_resumed(queue: &[u8]) {
-    add(&AT_COMMIT, Wake { queue: queue_hash(queue), count: usize::MAX, sleeping_past: None });
+    add(&AT_COMMIT, Wake { queue: queue_hash(queue), count: usize::MAX, sleeping_past: None, earliest: Some(Place::HEAD) });
 }
 
 /// A consumer between two looks at the queue. Made before the look that
@@ -288,7 +329,7 @@ impl Drop for Sleeper {
             table.sleeping.fetch_sub(1, ORDER);
         }
         for queue in unanswered.into_iter().chain(self.pass_on.get().filter(|queue| Some(*queue) != unanswered)) {
-            wake_sleepers(Wake { queue, count: wanted, sleeping_past: None });
+            wake_sleepers(Wake { queue, count: wanted, sleeping_past: None, earliest: None });
         }
     }
 }

@@ -2,7 +2,8 @@
 //! into LWLock-protected partitions (rate-limit state and lock-call
 //! telemetry), the condition variables the job queue's waiting consumers
 //! slept on before 0.3.0 (kept for backends still running an older library),
-//! and, beside them, the table of waiting consumers (`sleepers`). It comes
+//! and, beside them, the table of waiting consumers (`sleepers`) and the log
+//! of commits that made jobs runnable (`runnable_log`). It comes
 //! from one of two places:
 //! - pg_distlock in shared_preload_libraries: the server's main shared
 //!   memory, set up at start (every version);
@@ -23,6 +24,7 @@ use crate::gucs;
 
 #[cfg(not(feature = "pg15"))]
 mod dsm_registry;
+pub mod runnable_log;
 pub mod sleepers;
 
 pub const SNOWFLAKE_WORKERS: usize = 1024;
@@ -193,6 +195,7 @@ unsafe extern "C-unwind" fn on_shmem_request() {
         }
         pg_sys::RequestAddinShmemSpace(state_size(slots_per_partition(), stats_per_partition()));
         pg_sys::RequestAddinShmemSpace(sleepers::preload_size());
+        pg_sys::RequestAddinShmemSpace(runnable_log::preload_size());
         pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), PARTITION_LOCKS as i32);
     }
 }
@@ -209,6 +212,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         let locks = pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr());
         LAYOUT = Some(carve(base, !found, slots, stats, locks));
         sleepers::attach_preloaded();
+        runnable_log::attach_preloaded();
         DECIDED = true;
     }
 }
@@ -249,6 +253,7 @@ unsafe fn decide() {
         if gucs::DYNAMIC_SHARED_MEMORY.get() {
             LAYOUT = Some(dsm_registry::attach());
             sleepers::attach_registry();
+            runnable_log::attach_registry();
         }
     }
 }

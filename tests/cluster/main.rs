@@ -7,6 +7,7 @@
 mod support;
 
 mod checker;
+mod claim_order;
 mod contention;
 mod docs;
 mod failover;

@@ -1,0 +1,120 @@
+//! With shared memory a claim starts where its backend's last claim left
+//! off, or earlier where the runnable log says jobs became runnable since
+//! (src/queue/claim_start.rs): a job that becomes runnable behind that
+//! place is claimed by the next claim, not passed over, whatever made it
+//! runnable, and what writes no log entry is still found within a second.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+/// Claims one job along `route` (an SQL text[] expression): its id, if any.
+fn consume(c: &mut Client, route: &str) -> Option<i64> {
+    c.query_one(&format!("SELECT (SELECT task_id FROM distlock.consume_task('w', p_queues => {route}))"), &[])
+        .unwrap_or_else(|e| panic!("consume along {route}: {e}"))
+        .get(0)
+}
+
+/// Enqueues a job in `queue` runnable from `run_after` (an SQL expression).
+fn enqueue(c: &mut Client, queue: &str, run_after: &str) -> i64 {
+    c.query_one(&format!("SELECT distlock.enqueue_task('job', '{{}}', {run_after}, 0, 5, '{queue}')"), &[])
+        .unwrap_or_else(|e| panic!("enqueue in {queue}: {e}"))
+        .get(0)
+}
+
+/// Every queue, and queue 'q' by name: each has its own claim statement and place.
+const ROUTES: [&str; 2] = ["NULL", "ARRAY['q']"];
+
+/// A producer commits a job older than the consumer's last one while newer
+/// jobs wait after it: the consumer's next claim takes the older job.
+#[test]
+fn a_job_committed_behind_where_claims_start_is_claimed_next() {
+    let db = fresh_db("claim_order_enqueue");
+    let (mut consumer, mut producer) = (connect(&db), connect(&db));
+    for route in ROUTES {
+        let first = enqueue(&mut producer, "q", "now()");
+        let next = enqueue(&mut producer, "q", "now()");
+        assert_eq!(consume(&mut consumer, route), Some(first), "{route}");
+        let older = enqueue(&mut producer, "q", "now() - interval '1 hour'");
+        assert_eq!(consume(&mut consumer, route), Some(older), "{route}: the older job first");
+        assert_eq!(consume(&mut consumer, route), Some(next), "{route}");
+        assert_eq!(consume(&mut consumer, route), None, "{route}");
+    }
+}
+
+/// The same for a job the consumer's own transaction enqueued: the log
+/// hears of it only at commit, but the claim sees it before.
+#[test]
+fn a_job_enqueued_behind_the_place_in_the_claiming_transaction_is_claimed_next() {
+    let db = fresh_db("claim_order_own");
+    let mut consumer = connect(&db);
+    for route in ROUTES {
+        let first = enqueue(&mut consumer, "q", "now()");
+        let next = enqueue(&mut consumer, "q", "now()");
+        assert_eq!(consume(&mut consumer, route), Some(first), "{route}");
+        consumer.batch_execute("BEGIN").expect("begin");
+        let older = enqueue(&mut consumer, "q", "now() - interval '1 hour'");
+        assert_eq!(consume(&mut consumer, route), Some(older), "{route}: the older job first");
+        consumer.batch_execute("COMMIT").expect("commit");
+        assert_eq!(consume(&mut consumer, route), Some(next), "{route}");
+    }
+}
+
+/// Another consumer's claim rolls back, whole or to a savepoint, after
+/// this consumer passed its job by: the job is runnable again behind this
+/// consumer's place and comes next.
+#[test]
+fn the_job_of_another_consumers_rolled_back_claim_is_claimed_next() {
+    let db = fresh_db("claim_order_rollback");
+    let (mut consumer, mut other) = (connect(&db), connect(&db));
+    for (route, rollback) in [("NULL", "ROLLBACK"), ("ARRAY['q']", "ROLLBACK TO SAVEPOINT s; COMMIT")] {
+        let jobs: Vec<i64> = (0..3).map(|_| enqueue(&mut other, "q", "now()")).collect();
+        other.batch_execute("BEGIN; SAVEPOINT s").expect("begin");
+        assert_eq!(consume(&mut other, route), Some(jobs[0]), "{route}: the other consumer's claim");
+        assert_eq!(consume(&mut consumer, route), Some(jobs[1]), "{route}: past the claimed job");
+        other.batch_execute(rollback).expect(rollback);
+        assert_eq!(consume(&mut consumer, route), Some(jobs[0]), "{route} after {rollback}");
+        assert_eq!(consume(&mut consumer, route), Some(jobs[2]), "{route}");
+    }
+}
+
+/// A consumer of every queue passes a paused queue's jobs by; once the
+/// queue is resumed, its older job comes next.
+#[test]
+fn a_resumed_queues_older_jobs_come_next_to_a_consumer_of_every_queue() {
+    let db = fresh_db("claim_order_resume");
+    let (mut consumer, mut admin) = (connect(&db), connect(&db));
+    admin.batch_execute("SELECT distlock.pause_queue('paused')").expect("pause");
+    let held = enqueue(&mut admin, "paused", "now()");
+    let first = enqueue(&mut admin, "default", "now()");
+    let next = enqueue(&mut admin, "default", "now()");
+    assert_eq!(consume(&mut consumer, "NULL"), Some(first));
+    admin.batch_execute("SELECT distlock.resume_queue('paused')").expect("resume");
+    assert_eq!(consume(&mut consumer, "NULL"), Some(held), "the resumed queue's older job first");
+    assert_eq!(consume(&mut consumer, "NULL"), Some(next));
+}
+
+/// A change no log entry tells of (a job's run_after moved back by hand)
+/// puts a job behind the place; claims still find it within a second or so.
+#[test]
+fn a_job_moved_behind_the_place_by_hand_is_still_claimed() {
+    let db = fresh_db("claim_order_by_hand");
+    let mut consumer = connect(&db);
+    for route in ROUTES {
+        let first = enqueue(&mut consumer, "q", "now()");
+        let moved = enqueue(&mut consumer, "q", "now() + interval '1 hour'");
+        assert_eq!(consume(&mut consumer, route), Some(first), "{route}");
+        consumer
+            .batch_execute(&format!("UPDATE distlock.task_queue SET run_after = now() - interval '1 hour' WHERE id = {moved}"))
+            .expect("move the job back");
+        eventually(&format!("{route}: the moved job claimed"), Duration::from_secs(10), || {
+            match consume(&mut consumer, route) {
+                None => false,
+                Some(id) => {
+                    assert_eq!(id, moved, "{route}: no other job is runnable");
+                    true
+                }
+            }
+        });
+    }
+}
