@@ -36,10 +36,11 @@ fi
 # an earlier step could be handed one of them as its local port, and a
 # server started later then fails with "address already in use". Reserving
 # them keeps the kernel from handing them out.
-RESERVED_PORTS="55432-55445,55532-55535,55632"
+# 55536 is the PgBouncer of tests/scripts/stale_pidfiles.sh (55535 + 1).
+RESERVED_PORTS="55432-55445,55532-55536,55632"
 reserved=$(cat /proc/sys/net/ipv4/ip_local_reserved_ports 2>/dev/null || true)
 case ",$reserved," in
-  *",55432-55445,"*) ;;
+  *",55432-55445,55532-55536,"*) ;;
   *)
     if ! as_root sysctl -q -w net.ipv4.ip_local_reserved_ports="${reserved:+$reserved,}$RESERVED_PORTS" 2>/dev/null; then
       echo "setup: could not reserve ports $RESERVED_PORTS; a server may rarely find its port taken" >&2
