@@ -135,7 +135,9 @@ pub(crate) fn claim_from(
                             made_dead += 1;
                             continue;
                         }
-                        if starts_anywhere {
+                        // A job taken over from an expired lease comes first
+                        // whatever its place, so it does not move the start.
+                        if starts_anywhere && row.get::<bool>(10)? != Some(true) {
                             let place = Place {
                                 priority: row.get::<i32>(7)?.unwrap_or_default(),
                                 run_after: row.get::<TimestampWithTimeZone>(9)?.map_or(0, |t| t.into_inner()),

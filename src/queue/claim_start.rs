@@ -94,7 +94,7 @@ pub(crate) fn start(queue: Option<&Text>, now: TimestampTz, position: Option<u64
             return Origin::HEAD;
         };
         let QueueStart { place, since, position: found_at, .. } = starts[at];
-        let head_every = if found_at.is_some() { HEAD_EVERY_WITH_LOG_US } else { HEAD_EVERY_US };
+        let head_every = if found_at.is_some() && position.is_some() { HEAD_EVERY_WITH_LOG_US } else { HEAD_EVERY_US };
         if now - since >= head_every || now < since {
             starts.swap_remove(at);
             return Origin::HEAD;

@@ -78,6 +78,55 @@ fn the_job_of_another_consumers_rolled_back_claim_is_claimed_next() {
     }
 }
 
+/// More commits than the runnable log holds between two claims: the log
+/// cannot tell what they made runnable, so a claim that finds fewer jobs
+/// than it asked for after its place looks again from the head.
+#[test]
+fn a_claim_after_more_commits_than_the_log_holds_looks_from_the_head() {
+    let db = fresh_db("claim_order_overflow");
+    let (mut consumer, mut producer) = (connect(&db), connect(&db));
+    let first = enqueue(&mut producer, "q", "now()");
+    assert_eq!(consume(&mut consumer, "ARRAY['q']"), Some(first));
+    // Logged in a queue the consumer does not take, one commit each.
+    producer
+        .batch_execute(
+            "DO $$ BEGIN
+               FOR i IN 1..1100 LOOP
+                 PERFORM distlock.enqueue_task('other', '{}', p_queue => 'elsewhere');
+                 COMMIT;
+               END LOOP;
+             END $$",
+        )
+        .expect("1,100 commits");
+    let older = enqueue(&mut producer, "q", "now() - interval '1 hour'");
+    assert_eq!(consume(&mut consumer, "ARRAY['q']"), Some(older));
+}
+
+/// A claim takes over jobs whose lease ran out before runnable ones: a job
+/// taken over, wherever it lies in the index, does not move where the
+/// next claim starts past runnable jobs that claim did not read.
+#[test]
+fn a_job_taken_over_from_an_expired_lease_moves_no_claim_past_runnable_jobs() {
+    let db = fresh_db("claim_order_takeover");
+    let (mut consumer, mut crashed) = (connect(&db), connect(&db));
+    for route in ROUTES {
+        let expired = enqueue(&mut crashed, "q", "now() - interval '1 minute'");
+        let taken: Option<i64> = crashed
+            .query_one("SELECT (SELECT task_id FROM distlock.consume_task('crashed', '50 milliseconds', p_queues => ARRAY['q']))", &[])
+            .expect("claim with a short lease")
+            .get(0);
+        assert_eq!(taken, Some(expired), "{route}");
+        let runnable: Vec<i64> = (0..2).map(|_| enqueue(&mut crashed, "q", "now() - interval '2 hours'")).collect();
+        eventually("the lease to run out", Duration::from_secs(10), || {
+            count(&mut crashed, &format!("SELECT 1 FROM distlock.task_queue WHERE id = {expired} AND lease_expires_at < clock_timestamp()")) == 1
+        });
+        assert_eq!(consume(&mut consumer, route), Some(expired), "{route}: taken over first");
+        assert_eq!(consume(&mut consumer, route), Some(runnable[0]), "{route}");
+        assert_eq!(consume(&mut consumer, route), Some(runnable[1]), "{route}");
+        assert_eq!(consume(&mut consumer, route), None, "{route}");
+    }
+}
+
 /// A consumer of every queue passes a paused queue's jobs by; once the
 /// queue is resumed, its older job comes next.
 #[test]
