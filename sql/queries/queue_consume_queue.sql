@@ -108,31 +108,31 @@ WITH expired AS (
     SELECT t.*, (t.status OPERATOR(pg_catalog.=) 'processing'
                  AND t.attempts OPERATOR(pg_catalog.>=) t.max_attempts) AS dies
       FROM taken t
-), handed AS (
-    INSERT INTO distlock.task_queue AS q (id, task_name, payload, status, worker_id, created_at, started_at, completed_at,
-                                          attempts, max_attempts, run_after, priority, lease_expires_at, last_error,
-                                          holder_role, producer_role, queue, unique_key)
-    SELECT c.id, c.task_name, c.payload,
-           CASE WHEN c.dies THEN 'dead' ELSE 'processing' END,
-           CASE WHEN c.dies THEN c.worker_id ELSE $2 END,
-           c.created_at,
-           $5,
-           CASE WHEN c.dies THEN $5 END,
-           CASE WHEN c.dies THEN c.attempts ELSE c.attempts OPERATOR(pg_catalog.+) 1 END,
-           c.max_attempts, c.run_after, c.priority,
-           CASE WHEN c.dies THEN NULL ELSE $5 OPERATOR(pg_catalog.+) $3 END,
-           CASE WHEN c.status OPERATOR(pg_catalog.=) 'processing'
-                THEN 'lease expired (worker ' OPERATOR(pg_catalog.||) COALESCE(c.worker_id, '?') OPERATOR(pg_catalog.||) ')'
-                ELSE c.last_error END,
-           CASE WHEN c.dies THEN c.holder_role ELSE $4 END,
-           c.producer_role, c.queue, c.unique_key
-      FROM claimed c
-    RETURNING q.id, q.task_name, q.payload, q.attempts, q.max_attempts, q.lease_expires_at, q.priority,
-              q.status OPERATOR(pg_catalog.=) 'processing' AS handed_out, q.run_after
 )
--- Whether each job was taken over from a consumer whose lease ran out
--- (column 10): such a job says nothing of where the runnable jobs
--- claimed after it lie.
-SELECT h.*, c.status OPERATOR(pg_catalog.=) 'processing' AS taken_over
-  FROM handed h
-  JOIN claimed c ON c.id OPERATOR(pg_catalog.=) h.id
+INSERT INTO distlock.task_queue AS q (id, task_name, payload, status, worker_id, created_at, started_at, completed_at,
+                                      attempts, max_attempts, run_after, priority, lease_expires_at, last_error,
+                                      holder_role, producer_role, queue, unique_key)
+SELECT c.id, c.task_name, c.payload,
+       CASE WHEN c.dies THEN 'dead' ELSE 'processing' END,
+       CASE WHEN c.dies THEN c.worker_id ELSE $2 END,
+       c.created_at,
+       $5,
+       CASE WHEN c.dies THEN $5 END,
+       CASE WHEN c.dies THEN c.attempts ELSE c.attempts OPERATOR(pg_catalog.+) 1 END,
+       c.max_attempts, c.run_after, c.priority,
+       CASE WHEN c.dies THEN NULL ELSE $5 OPERATOR(pg_catalog.+) $3 END,
+       CASE WHEN c.status OPERATOR(pg_catalog.=) 'processing'
+            THEN 'lease expired (worker ' OPERATOR(pg_catalog.||) COALESCE(c.worker_id, '?') OPERATOR(pg_catalog.||) ')'
+            ELSE c.last_error END,
+       CASE WHEN c.dies THEN c.holder_role ELSE $4 END,
+       c.producer_role, c.queue, c.unique_key
+  FROM claimed c
+RETURNING q.id, q.task_name, q.payload, q.attempts, q.max_attempts, q.lease_expires_at, q.priority,
+          q.status OPERATOR(pg_catalog.=) 'processing', q.run_after,
+          -- Whether the job may have been taken over from an expired lease
+          -- (the message set above; a runnable job that carries it from an
+          -- earlier attempt only counts as one too): such a job says nothing
+          -- of where the runnable jobs this claim read end. Read from the
+          -- row rather than by joining the claimed rows, which cost the
+          -- one-job loop 7-10 %.
+          pg_catalog.starts_with(q.last_error, 'lease expired (worker ')
