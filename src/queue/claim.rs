@@ -114,7 +114,7 @@ pub(crate) fn claim_from(
         }
         // Read before the statement's snapshot is taken.
         let position = claim_start::log_position();
-        let from = if from_head { Origin::HEAD } else { claim_start::start(start_queue, now_us, position) };
+        let from = if from_head { Origin::HEAD } else { claim_start::start(start_queue, role, now_us, position) };
         if starts_anywhere {
             let place = from.place;
             let run_after = if place.run_after == Place::HEAD.run_after {
@@ -143,7 +143,7 @@ pub(crate) fn claim_from(
                                 run_after: row.get::<TimestampWithTimeZone>(9)?.map_or(0, |t| t.into_inner()),
                                 id: row.get::<i64>(1)?.unwrap_or_default(),
                             };
-                            furthest = Some(furthest.map_or(place, |f| f.later(place)));
+                            furthest = Some(furthest.map_or(place, |f| f.max(place)));
                         }
                         jobs.push((
                             row.get::<i64>(1)?.unwrap_or_default(),
@@ -168,7 +168,7 @@ pub(crate) fn claim_from(
             run_statement()
         };
         if starts_anywhere {
-            claim_start::claimed(start_queue, from, furthest, now_us, position);
+            claim_start::claimed(start_queue, role, from, furthest, now_us, position);
         }
         if !from.complete && (returned as i64) < wanted {
             // The index may hold runnable jobs before where this claim started.

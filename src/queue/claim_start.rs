@@ -84,10 +84,9 @@ thread_local! {
     static STARTS: std::cell::RefCell<Vec<QueueStart>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Where the next claim from `queue` starts at time `now`, the runnable
-/// log being at `position` (see `log_position`).
-pub(crate) fn start(queue: Option<&Text>, now: TimestampTz, position: Option<u64>) -> Origin {
-    let role = crate::access::caller();
+/// Where the next claim from `queue` by `role` starts at time `now`, the
+/// runnable log being at `position` (see `log_position`).
+pub(crate) fn start(queue: Option<&Text>, role: pg_sys::Oid, now: TimestampTz, position: Option<u64>) -> Origin {
     STARTS.with(|starts| {
         let mut starts = starts.borrow_mut();
         let Some(at) = starts.iter().position(|s| s.queue.as_ref() == queue && s.role == role) else {
@@ -106,24 +105,30 @@ pub(crate) fn start(queue: Option<&Text>, now: TimestampTz, position: Option<u64
         let queue = queue.map(|queue| super::wake::queue_hash(queue.bytes()));
         let mut earliest = place;
         let read = log.read(after, upto, database, queue, |(priority, run_after, id)| {
-            earliest = earliest.earlier(Place { priority, run_after, id });
+            earliest = earliest.min(Place { priority, run_after, id });
         });
         if read.is_err() {
             return Origin { place, complete: false };
         }
         if let Some(uncommitted) = super::wake::uncommitted_earliest(queue) {
-            earliest = earliest.earlier(uncommitted);
+            earliest = earliest.min(uncommitted);
         }
         Origin { place: earliest, complete: true }
     })
 }
 
-/// After a claim from `queue` that started `from` with the runnable log at
+/// After a claim from `queue` by `role` that started `from` with the runnable log at
 /// `position` and claimed up to `furthest` (None: nothing): the next
 /// starts there, or from the head when this one read from the head and
 /// claimed nothing.
-pub(crate) fn claimed(queue: Option<&Text>, from: Origin, furthest: Option<Place>, now: TimestampTz, position: Option<u64>) {
-    let role = crate::access::caller();
+pub(crate) fn claimed(
+    queue: Option<&Text>,
+    role: pg_sys::Oid,
+    from: Origin,
+    furthest: Option<Place>,
+    now: TimestampTz,
+    position: Option<u64>,
+) {
     // What the log said holds from where the claim ended only when it read
     // every job it could claim before that.
     let position = position.filter(|_| from.complete);

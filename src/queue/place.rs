@@ -5,8 +5,8 @@ use pgrx::pg_sys::TimestampTz;
 
 use crate::shared::runnable_log;
 
-/// A place in the claim's index, whose order is priority descending, then
-/// run_after, then id.
+/// A place in the claim's index, whose order (`Ord`: `max` is the later of
+/// two, `min` the earlier) is priority descending, then run_after, then id.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct Place {
     pub priority: i32,
@@ -19,30 +19,24 @@ impl Place {
     /// lowest id.
     pub(crate) const HEAD: Place = Place { priority: i32::MAX, run_after: TimestampTz::MIN, id: i64::MIN };
 
-    fn index_order(&self) -> (std::cmp::Reverse<i32>, TimestampTz, i64) {
-        (std::cmp::Reverse(self.priority), self.run_after, self.id)
-    }
-
-    /// The later of the two in the index's order.
-    pub(crate) fn later(self, other: Place) -> Place {
-        if other.index_order() > self.index_order() {
-            other
-        } else {
-            self
-        }
-    }
-
-    /// The earlier of the two in the index's order.
-    pub(crate) fn earlier(self, other: Place) -> Place {
-        if other.index_order() < self.index_order() {
-            other
-        } else {
-            self
-        }
-    }
-
     /// The place as the runnable log keeps it.
     pub(crate) fn key(&self) -> runnable_log::Key {
         (self.priority, self.run_after, self.id)
+    }
+}
+
+impl Ord for Place {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (std::cmp::Reverse(self.priority), self.run_after, self.id).cmp(&(
+            std::cmp::Reverse(other.priority),
+            other.run_after,
+            other.id,
+        ))
+    }
+}
+
+impl PartialOrd for Place {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }

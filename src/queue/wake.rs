@@ -91,7 +91,7 @@ fn add(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>, wake: Wake) {
                 w.count = w.count.saturating_add(wake.count);
                 w.sleeping_past = w.sleeping_past.min(wake.sleeping_past);
                 w.earliest = match (w.earliest, wake.earliest) {
-                    (Some(a), Some(b)) => Some(a.earlier(b)),
+                    (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
             }
@@ -199,7 +199,7 @@ pub(crate) fn uncommitted_earliest(queue: Option<u32>) -> Option<Place> {
             .iter()
             .filter(|wake| wake.queue == 0 || queue.is_none_or(|queue| queue == wake.queue))
             .filter_map(|wake| wake.earliest)
-            .reduce(Place::earlier)
+            .reduce(Place::min)
     })
 }
 
