@@ -4,7 +4,7 @@
 # Each version gets the unit and cluster tests; the newest also gets the
 # isolation specs, the Python client's tests, the Patroni failover stack and
 # the nemesis soak (scripts/test_version.sh lists them). On 15, a database
-# made by 0.1.0's own library is updated by this one. Last, each
+# made by each release's own library is updated by this one. Last, each
 # version's package is built and tested (scripts/package.sh,
 # scripts/test_packages.sh).
 #   PG_VERSIONS   the versions to test, oldest first (default "15 17 18"):
@@ -16,6 +16,9 @@ cd "$(dirname "$0")/.."
 versions=${PG_VERSIONS:-"15 17 18"}
 newest=${versions##* }
 PG_VERSIONS=$versions scripts/setup.sh
+
+echo "==== released SQL scripts are unchanged (tests/scripts/released_scripts.sh)"
+tests/scripts/released_scripts.sh
 
 echo "==== test scripts survive stale pid files (tests/scripts/stale_pidfiles.sh)"
 tests/scripts/stale_pidfiles.sh
@@ -33,7 +36,7 @@ done
 
 case " $versions " in
   *" 15 "*)
-    echo "==== upgrade from 0.1.0 with 0.1.0's own library (scripts/test_real_upgrades.sh)"
+    echo "==== upgrades from 0.1.0, 0.2.0 and 0.3.0 with their own libraries (scripts/test_real_upgrades.sh)"
     scripts/test_real_upgrades.sh
     ;;
 esac

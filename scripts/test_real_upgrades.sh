@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Upgrades with the real old libraries: each release (0.1.0, 0.2.0) is built
+# Upgrades with the real old libraries: each release (0.1.0, 0.2.0, 0.3.0) is built
 # from its release commit (CHANGELOG.md names it) and installed into a
 # private copy of PostgreSQL 15 (the only version they were built for); a
 # server without preload runs from that copy, so every new backend loads
@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # release:commit, as CHANGELOG.md names them.
-releases="0.1.0:a74dcde 0.2.0:568211f"
+releases="0.1.0:a74dcde 0.2.0:568211f 0.3.0:d28c303"
 pg_config=/usr/lib/postgresql/15/bin/pg_config
 cache=${CARGO_TARGET_DIR:-$PWD/target}/releases
 work=${DISTLOCK_TEST_DIR:-/tmp/pg_distlock_test}/real-upgrades

@@ -106,7 +106,12 @@ facts(line) AS (
            || CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.pg_get_userbyid(x.grantee) END
            || ' ' || x.privilege_type || CASE WHEN x.is_grantable THEN ' with grant option' ELSE '' END
       FROM pg_catalog.pg_init_privs ip
-      JOIN members m ON m.classid = ip.classoid AND m.objid = ip.objoid
+      -- the members and the schema, which CREATE EXTENSION makes but which
+      -- is no member (grants on it inside a script are recorded all the same)
+      JOIN (SELECT m.classid, m.objid FROM members m
+            UNION ALL
+            SELECT 'pg_catalog.pg_namespace'::pg_catalog.regclass, ext.extnamespace FROM ext) m
+        ON m.classid = ip.classoid AND m.objid = ip.objoid
      CROSS JOIN LATERAL pg_catalog.aclexplode(ip.initprivs) x
      WHERE ip.privtype = 'e'
     UNION ALL

@@ -132,8 +132,10 @@ fn populate(c: &mut Client, worker: &mut Client) {
          SELECT * FROM distlock.consume_task('consumer-1', '1 hour');",
     )
     .expect("queue");
+    // From 0.3.0 on completed jobs are archived; the jobs view shows them all.
+    let jobs = if one_bool(c, "SELECT to_regclass('distlock.jobs') IS NOT NULL") { "jobs" } else { "task_queue" };
     assert_eq!(
-        lines(c, "SELECT status || ':' || task_name FROM distlock.task_queue ORDER BY status"),
+        lines(c, &format!("SELECT status || ':' || task_name FROM distlock.{jobs} ORDER BY status")),
         ["completed:completed-job", "dead:dead-job", "failed:failed-job", "pending:pending-job", "processing:processing-job"]
     );
 
@@ -215,9 +217,36 @@ fn check_0_2_0_state(c: &mut Client) {
         one_i64(c, "SELECT distlock.acquire_lease('capable', 'node-c', '1 minute')")
     });
     assert!(leased > 0, "the worker capability granted at 0.2.0 still lets its role take a lease");
-    // Revoked again, which leaves the grants a fresh install has.
-    c.batch_execute(&format!("SELECT distlock.revoke_capability('{CAPABLE_ROLE}', 'worker')")).expect("revoke");
-    refused(c, CAPABLE_ROLE, "SELECT distlock.acquire_lease('capable-2', 'node-c', '1 minute')");
+    // It stays granted: the fresh install compared with gets the same
+    // capabilities, and the dump and restore must keep them (issue 44, 13).
+}
+
+/// A role 0.3.0's producer capability was granted to before the update.
+const PRODUCER_ROLE: &str = "distlock_upgrade_producer";
+
+/// `populate_0_2_0`, plus what 0.3.0 added: a queue limit, a pending job
+/// with a unique key (behind every other pending job), a completed job in
+/// the archive (populate's), and a producer capability granted under 0.3.0.
+fn populate_0_3_0(c: &mut Client, worker: &mut Client) {
+    populate_0_2_0(c, worker);
+    c.batch_execute(&format!(
+        "DO $$ BEGIN CREATE ROLE {PRODUCER_ROLE}; EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
+         SELECT distlock.grant_capability('{PRODUCER_ROLE}', 'producer'); \
+         SELECT distlock.set_queue_limit('default', 5); \
+         SELECT distlock.enqueue_task('unique-job', '{{}}', now(), -20, p_unique_key => 'u-1');"
+    ))
+    .expect("0.3.0 state");
+}
+
+/// What 0.3.0's state must still do after the update.
+fn check_0_3_0_state(c: &mut Client) {
+    check_0_2_0_state(c);
+    let first = one_i64(c, "SELECT id FROM distlock.jobs WHERE task_name = 'unique-job'");
+    let again = as_role(c, PRODUCER_ROLE, |c| {
+        one_i64(c, "SELECT distlock.enqueue_task('unique-job', '{}', now(), -20, p_unique_key => 'u-1')")
+    });
+    assert_eq!(again, first, "the unique key of a job queued at 0.3.0 still holds after the update");
+    assert_eq!(lines(c, "SELECT max_processing::text FROM distlock.queue_settings WHERE queue = 'default'"), ["5"]);
 }
 
 #[test]
@@ -234,6 +263,11 @@ fn a_populated_0_1_0_database_upgrades_in_place() {
 #[test]
 fn a_populated_0_2_0_database_upgrades_in_place() {
     upgrade_in_place("0.2.0", |c, worker, _| populate_0_2_0(c, worker), check_0_2_0_state);
+}
+
+#[test]
+fn a_populated_0_3_0_database_upgrades_in_place() {
+    upgrade_in_place("0.3.0", |c, worker, _| populate_0_3_0(c, worker), check_0_3_0_state);
 }
 
 /// Creates a database at `release`, fills it (`populate(c, worker,
@@ -344,6 +378,18 @@ fn upgrade_in_place(
     let upgraded = fingerprint(&mut c);
     let mut fresh = new_database(port, &format!("upgrade_fresh_{suffix}"));
     fresh.batch_execute("CREATE EXTENSION pg_distlock").expect("fresh install");
+    // The capabilities granted before the update, granted on the fresh install too.
+    let capable: Vec<(String, String)> = c
+        .query("SELECT role::text, capability FROM distlock.role_capabilities ORDER BY 1, 2", &[])
+        .expect("capabilities")
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    for (role, capability) in &capable {
+        fresh
+            .execute("SELECT distlock.grant_capability($1::text::regrole, $2::text)", &[role, capability])
+            .expect("grant on the fresh install");
+    }
     let fresh_print = fingerprint(&mut fresh);
     assert!(fresh_print.len() > 300, "the fingerprint reads too little: {} lines", fresh_print.len());
     assert!(
@@ -361,6 +407,13 @@ fn upgrade_in_place(
     pg_tool(port, "pg_restore", &["--exit-on-error", "-d", restored_db, &dump]);
     let _ = std::fs::remove_file(&dump);
     let mut restored = connect_to(port, restored_db, "upgrade-test");
+    for (role, capability) in &capable {
+        let usage: bool = restored
+            .query_one("SELECT has_schema_privilege($1::text, 'distlock', 'USAGE')", &[role])
+            .expect("schema privilege")
+            .get(0);
+        assert!(usage, "{role} ({capability}, granted before the update) lost USAGE on distlock in the restore");
+    }
     assert!(fingerprint(&mut restored) == fresh_print, "a restored upgraded database differs from a fresh install");
     let columns = table_columns(&mut c);
     let mut dumped = table_contents(&mut c, &columns);
@@ -387,6 +440,7 @@ fn the_library_exports_every_symbol_of_every_release() {
     for (release, script) in [
         ("0.1.0", include_str!("../../sql/pg_distlock--0.1.0.sql")),
         ("0.2.0", include_str!("../../sql/pg_distlock--0.2.0.sql")),
+        ("0.3.0", include_str!("../../sql/pg_distlock--0.3.0.sql")),
     ] {
         let mut needed = Vec::new();
         for part in script.split("'MODULE_PATHNAME', '").skip(1) {

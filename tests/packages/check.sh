@@ -63,7 +63,7 @@ sql fresh "CREATE EXTENSION pg_distlock" >/dev/null
 current=$(sql fresh "SELECT extversion FROM pg_extension WHERE extname = 'pg_distlock'")
 claim_and_release fresh "$(add_task fresh fresh-task)" >/dev/null
 
-previous=0.2.0
+previous=0.3.0
 sql updated "CREATE EXTENSION pg_distlock VERSION '$previous'" >/dev/null
 before=$(claim_and_release updated "$(add_task updated before-update)")
 sql updated "ALTER EXTENSION pg_distlock UPDATE" >/dev/null

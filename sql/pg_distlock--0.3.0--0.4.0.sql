@@ -1,0 +1,51 @@
+-- pg_distlock 0.3.0 -> 0.4.0, run by ALTER EXTENSION pg_distlock UPDATE.
+-- Every schema or grant change since 0.3.0 is here as well as in the install
+-- script that sql/*.sql and src/ generate; tests/cluster/upgrade.rs walks
+-- 0.1.0 -> 0.2.0 -> 0.3.0 -> 0.4.0 and checks that the result equals a fresh
+-- 0.4.0 install (tests/cluster/schema_fingerprint.sql) and keeps its data.
+\echo Use "ALTER EXTENSION pg_distlock UPDATE TO '0.4.0'" to load this file. \quit
+
+-- Last: privileges granted or revoked by an extension script are recorded in
+-- pg_init_privs as the extension's own, and pg_dump writes only what differs
+-- from them. 0.3.0's update re-granted every capability inside its script,
+-- which recorded each capable role's USAGE on schema distlock there (the
+-- schema is made by CREATE EXTENSION but is no member of the extension, so
+-- 0.3.0's clean-up, which walked the members, missed it): a dump left the
+-- grant out and a restored database refused every call of that role. What a
+-- fresh install records, for the schema and for every member, is the
+-- owner's and pg_monitor's privileges alone; everything else is taken out.
+WITH owned AS (
+    SELECT d.classid, d.objid, e.extowner
+      FROM pg_catalog.pg_depend d
+      JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+     WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+       AND e.extname OPERATOR(pg_catalog.=) 'pg_distlock'
+       AND d.deptype OPERATOR(pg_catalog.=) 'e'
+    UNION ALL
+    SELECT 'pg_catalog.pg_namespace'::pg_catalog.regclass, e.extnamespace, e.extowner
+      FROM pg_catalog.pg_extension e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'pg_distlock'
+),
+kept AS (
+    SELECT ip.objoid, ip.classoid, ip.objsubid,
+           (SELECT pg_catalog.array_agg(u.item ORDER BY u.position)
+              FROM pg_catalog.unnest(ip.initprivs) WITH ORDINALITY AS u(item, position)
+             WHERE (SELECT x.grantee FROM pg_catalog.aclexplode(ARRAY[u.item]) x LIMIT 1)
+                   OPERATOR(pg_catalog.=) ANY (ARRAY[o.extowner, 'pg_monitor'::pg_catalog.regrole::pg_catalog.oid])) AS initprivs
+      FROM pg_catalog.pg_init_privs ip
+      JOIN owned o ON o.classid OPERATOR(pg_catalog.=) ip.classoid AND o.objid OPERATOR(pg_catalog.=) ip.objoid
+     WHERE ip.privtype OPERATOR(pg_catalog.=) 'e'
+),
+emptied AS (
+    DELETE FROM pg_catalog.pg_init_privs ip
+     USING kept k
+     WHERE k.initprivs IS NULL
+       AND ip.objoid OPERATOR(pg_catalog.=) k.objoid AND ip.classoid OPERATOR(pg_catalog.=) k.classoid
+       AND ip.objsubid OPERATOR(pg_catalog.=) k.objsubid AND ip.privtype OPERATOR(pg_catalog.=) 'e'
+)
+UPDATE pg_catalog.pg_init_privs ip
+   SET initprivs = k.initprivs
+  FROM kept k
+ WHERE k.initprivs IS NOT NULL
+   AND ip.objoid OPERATOR(pg_catalog.=) k.objoid AND ip.classoid OPERATOR(pg_catalog.=) k.classoid
+   AND ip.objsubid OPERATOR(pg_catalog.=) k.objsubid AND ip.privtype OPERATOR(pg_catalog.=) 'e';
