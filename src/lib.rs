@@ -15,6 +15,7 @@ mod locks;
 mod optimistic;
 mod pg_compat;
 mod plans;
+mod proc_locks;
 mod queue;
 mod ratelimit;
 mod schedule;

@@ -199,12 +199,6 @@ pub fn try_lock_legacy_task(task_id: i32, session: bool) -> TryLock {
     try_lock(&legacy_task_lock_tag(task_id), session)
 }
 
-/// Whether another backend holds the task's legacy tag (a claim made by
-/// 0.2.0's library, or a session squatting on the key from SQL).
-pub fn legacy_task_lock_busy(task_id: i32) -> bool {
-    holder_of(&legacy_task_lock_tag(task_id)) == TaskLockHolder::AnotherBackend
-}
-
 /// Who holds a task's lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskLockHolder {
@@ -233,6 +227,16 @@ fn holder_of(tag: &pg_sys::LOCKTAG) -> TaskLockHolder {
 /// Whether this backend holds the task's lock.
 pub fn holds_task_lock(task_id: i32) -> bool {
     task_lock_holder(task_id) == TaskLockHolder::ThisBackend
+}
+
+/// Whether backend `pid` (another one) holds the task's lock: the reserved
+/// tag, or, for a claim made by 0.2.0's library, only the legacy tag while
+/// no backend holds the reserved one (a later claim takes the reserved tag).
+pub fn backend_holds_task_lock(pid: i32, task_id: i32) -> bool {
+    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+    crate::proc_locks::backend_holds(pid, &task_lock_tag(task_id), mode)
+        || (crate::proc_locks::backend_holds(pid, &legacy_task_lock_tag(task_id), mode)
+            && task_lock_holder(task_id) == TaskLockHolder::Nobody)
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -169,6 +169,48 @@ fn end_uncommitted_claims(client: &SpiClient<'_>, timeout_minutes: i32) -> Vec<(
         .collect()
 }
 
+/// Terminates the holders of overdue claims the sweep could not lock because
+/// the holder itself keeps the log row locked in a transaction left open
+/// (overdue_locked_claims.sql); returns those claims' log ids, which the
+/// sweep then locks and times out like any other.
+fn end_evading_holders(client: &SpiClient<'_>, locked: &[i64], timeout_minutes: i32) -> Vec<i64> {
+    let stmt = plan(
+        client,
+        include_str!("../sql/queries/overdue_locked_claims.sql"),
+        &[types::INT8_ARRAY, types::INT4],
+    );
+    let evading: Vec<(i64, i32, i32, Text)> = client
+        .select(&*stmt, None, &[locked.to_vec().into(), timeout_minutes.into()])
+        .and_then(|rows| {
+            rows.map(|row| {
+                Ok((
+                    row.get(1)?.unwrap_or_default(),
+                    row.get(2)?.unwrap_or_default(),
+                    row.get(3)?.unwrap_or_default(),
+                    row.get(4)?.unwrap_or_default(),
+                ))
+            })
+            .collect()
+        })
+        .or_raise();
+    let me = unsafe { pg_sys::MyProcPid };
+    evading
+        .into_iter()
+        .filter(|(_, _, pid, _)| *pid != me)
+        .filter_map(|(log_id, task_id, pid, timeout)| {
+            ereport!(
+                WARNING,
+                PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+                format!(
+                    "pg_distlock sweep: backend {pid} has run task {task_id} longer than {timeout} and keeps its \
+                     claim locked in a transaction open as long; terminating it"
+                )
+            );
+            terminate_holder(client, task_id, pid).then_some(log_id)
+        })
+        .collect()
+}
+
 /// Notes that the sweep ran, for `distlock.sweep_status` and the monitors
 /// that alert when it stops running (not on 0.2.0's tables, which have no
 /// place for it until ALTER EXTENSION UPDATE).
@@ -210,10 +252,22 @@ fn check_and_recover_timeout_tasks(
         crate::queue::reap_expired_leases(client, 10_000);
         crate::ratelimit::prune_expired(client);
         let mut recovered = end_uncommitted_claims(client, timeout_minutes);
-        let locked = lock_running_claims(client);
+        let mut locked = lock_running_claims(client);
+        let evaded = end_evading_holders(client, &locked, timeout_minutes);
+        if !evaded.is_empty() {
+            // Their holders are gone, and with them the row locks.
+            locked = lock_running_claims(client);
+        }
         let claims = if locked.is_empty() { Vec::new() } else { assess(client, locked, timeout_minutes) };
         for claim in claims {
-            let lock_released = if !claim.holder_alive && claim.leased {
+            let lock_released = if evaded.contains(&claim.log_id) {
+                let reason = format!(
+                    "ran longer than {} and kept its claim locked in a transaction open as long; holder backend {} terminated",
+                    claim.timeout, claim.holder_pid
+                );
+                finish_claim(client, claim.log_id, "timed_out", Some(&Text::from(reason.as_str())));
+                true
+            } else if !claim.holder_alive && claim.leased {
                 finish_claim(client, claim.log_id, "abandoned", Some(&Text::from("its lease ran out")));
                 true
             } else if !claim.holder_alive {

@@ -1,10 +1,16 @@
 -- params: integer
 -- The token of the claim running task $1 (a session claim's, or a
 -- lease-mode claim's while its lease lasts), whether it is a session claim,
--- and the backend that holds a session claim's lock.
+-- the backend that holds a session claim's lock, and whether that backend is
+-- still the one that made the claim (its start time: a pid can be reused).
 SELECT t.current_token,
        t.lease_expires_at IS NULL,
-       r.holder_pid
+       r.holder_pid,
+       CASE WHEN r.holder_pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() THEN true
+            ELSE (SELECT a.backend_start OPERATOR(pg_catalog.=) r.holder_backend_start
+                    FROM pg_catalog.pg_stat_get_activity(r.holder_pid) a
+                   -- NULL asks for every backend
+                   WHERE a.pid OPERATOR(pg_catalog.=) r.holder_pid) END
   FROM distlock.scheduled_tasks t
   LEFT JOIN distlock.task_execution_log r
     ON r.task_id OPERATOR(pg_catalog.=) t.id

@@ -4,7 +4,12 @@
 -- fencing keeps answering until ALTER EXTENSION pg_distlock UPDATE runs.
 SELECT t.current_token,
        true,
-       r.holder_pid
+       r.holder_pid,
+       CASE WHEN r.holder_pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() THEN true
+            ELSE (SELECT a.backend_start OPERATOR(pg_catalog.=) r.holder_backend_start
+                    FROM pg_catalog.pg_stat_get_activity(r.holder_pid) a
+                   -- NULL asks for every backend
+                   WHERE a.pid OPERATOR(pg_catalog.=) r.holder_pid) END
   FROM distlock.scheduled_tasks t
   LEFT JOIN distlock.task_execution_log r
     ON r.task_id OPERATOR(pg_catalog.=) t.id

@@ -1,7 +1,11 @@
 -- params: bigint, text, text
 -- Ends running claim $1 (a log row) with status $2 (completed, failed,
 -- timed_out or abandoned) and error $3, and schedules the task's next run.
--- Returns the task id, or no row when the claim is not running (any more).
+-- Returns whether the claim's token was the task's current one, or no row
+-- when the claim is not running (any more). The task row is changed only for
+-- the current token: a claim that another claim has replaced (its holder
+-- lost the lock, and someone else claimed) ends its own log row and nothing
+-- else, so its report never overwrites the live claim's state.
 -- Times are the release's own (clock_timestamp, read once), not the start of
 -- its transaction: a release inside the claiming transaction must still log
 -- the run's duration and schedule from when the run ended.
@@ -28,37 +32,39 @@ finished AS (
        -- entries between vacuums.
        AND l.completed_at IS NULL
  RETURNING l.task_id, l.fencing_token
+),
+task AS (
+    UPDATE distlock.scheduled_tasks t
+       SET last_status = $2,
+           current_token = NULL,
+           lease_expires_at = NULL,
+           consecutive_failures = CASE
+               WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.consecutive_failures
+               WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
+                    AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries
+                   THEN t.consecutive_failures OPERATOR(pg_catalog.+) 1
+               ELSE 0
+           END,
+           next_run_at = CASE
+               WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.next_run_at
+               WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
+                    AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries THEN
+                   r.at
+                   OPERATOR(pg_catalog.+)
+                   (LEAST(LEAST(t.retry_delay, interval '1 hour')
+                          OPERATOR(pg_catalog.*) pg_catalog.power(2, LEAST(t.consecutive_failures, 20)),
+                          interval '1 hour')
+                    OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog./) 2)))
+               WHEN t.schedule_cron IS NULL THEN NULL
+               ELSE distlock.cron_next(t.schedule_cron, r.at)
+           END,
+           runs_completed = t.runs_completed OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'completed')::int,
+           runs_failed    = t.runs_failed    OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'failed')::int,
+           runs_timed_out = t.runs_timed_out OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'timed_out')::int,
+           runs_abandoned = t.runs_abandoned OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'abandoned')::int
+      FROM finished f, released r
+     WHERE t.id OPERATOR(pg_catalog.=) f.task_id
+       AND t.current_token OPERATOR(pg_catalog.=) f.fencing_token
+    RETURNING t.id
 )
-UPDATE distlock.scheduled_tasks t
-   SET last_status = $2,
-       current_token = CASE WHEN t.current_token OPERATOR(pg_catalog.=) f.fencing_token THEN NULL
-                            ELSE t.current_token END,
-       lease_expires_at = CASE WHEN t.current_token OPERATOR(pg_catalog.=) f.fencing_token THEN NULL
-                               ELSE t.lease_expires_at END,
-       consecutive_failures = CASE
-           WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.consecutive_failures
-           WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
-                AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries
-               THEN t.consecutive_failures OPERATOR(pg_catalog.+) 1
-           ELSE 0
-       END,
-       next_run_at = CASE
-           WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.next_run_at
-           WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
-                AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries THEN
-               r.at
-               OPERATOR(pg_catalog.+)
-               (LEAST(LEAST(t.retry_delay, interval '1 hour')
-                      OPERATOR(pg_catalog.*) pg_catalog.power(2, LEAST(t.consecutive_failures, 20)),
-                      interval '1 hour')
-                OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog./) 2)))
-           WHEN t.schedule_cron IS NULL THEN NULL
-           ELSE distlock.cron_next(t.schedule_cron, r.at)
-       END,
-       runs_completed = t.runs_completed OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'completed')::int,
-       runs_failed    = t.runs_failed    OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'failed')::int,
-       runs_timed_out = t.runs_timed_out OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'timed_out')::int,
-       runs_abandoned = t.runs_abandoned OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'abandoned')::int
-  FROM finished f, released r
- WHERE t.id OPERATOR(pg_catalog.=) f.task_id
-RETURNING t.id
+SELECT EXISTS (SELECT 1 FROM task) FROM finished

@@ -4,13 +4,15 @@
 use pgrx::prelude::*;
 
 use crate::errors::{required, OrRaise};
-use crate::lock_keys::{holds_task_lock, legacy_task_lock_busy, task_lock_holder, TaskLockHolder};
+use crate::lock_keys::{backend_holds_task_lock, holds_task_lock};
 use crate::plans::{plan, types};
 
 /// True only for the token of the claim that currently runs the task, and,
-/// for a session claim, only while its holder still holds the task's lock:
-/// a holder that died or lost its session (pg_terminate_backend, a crash, a
-/// pooler's DISCARD ALL) ends its token at once, before any sweep runs.
+/// for a session claim, only while the backend that made it still holds the
+/// task's lock: a holder that died or lost its lock (pg_terminate_backend, a
+/// crash, a pooler's DISCARD ALL, pg_advisory_unlock_all) ends its token at
+/// once, before any sweep runs, and no other backend's hold of the lock (a
+/// new claimer whose transaction has not committed yet) revives it.
 #[pg_extern(stable)]
 fn check_fencing_token(p_task_id: Option<i32>, p_token: Option<i64>) -> bool {
     let task_id = required(p_task_id, "p_task_id");
@@ -30,38 +32,40 @@ fn check_fencing_token(p_task_id: Option<i32>, p_token: Option<i64>) -> bool {
                     return Ok(None);
                 }
                 let row = rows.first();
-                Ok(Some((row.get::<i64>(1)?, row.get::<bool>(2)?.unwrap_or(false), row.get::<i32>(3)?)))
+                Ok(Some(CurrentClaim {
+                    token: row.get::<i64>(1)?,
+                    session_claim: row.get::<bool>(2)?.unwrap_or(false),
+                    holder_pid: row.get::<i32>(3)?,
+                    same_backend: row.get::<bool>(4)?.unwrap_or(false),
+                }))
             })
             .or_raise()
     });
     match current {
-        Some((Some(current), session_claim, holder_pid)) if current == token => {
-            !session_claim || session_holder_alive(task_id, holder_pid)
-        }
+        Some(claim) if claim.token == Some(token) => !claim.session_claim || claim.holder_still_holds(task_id),
         _ => false,
     }
 }
 
-/// Whether the backend that made a session claim still holds the task's
-/// lock, without reading the lock table: a free lock means the holder let go
-/// or is gone, and a busy one counts as the holder's while its process lives
-/// (a new claimer of a dead holder's task also makes the lock busy, so the
-/// process is checked first). The probe takes a free lock for an instant: a
-/// claimer that tries the task in that instant skips it until its next look.
-fn session_holder_alive(task_id: i32, holder_pid: Option<i32>) -> bool {
-    let my_pid = unsafe { pg_sys::MyProcPid };
-    if holder_pid == Some(my_pid) {
-        return holds_task_lock(task_id);
-    }
-    if let Some(pid) = holder_pid {
-        if unsafe { pg_sys::BackendPidGetProc(pid) }.is_null() {
-            return false;
+/// The task's current claim, as current_token.sql reads it.
+struct CurrentClaim {
+    token: Option<i64>,
+    session_claim: bool,
+    /// The backend that made a session claim (none when its log row is gone).
+    holder_pid: Option<i32>,
+    /// Whether the backend with that pid is the one that made the claim
+    /// (same start time), not a later one given a reused pid.
+    same_backend: bool,
+}
+
+impl CurrentClaim {
+    /// Whether the claim's own backend holds the task's lock, asked of that
+    /// backend: not "is the lock busy", which a new claimer also makes it.
+    fn holder_still_holds(&self, task_id: i32) -> bool {
+        match self.holder_pid {
+            Some(pid) if pid == unsafe { pg_sys::MyProcPid } => holds_task_lock(task_id),
+            Some(pid) => self.same_backend && backend_holds_task_lock(pid, task_id),
+            None => false,
         }
-    }
-    match task_lock_holder(task_id) {
-        TaskLockHolder::AnotherBackend => true,
-        // A claim made by 0.2.0's library holds only the legacy tag.
-        TaskLockHolder::Nobody => legacy_task_lock_busy(task_id),
-        TaskLockHolder::ThisBackend => false,
     }
 }

@@ -58,3 +58,11 @@ pub fn released(task_id: i32) {
         );
     }
 }
+
+/// Forgets a claim whose lock this session no longer holds (released behind
+/// pg_distlock's back): not remembered again whatever the transaction does.
+pub fn lost(task_id: i32) {
+    if HELD.with(|h| h.borrow_mut().remove(&task_id)).is_some() {
+        count_changed();
+    }
+}

@@ -11,7 +11,7 @@ use pgrx::spi::SpiClient;
 use pgrx::PgSqlErrorCode;
 
 use super::claim::{raise_unknown_task, task_exists, Claim, Mode};
-use super::release::{finish_claim, release_status};
+use super::release::{finish_claim, release_status, Finished};
 use crate::errors::{positive_interval, raise_with_hint, require_primary, required, OrRaise};
 use crate::lock_keys::{try_lock_task_for_transaction, unlock_task_for_transaction, TryLock};
 use crate::plans::{first_two, plan, types};
@@ -153,7 +153,7 @@ pub(super) fn release_by_token(client: &SpiClient<'_>, task_id: i32, token: i64,
         _ => raise_lease_lost(task_id, token),
     };
     crate::access::require_holder(client, role, || format!("the claim of task {task_id}"));
-    if !finish_claim(client, log_id, status, error) {
+    if finish_claim(client, log_id, status, error) != Finished::Current {
         raise_lease_lost(task_id, token);
     }
 }

@@ -11,19 +11,37 @@ use crate::lock_keys::{holds_task_lock, unlock_task};
 use crate::plans::{first_value, plan, types};
 use crate::xact;
 
-/// Ends running claim `log_id` with `status` and schedules the task's next
-/// run (see sql/queries/finish_claim.sql); false when it was not running.
-pub fn finish_claim(client: &SpiClient<'_>, log_id: i64, status: &str, error: Option<&Text>) -> bool {
+/// What ending a claim's log row found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    /// The claim was not running (any more): nothing changed.
+    NotRunning,
+    /// The log row ended, but another claim has since taken the task: the
+    /// task row was left as that claim has it.
+    Replaced,
+    /// The log row ended and the task's next run is scheduled.
+    Current,
+}
+
+/// Ends running claim `log_id` with `status` and, when its token is still
+/// the task's current one, schedules the task's next run (see
+/// sql/queries/finish_claim.sql).
+pub fn finish_claim(client: &SpiClient<'_>, log_id: i64, status: &str, error: Option<&Text>) -> Finished {
     // The per-task run counters came with the update to 0.3.0.
     let statement = match crate::version::has_column(c"scheduled_tasks", c"runs_completed") {
         true => include_str!("../../sql/queries/finish_claim.sql"),
         false => include_str!("../../sql/queries/finish_claim_0_2_0.sql"),
     };
     let stmt = plan(client, statement, &[types::INT8, types::TEXT, types::TEXT]);
-    client
+    let current = client
         .select(&*stmt, None, &[log_id.into(), status.into(), error.into()])
-        .map(|rows| !rows.is_empty())
-        .or_raise()
+        .and_then(first_value::<bool>)
+        .or_raise();
+    match current {
+        None => Finished::NotRunning,
+        Some(false) => Finished::Replaced,
+        Some(true) => Finished::Current,
+    }
 }
 
 fn my_last_claim_status(client: &SpiClient<'_>, task_id: i32) -> Option<String> {
@@ -101,6 +119,18 @@ pub(super) fn release_held(client: &SpiClient<'_>, task_id: i32, worker: &Text, 
     let Some(held) = super::held::get(task_id) else {
         raise_not_releasable(client, task_id);
     };
+    if !holds_task_lock(task_id) {
+        // DISCARD ALL or pg_advisory_unlock_all() gave the lock up behind
+        // pg_distlock's back: the claim is lost, and another worker may run
+        // the task now. Nothing is recorded for it.
+        super::held::lost(task_id);
+        raise_with_hint(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("this session no longer holds the lock of task {task_id}: its claim was lost"),
+            "Something released the session's advisory locks (DISCARD ALL, pg_advisory_unlock_all()). \
+             The run's result was not recorded; the task runs again when it is claimed next.",
+        );
+    }
     // A session that changed role (SET ROLE) is still the holder by
     // its lock, but acts only with the claiming role's rights.
     crate::access::require_holder(client, Some(held.role), || format!("the claim of task {task_id}"));
@@ -110,8 +140,14 @@ pub(super) fn release_held(client: &SpiClient<'_>, task_id: i32, worker: &Text, 
             format!("task {task_id} is claimed by worker \"{}\", not \"{worker}\"", held.worker),
         );
     }
-    if !finish_claim(client, held.log_id, status, error) {
-        raise_not_releasable(client, task_id);
+    match finish_claim(client, held.log_id, status, error) {
+        Finished::Current => {}
+        Finished::NotRunning => raise_not_releasable(client, task_id),
+        // The error undoes the log row's end too: the release changes nothing.
+        Finished::Replaced => raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("the claim of task {task_id} held by this session is no longer the task's current claim"),
+        ),
     }
     super::held::released(task_id);
     if holds_task_lock(task_id) {

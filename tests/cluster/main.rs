@@ -13,6 +13,7 @@ mod docs;
 mod failover;
 mod faults;
 mod features;
+mod fencing_identity;
 mod fleet;
 mod ha;
 mod history;
