@@ -44,25 +44,29 @@ CREATE TABLE distlock.leader_state (
     holder_role oid
 );
 
-CREATE VIEW distlock.leases AS
-SELECT l.name, l.owner, l.token, l.acquired_at, l.renewed_at, l.expires_at,
-       l.expires_at > pg_catalog.clock_timestamp() AS is_held,
-       GREATEST(l.expires_at - pg_catalog.clock_timestamp(), interval '0') AS remaining,
-       'lease' AS kind
-  FROM distlock.lease_state l
- WHERE distlock.in_monitor_scope(l.name)
-UNION ALL
-SELECT h.name, h.owner, NULL, h.acquired_at, h.acquired_at, h.expires_at,
-       h.expires_at > pg_catalog.clock_timestamp(),
-       GREATEST(h.expires_at - pg_catalog.clock_timestamp(), interval '0'),
-       'semaphore (max ' || s.max_holders || ')'
-  FROM distlock.semaphore_holders h
-  JOIN distlock.semaphore_state s USING (name)
- WHERE distlock.in_monitor_scope(h.name);
+-- The scope filter stands over the union: a view that is a bare UNION ALL is
+-- flattened into its branches, which loses the security barrier, and a
+-- caller's cheap function would then run inside each branch before its
+-- filter.
+CREATE VIEW distlock.leases WITH (security_barrier) AS
+SELECT u.name, u.owner, u.token, u.acquired_at, u.renewed_at, u.expires_at, u.is_held, u.remaining, u.kind
+  FROM (SELECT l.name, l.owner, l.token, l.acquired_at, l.renewed_at, l.expires_at,
+               l.expires_at > pg_catalog.clock_timestamp() AS is_held,
+               GREATEST(l.expires_at - pg_catalog.clock_timestamp(), interval '0') AS remaining,
+               'lease' AS kind
+          FROM distlock.lease_state l
+        UNION ALL
+        SELECT h.name, h.owner, NULL, h.acquired_at, h.acquired_at, h.expires_at,
+               h.expires_at > pg_catalog.clock_timestamp(),
+               GREATEST(h.expires_at - pg_catalog.clock_timestamp(), interval '0'),
+               'semaphore (max ' || s.max_holders || ')'
+          FROM distlock.semaphore_holders h
+          JOIN distlock.semaphore_state s USING (name)) u
+ WHERE distlock.in_monitor_scope(u.name);
 
 COMMENT ON VIEW distlock.leases IS 'Leases and semaphore holders, held or expired.';
 
-CREATE VIEW distlock.leaders AS
+CREATE VIEW distlock.leaders WITH (security_barrier) AS
 SELECT l.group_name, l.leader, l.term, l.elected_at, l.renewed_at, l.expires_at,
        l.expires_at > pg_catalog.clock_timestamp() AS is_current,
        GREATEST(l.expires_at - pg_catalog.clock_timestamp(), interval '0') AS remaining

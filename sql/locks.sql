@@ -16,7 +16,7 @@ COMMENT ON TABLE distlock.lock_names IS
     'Names of the text keys given to distlock.lock/try_lock: lock_id = distlock.lock_id(name).';
 
 -- Two different names that hash to one key share one lock.
-CREATE VIEW distlock.lock_key_collisions AS
+CREATE VIEW distlock.lock_key_collisions WITH (security_barrier) AS
 SELECT n.lock_id,
        pg_catalog.array_agg(DISTINCT n.name ORDER BY n.name) AS names,
        pg_catalog.min(n.first_seen) AS first_seen
@@ -32,7 +32,7 @@ COMMENT ON VIEW distlock.lock_key_collisions IS
 -- longest_current_hold is shown only while pg_locks confirms the key is
 -- held, so a lock dropped behind pg_distlock's back (pg_advisory_unlock_all)
 -- does not look held forever.
-CREATE VIEW distlock.lock_stats AS
+CREATE VIEW distlock.lock_stats WITH (security_barrier) AS
 WITH held AS (
     SELECT DISTINCT (l.classid::bigint << 32) | l.objid::bigint AS key
       FROM pg_catalog.pg_locks l

@@ -5,6 +5,45 @@
 -- 0.4.0 install (tests/cluster/schema_fingerprint.sql) and keeps its data.
 \echo Use "ALTER EXTENSION pg_distlock UPDATE TO '0.4.0'" to load this file. \quit
 
+-- The scope filter stands over the union: a view that is a bare UNION ALL is
+-- flattened into its branches, which loses the security barrier, and a
+-- caller's cheap function would then run inside each branch before its
+-- filter.
+CREATE OR REPLACE VIEW distlock.leases WITH (security_barrier) AS
+SELECT u.name, u.owner, u.token, u.acquired_at, u.renewed_at, u.expires_at, u.is_held, u.remaining, u.kind
+  FROM (SELECT l.name, l.owner, l.token, l.acquired_at, l.renewed_at, l.expires_at,
+               l.expires_at > pg_catalog.clock_timestamp() AS is_held,
+               GREATEST(l.expires_at - pg_catalog.clock_timestamp(), interval '0') AS remaining,
+               'lease' AS kind
+          FROM distlock.lease_state l
+        UNION ALL
+        SELECT h.name, h.owner, NULL, h.acquired_at, h.acquired_at, h.expires_at,
+               h.expires_at > pg_catalog.clock_timestamp(),
+               GREATEST(h.expires_at - pg_catalog.clock_timestamp(), interval '0'),
+               'semaphore (max ' || s.max_holders || ')'
+          FROM distlock.semaphore_holders h
+          JOIN distlock.semaphore_state s USING (name)) u
+ WHERE distlock.in_monitor_scope(u.name);
+
+-- Views that filter rows by the caller's monitor scope are security
+-- barriers (issue 44, item 3): a scoped monitor's cheap function in its own
+-- WHERE clause no longer runs on rows of other tenants.
+ALTER VIEW distlock.advisory_locks SET (security_barrier = true);
+ALTER VIEW distlock.lock_waits SET (security_barrier = true);
+ALTER VIEW distlock.running_tasks SET (security_barrier = true);
+ALTER VIEW distlock.task_stats SET (security_barrier = true);
+ALTER VIEW distlock.task_schedule SET (security_barrier = true);
+ALTER VIEW distlock.blocked_tasks SET (security_barrier = true);
+ALTER VIEW distlock.leases SET (security_barrier = true);
+ALTER VIEW distlock.leaders SET (security_barrier = true);
+ALTER VIEW distlock.lock_key_collisions SET (security_barrier = true);
+ALTER VIEW distlock.lock_stats SET (security_barrier = true);
+ALTER VIEW distlock.queues SET (security_barrier = true);
+ALTER VIEW distlock.queue_throughput SET (security_barrier = true);
+ALTER VIEW distlock.queue_latency SET (security_barrier = true);
+ALTER VIEW distlock.queue_wait_histogram SET (security_barrier = true);
+ALTER VIEW distlock.queue_stats SET (security_barrier = true);
+
 -- Last: privileges granted or revoked by an extension script are recorded in
 -- pg_init_privs as the extension's own, and pg_dump writes only what differs
 -- from them. 0.3.0's update re-granted every capability inside its script,

@@ -142,7 +142,7 @@ CREATE TABLE distlock.queue_settings (
 COMMENT ON TABLE distlock.queue_settings IS
     'Per-queue settings (pause_queue, resume_queue, set_queue_limit); queues without a row run unlimited.';
 
-CREATE VIEW distlock.queues AS
+CREATE VIEW distlock.queues WITH (security_barrier) AS
 WITH unfinished AS (
     SELECT q.queue,
            count(*) FILTER (WHERE q.status = 'pending') AS pending,
@@ -183,7 +183,7 @@ COMMENT ON VIEW distlock.queues IS
 
 -- Per queue and minute of the last hour: jobs completed and jobs that died
 -- (failed their last attempt). A failure that is retried is not timestamped.
-CREATE VIEW distlock.queue_throughput AS
+CREATE VIEW distlock.queue_throughput WITH (security_barrier) AS
 SELECT e.queue, e.minute, sum(e.completed)::bigint AS completed, sum(e.died)::bigint AS died
   FROM (SELECT c.queue, pg_catalog.date_trunc('minute', c.completed_at) AS minute, count(*) AS completed, 0 AS died
           FROM distlock.completed_jobs c
@@ -204,7 +204,7 @@ COMMENT ON VIEW distlock.queue_throughput IS
 -- How long runnable jobs waited for a consumer: from when a job could run
 -- (created_at, or run_after for a delayed or retried job) to the claim that
 -- completed it, over the jobs completed in the last hour.
-CREATE VIEW distlock.queue_latency AS
+CREATE VIEW distlock.queue_latency WITH (security_barrier) AS
 SELECT c.queue,
        count(*) AS jobs,
        pg_catalog.percentile_cont(0.5) WITHIN GROUP (ORDER BY w.wait) AS wait_p50,
@@ -224,7 +224,7 @@ COMMENT ON VIEW distlock.queue_latency IS
 -- The same waits as distlock.queue_latency, as a cumulative histogram: per
 -- queue and upper bound `le` in seconds, the jobs that waited less (the last
 -- bound is infinite: every job). Shaped for Prometheus' histogram_quantile.
-CREATE VIEW distlock.queue_wait_histogram AS
+CREATE VIEW distlock.queue_wait_histogram WITH (security_barrier) AS
 WITH bounds AS (
     SELECT ARRAY[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600]::float8[] AS le
 ),
@@ -251,7 +251,7 @@ HAVING distlock.in_monitor_scope(p.queue);
 COMMENT ON VIEW distlock.queue_wait_histogram IS
     'Per queue, jobs completed in the last hour by how long they waited from runnable to started: cumulative counts below each bound in seconds.';
 
-CREATE VIEW distlock.queue_stats AS
+CREATE VIEW distlock.queue_stats WITH (security_barrier) AS
 SELECT q.task_name,
        q.status,
        count(*) AS jobs,

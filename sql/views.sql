@@ -1,7 +1,11 @@
 -- Monitoring views. They read pg_locks and pg_stat_activity, so they are
 -- granted to pg_monitor (see grants.sql) and show only this database's locks.
 -- A role whose monitor capability is scoped sees only rows named in its
--- scope (distlock.in_monitor_scope).
+-- scope (distlock.in_monitor_scope). Every view that filters so is a
+-- security barrier: without it the planner may run a cheap function of the
+-- caller's (one planted in pg_temp, say, with COST 0.0000001 and a RAISE
+-- NOTICE) on rows the scope filter would have removed, leaking other
+-- tenants' names.
 
 -- Which backend holds which task lock, decoded from the reserved key space
 -- (objsubid 25708, which no pg_advisory_* function makes), and, as legacy,
@@ -18,7 +22,7 @@ SELECT l.objid::int AS task_id,
    AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
                       WHERE d.datname = pg_catalog.current_database());
 
-CREATE VIEW distlock.advisory_locks AS
+CREATE VIEW distlock.advisory_locks WITH (security_barrier) AS
 SELECT l.pid,
        a.application_name,
        a.client_addr,
@@ -71,7 +75,7 @@ SELECT l.pid,
 COMMENT ON VIEW distlock.advisory_locks IS
     'Every advisory lock of this database, decoded; held_for is known for task locks only.';
 
-CREATE VIEW distlock.lock_waits AS
+CREATE VIEW distlock.lock_waits WITH (security_barrier) AS
 SELECT w.pid AS blocked_pid,
        w.application_name AS blocked_application,
        w.query AS blocked_query,
@@ -101,7 +105,7 @@ SELECT w.pid AS blocked_pid,
 COMMENT ON VIEW distlock.lock_waits IS
     'Who waits for whom (pg_blocking_pids), with the advisory key and task when there is one.';
 
-CREATE VIEW distlock.running_tasks AS
+CREATE VIEW distlock.running_tasks WITH (security_barrier) AS
 SELECT r.id AS log_id,
        r.task_id,
        t.task_name,
@@ -130,7 +134,7 @@ SELECT r.id AS log_id,
 COMMENT ON VIEW distlock.running_tasks IS
     'Running claims, whether their holder (backend, or lease for a lease-mode claim) is alive, and whether they are past their timeout.';
 
-CREATE VIEW distlock.task_stats AS
+CREATE VIEW distlock.task_stats WITH (security_barrier) AS
 SELECT t.id AS task_id,
        t.task_name,
        t.task_type,
@@ -156,7 +160,7 @@ COMMENT ON VIEW distlock.task_stats IS
 
 -- Every scheduled task as it stands, without its runs: cheap at any number
 -- of tasks, where task_stats counts each task's whole log.
-CREATE VIEW distlock.task_schedule AS
+CREATE VIEW distlock.task_schedule WITH (security_barrier) AS
 SELECT t.id AS task_id,
        t.task_name,
        t.task_type,
@@ -184,7 +188,7 @@ COMMENT ON VIEW distlock.task_schedule IS
 -- its transaction is older than the task's timeout. (A session holding the
 -- legacy key from SQL, pg_advisory_lock(distlock.task_lock_class(), task_id),
 -- blocks nothing and is not listed.)
-CREATE VIEW distlock.blocked_tasks AS
+CREATE VIEW distlock.blocked_tasks WITH (security_barrier) AS
 SELECT h.task_id,
        t.task_name,
        h.pid,

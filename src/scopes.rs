@@ -220,7 +220,8 @@ pub fn require_task(client: &SpiClient<'_>, task_id: i32) {
         .or_raise();
     if let Some((task_name, task_type)) = names {
         if !task_admitted(&scope, &task_name, &task_type) {
-            refuse(Capability::Worker, &scope, format!("task {task_id} (\"{}\")", task_name.shown()));
+            // The id only: the task's name is outside the caller's scope.
+            refuse(Capability::Worker, &scope, format!("task {task_id}"));
         }
     }
 }

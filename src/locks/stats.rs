@@ -7,7 +7,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-use crate::errors::{raise, raise_with_hint};
+use crate::errors::{raise, raise_with_hint, OrRaise};
 use crate::shared::{self, LockStatEntry, STATS_PARTITIONS};
 
 /// How many slots a lookup inspects.
@@ -145,7 +145,28 @@ fn micros_to_interval(us: i64) -> Interval {
     })
 }
 
-/// The raw telemetry rows of this database; `distlock.lock_stats` adds names
+/// The keys a caller with a scoped monitor capability may see telemetry of:
+/// those of lock names in its scope (None: every key). A key without a
+/// recorded name, or with names only outside the scope, is not shown, so a
+/// scoped monitor cannot tell whether another tenant used a guessed name.
+fn keys_in_monitor_scope() -> Option<std::collections::HashSet<i64>> {
+    let scope = crate::scopes::of_caller(crate::scopes::Capability::Monitor);
+    let prefixes = scope.as_parameter()?;
+    Some(crate::access::connect(|client| {
+        let stmt = crate::plans::plan(
+            client,
+            include_str!("../../sql/queries/lock_keys_in_scope.sql"),
+            &[crate::plans::types::TEXT_ARRAY],
+        );
+        client
+            .select(&*stmt, None, &[prefixes.into()])
+            .and_then(|rows| rows.map(|row| row.get::<i64>(1).map(Option::unwrap_or_default)).collect())
+            .or_raise()
+    }))
+}
+
+/// The raw telemetry rows of this database (of the keys in the caller's
+/// monitor scope); `distlock.lock_stats` adds names
 /// and checks current holds against pg_locks.
 #[pg_extern(volatile, parallel_restricted)]
 #[allow(clippy::type_complexity)]
@@ -167,12 +188,14 @@ pub(crate) fn lock_stats_entries() -> TableIterator<
     require_telemetry();
     let database = database();
     let now = now_us();
+    let visible = keys_in_monitor_scope();
     let mut rows = Vec::new();
     for partition in 0..shared::stats_partitions() {
         shared::with_stats_partition(partition, |entries| {
             for e in entries
                 .iter()
                 .filter(|e| e.in_use && e.database == database)
+                .filter(|e| visible.as_ref().is_none_or(|keys| keys.contains(&e.key)))
             {
                 rows.push(*e);
             }

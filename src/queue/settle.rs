@@ -13,7 +13,7 @@ use pgrx::prelude::*;
 use super::place::Place;
 use super::{for_completions, raise_unknown_job, resolve_worker};
 use crate::errors::{positive_interval, required, OrRaise};
-use crate::plans::{plan, types};
+use crate::plans::{first_value, plan, types};
 
 /// A settled job's queue and its place in the claim's index, when the
 /// statement returns them (the head of the index when it does not).
@@ -48,6 +48,7 @@ fn settle(
     extra_type: pgrx::pg_sys::PgOid,
 ) -> Option<Settled> {
     crate::access::connect(|client| {
+        require_job_in_scope(client, job_id);
         let worker = resolve_worker(client, p_worker_id);
         let stmt = plan(client, sql, &[types::INT8, types::TEXT, extra_type, types::INT4]);
         let settled = client
@@ -78,6 +79,29 @@ fn settle(
         }
         settled.map(|(_, settled)| settled)
     })
+}
+
+/// For a caller whose consumer capability is scoped: a job outside its
+/// scope is answered exactly as an unknown id (P0002), before anything else
+/// is looked at, so that settling cannot tell whether another tenant's job
+/// exists. Unscoped callers read nothing here.
+fn require_job_in_scope(client: &pgrx::spi::SpiClient<'_>, job_id: i64) {
+    let scope = crate::scopes::of_caller(crate::scopes::Capability::Consumer);
+    if matches!(*scope, crate::scopes::Scope::Everything) {
+        return;
+    }
+    let statement = for_completions(
+        include_str!("../../sql/queries/queue_job_name.sql"),
+        include_str!("../../sql/queries/queue_job_name_0_2_0.sql"),
+    );
+    let stmt = plan(client, statement, &[types::INT8]);
+    let name = client
+        .select(&*stmt, None, &[job_id.into()])
+        .and_then(first_value::<Text>)
+        .or_raise();
+    if !name.is_some_and(|name| scope.admits(name.bytes())) {
+        raise_unknown_job(job_id);
+    }
 }
 
 fn complete(p_task_id: Option<i64>, p_worker_id: Option<Text>, attempt: Option<i32>) -> bool {

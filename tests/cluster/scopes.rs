@@ -339,3 +339,145 @@ fn the_first_scoped_grant_reaches_running_sessions() {
     c.batch_execute(&format!("SELECT distlock.grant_capability('{a}', 'worker')")).expect("unscoped again");
     limited(&mut session, "b.key").expect("no scope anywhere again");
 }
+
+/// "A scoped monitor cannot read past a view's scope with a function of its
+/// own": every view that filters by scope is a security barrier, so a cheap
+/// leaky function that A plants in pg_temp (TEMP is PUBLIC) and puts in its
+/// WHERE clause only ever sees A's rows (issue 44, item 3).
+#[test]
+fn a_scoped_monitors_own_function_sees_no_row_outside_its_scope() {
+    let (mut c, a, b) = two_tenants("scopes_barrier", &["worker", "producer", "monitor"]);
+    c.batch_execute(
+        "INSERT INTO distlock.scheduled_tasks (id, task_name, task_type, next_run_at) VALUES \
+           (1, 'a.report', 'etl', '2000-01-01'), (2, 'b.report', 'etl', '2000-01-01')",
+    )
+    .expect("tasks");
+    let db = "scopes_barrier";
+    let mut holders = Vec::new();
+    for (role, tenant) in [(&a, "a"), (&b, "b")] {
+        let mut h = connect_to(primary_port(), db, &format!("holder-{tenant}"));
+        h.batch_execute(&format!(
+            "SET ROLE {role}; SELECT * FROM distlock.worker_fetch_and_execute_task('w{tenant}'); \
+             SELECT distlock.lock('{tenant}.lock'); \
+             SELECT distlock.acquire_lease('{tenant}.lease', 'n{tenant}', '1 hour'); \
+             SELECT distlock.try_become_leader('{tenant}.group', 'n{tenant}', '1 hour'); \
+             SELECT distlock.enqueue_task('{tenant}.job', '{{}}')"
+        ))
+        .expect("tenant state");
+        holders.push(h);
+    }
+    // A's own connection, collecting the NOTICEs its function raises.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = seen.clone();
+    let mut spy = postgres::Config::new()
+        .host("127.0.0.1")
+        .port(primary_port())
+        .user("postgres")
+        .dbname(db)
+        .notice_callback(move |notice| sink.lock().expect("notices").push(notice.message().to_string()))
+        .connect(NoTls)
+        .expect("connect");
+    spy.batch_execute(&format!(
+        "SET ROLE {a}; \
+         CREATE FUNCTION pg_temp.peek(text) RETURNS boolean LANGUAGE plpgsql COST 0.0000001 \
+           AS $$ BEGIN RAISE NOTICE 'peek:%', $1; RETURN true; END $$;"
+    ))
+    .expect("A plants its function");
+    let views = [
+        ("distlock.running_tasks", "task_name"),
+        ("distlock.task_stats", "task_name"),
+        ("distlock.task_schedule", "task_name"),
+        ("distlock.blocked_tasks", "task_name"),
+        ("distlock.advisory_locks", "coalesce(task_name, key_name)"),
+        ("distlock.leases", "name"),
+        ("distlock.leaders", "group_name"),
+        ("distlock.queue_stats", "task_name"),
+        ("distlock.queues", "name"),
+        ("distlock.lock_stats", "name"),
+        ("distlock.lock_key_collisions", "names::text"),
+    ];
+    for (view, column) in views {
+        seen.lock().expect("notices").clear();
+        spy.batch_execute(&format!("SELECT * FROM {view} WHERE pg_temp.peek(({column})::text)"))
+            .unwrap_or_else(|e| panic!("{view}: {e}"));
+        let leaked: Vec<String> = seen
+            .lock()
+            .expect("notices")
+            .iter()
+            .filter_map(|m| m.strip_prefix("peek:").map(str::to_string))
+            .filter(|name| !name.starts_with("a."))
+            .collect();
+        assert!(leaked.is_empty(), "{view} ran A's function on rows outside A's scope: {leaked:?}");
+    }
+    // The planted function still ran on A's own rows: the check could see a leak.
+    seen.lock().expect("notices").clear();
+    spy.batch_execute("SELECT * FROM distlock.leases WHERE pg_temp.peek(name)").expect("leases");
+    assert!(seen.lock().expect("notices").iter().any(|m| m == "peek:a.lease"), "A's function saw A's lease");
+    for mut h in holders {
+        h.batch_execute("SELECT distlock.unlock_all()").expect("unlock");
+    }
+}
+
+/// "A refusal names ids, not names outside the caller's scope; settling or
+/// extending a job outside the caller's scope answers exactly as an unknown
+/// id; lock telemetry shows a scoped monitor only keys of names in its
+/// scope" (issue 44, items 8, 9 and 10).
+#[test]
+fn nothing_outside_a_scope_is_told_by_refusals_settles_or_telemetry() {
+    let (mut c, a, b) = two_tenants("scopes_oracles", &["worker", "producer", "consumer", "monitor"]);
+    c.batch_execute(
+        "INSERT INTO distlock.scheduled_tasks (id, task_name, task_type, next_run_at) VALUES \
+           (4, 'b.payroll-bonus', 'etl', '2000-01-01')",
+    )
+    .expect("task");
+    // Item 8: the refusal names the id only.
+    let refusal = as_role(&mut c, &a, |c| c.batch_execute("SELECT distlock.try_acquire_task_lock(4, 'wa')"))
+        .expect_err("refused");
+    let message = refusal.as_db_error().map(|e| format!("{} {:?} {:?}", e.message(), e.detail(), e.hint()));
+    let message = message.expect("a server error");
+    assert!(message.contains("task 4"), "{message}");
+    assert!(!message.contains("payroll"), "the refusal names B's task: {message}");
+
+    // Item 10: B's job, held by B, is to A exactly an unknown id.
+    let job = allowed(&mut c, &b, "SELECT distlock.enqueue_task('b.job', '{}')").expect("b's job");
+    allowed(&mut c, &b, "SELECT task_id FROM distlock.consume_task('wb', '1 hour')").expect("b holds its job");
+    let unknown = "987654321";
+    for template in [
+        "SELECT distlock.complete_task(JOB, 'wb')",
+        "SELECT distlock.fail_task(JOB, 'x', 'wb')",
+        "SELECT distlock.extend_task_lease(JOB, '1 minute', 'wb')",
+        "SELECT distlock.complete_task(JOB)",
+    ] {
+        let answers: Vec<(String, String)> = [job.as_str(), unknown]
+            .iter()
+            .map(|id| {
+                let sql = template.replace("JOB", id);
+                let result = as_role(&mut c, &a, |c| c.batch_execute(&sql));
+                let error = result.expect_err("refused");
+                let db = error.as_db_error().expect("a server error");
+                (db.code().code().to_string(), db.message().replace(id, "N"))
+            })
+            .collect();
+        assert_eq!(answers[0], answers[1], "{template}: B's job and an unknown id answer differently");
+        assert_eq!(answers[0].0, "P0002", "{template}");
+    }
+    assert_eq!(
+        scalar(&mut c, &format!("SELECT status FROM distlock.jobs WHERE id = {job}")),
+        Some("processing".into()),
+        "A's attempts changed nothing"
+    );
+
+    // Item 9: telemetry of B's named lock and of an unnamed key is hidden from A.
+    if std::env::var("DISTLOCK_TEST_SHARED_MEMORY").is_ok() {
+        c.batch_execute(&format!(
+            "SET ROLE {b}; SELECT distlock.lock('b.secret'); SELECT distlock.unlock('b.secret'); RESET ROLE; \
+             SET ROLE {a}; SELECT distlock.lock('a.mine'); SELECT distlock.unlock('a.mine'); RESET ROLE; \
+             SELECT distlock.lock(515151::bigint); SELECT distlock.unlock(515151::bigint);"
+        ))
+        .expect("telemetry");
+        let keys_seen_by_a = as_role(&mut c, &a, |c| texts(c, "SELECT key::text FROM distlock.lock_stats_entries() ORDER BY 1"));
+        let mine = texts(&mut c, "SELECT distlock.lock_id('a.mine')::text");
+        assert_eq!(keys_seen_by_a, mine, "A sees telemetry of its own key only");
+        assert_eq!(count(&mut c, "SELECT 1 FROM distlock.lock_stats_entries()"), 3, "the owner sees every key");
+    }
+}
