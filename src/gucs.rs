@@ -15,6 +15,7 @@ pub static RATE_LIMIT_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(65_536)
 pub static LOCK_STATS_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(4096);
 pub static MAX_LOCKS_PER_SESSION: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static MAX_HOLD_TTL_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_400);
+pub static MAX_JOB_LEASE_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_400);
 #[cfg(not(feature = "pg15"))]
 pub static DYNAMIC_SHARED_MEMORY: GucSetting<bool> = GucSetting::<bool>::new(true);
 
@@ -52,6 +53,16 @@ pub fn register() {
         c"Longest TTL a lease, a semaphore slot or a leadership may be taken or renewed for.",
         c"A longer p_ttl is refused with 22023: a holder that dies holds its name until the TTL runs out.",
         &MAX_HOLD_TTL_SECONDS,
+        1,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"distlock.max_job_lease",
+        c"Longest lease a queued job may be claimed or extended for.",
+        c"A longer p_lease is refused with 22023: a consumer that dies holds its job until the lease runs out.",
+        &MAX_JOB_LEASE_SECONDS,
         1,
         i32::MAX,
         GucContext::Suset,

@@ -7,10 +7,12 @@ SELECT t.current_token,
        t.lease_expires_at IS NULL,
        r.holder_pid,
        CASE WHEN r.holder_pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() THEN true
-            ELSE (SELECT a.backend_start OPERATOR(pg_catalog.=) r.holder_backend_start
-                    FROM pg_catalog.pg_stat_get_activity(r.holder_pid) a
-                   -- NULL asks for every backend
-                   WHERE a.pid OPERATOR(pg_catalog.=) r.holder_pid) END
+            -- pg_stat_activity reads a backend table kept for the whole
+            -- transaction: a pid it lacks belongs to a backend that started
+            -- after that (no reuse can be told then; the lock check decides).
+            ELSE COALESCE((SELECT a.backend_start OPERATOR(pg_catalog.=) r.holder_backend_start
+                             FROM pg_catalog.pg_stat_activity a
+                            WHERE a.pid OPERATOR(pg_catalog.=) r.holder_pid), true) END
   FROM distlock.scheduled_tasks t
   LEFT JOIN distlock.task_execution_log r
     ON r.task_id OPERATOR(pg_catalog.=) t.id

@@ -13,6 +13,12 @@ SELECT r.log_id,
  WHERE r.log_id OPERATOR(pg_catalog.<>) ALL ($1)
    AND r.holder_pid IS NOT NULL
    AND r.running_for OPERATOR(pg_catalog.>) COALESCE(r.timeout, pg_catalog.make_interval(mins => $2))
+   -- The holder still holds the task: a backend that lost the claim long ago
+   -- and now runs something else is left alone.
+   AND EXISTS (SELECT 1 FROM distlock.task_lock_holders h
+                WHERE h.task_id OPERATOR(pg_catalog.=) r.task_id
+                  AND h.pid OPERATOR(pg_catalog.=) r.holder_pid
+                  AND NOT h.legacy)
    AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
                 WHERE a.pid OPERATOR(pg_catalog.=) r.holder_pid
                   AND a.xact_start OPERATOR(pg_catalog.<)

@@ -14,7 +14,7 @@ use super::limits::{claim_limited, limited_queues, note};
 use super::payload::Payload;
 use super::resolve_worker;
 use super::wake::{self, Sleeper, WakeUp};
-use crate::errors::{int_in_range, interval_micros, positive_interval, raise_with_hint, OrRaise};
+use crate::errors::{int_in_range, interval_micros, raise_with_hint, OrRaise};
 use crate::plans::{first_value, plan, types};
 use crate::scopes::{self, Capability, Scope};
 
@@ -260,7 +260,7 @@ pub(crate) fn consume_after(
     route: Route,
     mut before: impl FnMut(&SpiClient<'_>, &Text) -> bool,
 ) -> Vec<Job> {
-    let lease = positive_interval(p_lease, "p_lease");
+    let lease = super::job_lease(p_lease);
     let wait = wait_micros(p_wait);
     crate::errors::require_primary("consume jobs");
     let mut deadline = clock_now().saturating_add(wait);

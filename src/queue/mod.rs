@@ -59,6 +59,23 @@ fn for_completions(archived: &'static str, in_place: &'static str) -> &'static s
     }
 }
 
+/// `p_lease` of a job claim or extension: positive and at most
+/// `distlock.max_job_lease` (a day unless a superuser sets it), so that a
+/// consumer that dies, or a tenant that means harm, cannot keep a job, or a
+/// limited queue's slot, for years (22023 otherwise).
+fn job_lease(p_lease: Option<pgrx::datum::Interval>) -> pgrx::datum::Interval {
+    let lease = crate::errors::positive_interval(p_lease, "p_lease");
+    let max_seconds = crate::gucs::MAX_JOB_LEASE_SECONDS.get();
+    if crate::errors::interval_micros(&lease) > max_seconds as i128 * 1_000_000 {
+        crate::errors::raise_with_hint(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("p_lease must be at most distlock.max_job_lease ({max_seconds} s), got {lease}"),
+            "Extend the lease with distlock.extend_task_lease while the job runs, or raise distlock.max_job_lease.",
+        );
+    }
+    lease
+}
+
 fn raise_unknown_job(job_id: i64) -> ! {
     raise(PgSqlErrorCode::ERRCODE_NO_DATA_FOUND, format!("job {job_id} does not exist"))
 }

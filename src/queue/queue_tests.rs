@@ -494,6 +494,28 @@ mod tests {
         run(&format!("SELECT distlock.extend_task_lease({id}, '0', 'w')"));
     }
 
+    /// Issue 44, item 6: a job lease longer than distlock.max_job_lease
+    /// (a day by default) is refused for claims and extensions alike.
+    #[pg_test]
+    fn queue_a_lease_above_max_job_lease_is_refused_with_22023() {
+        let id = enqueue("'a'");
+        for call in [
+            "distlock.consume_task('w', '100 years')".to_string(),
+            "distlock.consume_tasks(4, 'w', p_lease => '1 day 1 second')".to_string(),
+            "distlock.settle_and_consume_tasks(4, 'w', p_lease => '2 days')".to_string(),
+            format!("distlock.extend_task_lease({id}, '100 years', 'w')"),
+        ] {
+            assert_sqlstate(&call, "22023");
+        }
+        let processing = "SELECT count(*) FROM distlock.task_queue WHERE status = 'processing'";
+        assert_eq!(one::<i64>(processing), Some(0));
+        // A day is allowed, and a superuser may allow more.
+        run("SELECT * FROM distlock.consume_task('w', '1 day')");
+        assert_eq!(one::<i64>(processing), Some(1));
+        run("SET LOCAL distlock.max_job_lease = '7d'");
+        assert_eq!(one::<bool>(&format!("SELECT distlock.extend_task_lease({id}, '3 days', 'w')")), Some(true));
+    }
+
     #[pg_test(error = "p_lease must not be NULL")]
     fn queue_null_lease_is_an_error() {
         run("SELECT * FROM distlock.consume_task('w', NULL)");

@@ -12,7 +12,7 @@ use pgrx::prelude::*;
 
 use super::place::Place;
 use super::{for_completions, raise_unknown_job, resolve_worker};
-use crate::errors::{positive_interval, required, OrRaise};
+use crate::errors::{required, OrRaise};
 use crate::plans::{first_value, plan, types};
 
 /// A settled job's queue and its place in the claim's index, when the
@@ -104,6 +104,29 @@ fn require_job_in_scope(client: &pgrx::spi::SpiClient<'_>, job_id: i64) {
     }
 }
 
+/// For a caller whose consumer capability is scoped: `ids` with every job
+/// outside its scope replaced by NULL, which the batch settle statements
+/// leave out exactly as an unknown id (no 42501 naming the holder, no row).
+fn ids_in_scope(client: &pgrx::spi::SpiClient<'_>, ids: Vec<Option<i64>>) -> Vec<Option<i64>> {
+    let scope = crate::scopes::of_caller(crate::scopes::Capability::Consumer);
+    if matches!(*scope, crate::scopes::Scope::Everything) {
+        return ids;
+    }
+    let stmt = plan(client, include_str!("../../sql/queries/queue_unfinished_names.sql"), &[types::INT8_ARRAY]);
+    let admitted: std::collections::HashSet<i64> = client
+        .select(&*stmt, None, &[ids.clone().into()])
+        .and_then(|rows| {
+            rows.map(|row| Ok((row.get::<i64>(1)?.unwrap_or_default(), row.get::<Text>(2)?.unwrap_or_default())))
+                .collect::<pgrx::spi::SpiResult<Vec<_>>>()
+        })
+        .or_raise()
+        .into_iter()
+        .filter(|(_, name)| scope.admits(name.bytes()))
+        .map(|(id, _)| id)
+        .collect();
+    ids.into_iter().map(|id| id.filter(|id| admitted.contains(id))).collect()
+}
+
 fn complete(p_task_id: Option<i64>, p_worker_id: Option<Text>, attempt: Option<i32>) -> bool {
     let job_id = required(p_task_id, "p_task_id");
     // The statement takes no extra value; pass a typed NULL to keep one shape.
@@ -138,7 +161,7 @@ fn fail(p_task_id: Option<i64>, p_error: Option<Text>, p_worker_id: Option<Text>
 
 fn extend(p_task_id: Option<i64>, p_lease: Option<Interval>, p_worker_id: Option<Text>, attempt: Option<i32>) -> bool {
     let job_id = required(p_task_id, "p_task_id");
-    let lease = positive_interval(p_lease, "p_lease");
+    let lease = super::job_lease(p_lease);
     settle(include_str!("../../sql/queries/queue_extend.sql"), job_id, p_worker_id, attempt, lease.into(), types::INTERVAL)
         .is_some()
 }
@@ -246,6 +269,7 @@ pub(crate) fn complete_many(
         ),
         &[types::INT8_ARRAY, types::TEXT, types::INT4_ARRAY],
     );
+    let ids = ids_in_scope(client, ids);
     let rows = client.select(&*stmt, None, &[ids.into(), worker.into(), attempts.into()]);
     settled_ids(client, rows, worker).into_iter().map(|(id, _)| id).collect()
 }
@@ -265,6 +289,7 @@ pub(crate) fn fail_many(
         include_str!("../../sql/queries/queue_fail_many.sql"),
         &[types::INT8_ARRAY, types::TEXT, types::INT4_ARRAY, types::TEXT_ARRAY],
     );
+    let ids = ids_in_scope(client, ids);
     let rows = client.select(&*stmt, None, &[ids.into(), worker.into(), attempts.into(), errors.into()]);
     let failed = settled_ids(client, rows, worker);
     for (_, (queue, place)) in &failed {

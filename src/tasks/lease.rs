@@ -98,6 +98,8 @@ fn renew_task_lease(
     let token = required(p_fencing_token, "p_fencing_token");
     let lease = positive_interval(p_lease, "p_lease");
     crate::access::connect(|client| {
+        // Before anything is read: the answer must not depend on the token.
+        crate::scopes::require_task(client, task_id);
         let stmt = plan(
             client,
             include_str!("../../sql/queries/task_lease_renew.sql"),
@@ -138,6 +140,8 @@ fn release_task_lease(
 /// Ends the lease-mode claim of `task_id` with `token`, as its holder's role
 /// (or an admin); 55000 once it is no longer live.
 pub(super) fn release_by_token(client: &SpiClient<'_>, task_id: i32, token: i64, status: &str, error: Option<&Text>) {
+    // Before anything is read: the answer must not depend on the token.
+    crate::scopes::require_task(client, task_id);
     let stmt = plan(
         client,
         include_str!("../../sql/queries/task_lease_holder.sql"),

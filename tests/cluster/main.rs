@@ -29,6 +29,7 @@ mod queue_wait;
 mod privileges;
 mod recovery;
 mod replication_modes;
+mod review_44;
 mod scopes;
 mod search_path;
 mod shared_memory;
