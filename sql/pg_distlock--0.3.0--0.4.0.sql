@@ -25,6 +25,61 @@ SELECT u.name, u.owner, u.token, u.acquired_at, u.renewed_at, u.expires_at, u.is
           JOIN distlock.semaphore_state s USING (name)) u
  WHERE distlock.in_monitor_scope(u.name);
 
+-- advisory_locks leaves out the lock each session claim now takes to name
+-- the claim (objsubid 25709).
+CREATE OR REPLACE VIEW distlock.advisory_locks WITH (security_barrier) AS
+SELECT l.pid,
+       a.application_name,
+       a.client_addr,
+       a.backend_start,
+       a.query,
+       l.mode,
+       l.granted,
+       CASE l.objsubid WHEN 1 THEN 'bigint' WHEN 2 THEN 'int4_pair' ELSE 'pg_distlock' END AS key_kind,
+       -- bigint form: the key given to pg_advisory_lock(bigint)
+       CASE WHEN l.objsubid = 1 THEN (l.classid::bigint << 32) | l.objid::bigint END AS key,
+       -- the name(s) a bigint key came from, when taken with distlock.lock(text)
+       CASE WHEN l.objsubid = 1 THEN
+            (SELECT pg_catalog.string_agg(DISTINCT ln.name, ' | ' ORDER BY ln.name)
+               FROM distlock.lock_names ln
+              WHERE ln.lock_id = ((l.classid::bigint << 32) | l.objid::bigint)
+                AND distlock.in_monitor_scope(ln.name)) END AS key_name,
+       -- int4 pair form: the two keys given to pg_advisory_lock(int, int),
+       -- or the class and key of one of pg_distlock's own locks
+       CASE WHEN l.objsubid <> 1 THEN l.classid::int END AS key1,
+       CASE WHEN l.objsubid <> 1 THEN l.objid::int END AS key2,
+       (l.objsubid = 25708 AND l.classid = distlock.task_lock_class()::oid) AS is_task_lock,
+       t.id AS task_id,
+       t.task_name,
+       CASE WHEN l.granted THEN pg_catalog.now() - r.started_at END AS held_for,
+       CASE WHEN NOT l.granted THEN pg_catalog.now() - l.waitstart END AS waiting_for
+  FROM pg_catalog.pg_locks l
+  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+  LEFT JOIN distlock.scheduled_tasks t
+         ON l.objsubid = 25708
+        AND l.classid = distlock.task_lock_class()::oid
+        AND t.id = l.objid::int
+  LEFT JOIN distlock.task_execution_log r
+         ON r.task_id = t.id
+        AND r.status = 'running'
+        AND r.holder_pid = l.pid
+        AND l.granted
+ WHERE l.locktype = 'advisory'
+   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                      WHERE d.datname = pg_catalog.current_database())
+   -- A session claim's own lock (objsubid 25709, classid the task id) only
+   -- names the claim for fencing checks: the task lock shows the claim.
+   AND l.objsubid <> 25709
+   -- A claim also holds its task's legacy tag; shown once, as the task lock.
+   AND NOT (l.objsubid = 2 AND l.classid = distlock.task_lock_class()::oid
+            AND EXISTS (SELECT 1 FROM distlock.task_lock_holders h
+                         WHERE h.pid = l.pid AND h.task_id = l.objid::int AND NOT h.legacy))
+   AND (distlock.in_monitor_scope(t.task_name, t.task_type)
+        OR (l.objsubid = 1
+            AND EXISTS (SELECT 1 FROM distlock.lock_names ln
+                         WHERE ln.lock_id = ((l.classid::bigint << 32) | l.objid::bigint)
+                           AND distlock.in_monitor_scope(ln.name))));
+
 -- Views that filter rows by the caller's monitor scope are security
 -- barriers (issue 44, item 3): a scoped monitor's cheap function in its own
 -- WHERE clause no longer runs on rows of other tenants.

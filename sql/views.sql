@@ -62,6 +62,9 @@ SELECT l.pid,
  WHERE l.locktype = 'advisory'
    AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
                       WHERE d.datname = pg_catalog.current_database())
+   -- A session claim's own lock (objsubid 25709, classid the task id) only
+   -- names the claim for fencing checks: the task lock shows the claim.
+   AND l.objsubid <> 25709
    -- A claim also holds its task's legacy tag; shown once, as the task lock.
    AND NOT (l.objsubid = 2 AND l.classid = distlock.task_lock_class()::oid
             AND EXISTS (SELECT 1 FROM distlock.task_lock_holders h

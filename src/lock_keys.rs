@@ -29,6 +29,14 @@ pub const RESERVED_KIND: u16 = 0x646c;
 /// The `locktag_field4` of task locks up to 0.2.0.
 const LEGACY_KIND: u16 = 2;
 
+/// `locktag_field4` of a session claim's own lock ("dm", 25709 in
+/// `pg_locks.objsubid`): `objid`/`field2` the task id, `field3` the low 32
+/// bits of the claim's fencing token. The task lock says that a claim runs;
+/// this one says which, so a fencing check can ask whether the holder still
+/// holds *this* claim (a backend that lost its claim and claimed the task
+/// again holds another one).
+const CLAIM_KIND: u16 = 0x646d;
+
 /// The class id that marks pg_distlock task locks in `pg_locks.classid`.
 #[pg_extern(immutable, parallel_safe)]
 pub fn task_lock_class() -> i32 {
@@ -178,11 +186,69 @@ pub fn unlock_task_for_transaction(task_id: i32) {
     unsafe { pg_sys::LockRelease(&tag, mode, false) };
 }
 
-/// Releases one session-level hold of a task's lock (and of its legacy tag,
-/// when this session holds that too); false if none was held.
+fn claim_lock_tag(task_id: i32, token: i64) -> pg_sys::LOCKTAG {
+    reserved_tag(task_id, token as u32, CLAIM_KIND)
+}
+
+thread_local! {
+    /// The claim lock this session took for each task it claimed (its token).
+    static CLAIM_LOCKS: std::cell::RefCell<std::collections::HashMap<i32, i64>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// Takes the session-level lock of claim `token` of `task_id`, which this
+/// session has just claimed; `unlock_task` gives it back with the task lock.
+/// No other session can want it: the tag is this claim's alone.
+pub fn lock_claim(task_id: i32, token: i64) {
+    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+    unsafe { pg_sys::LockAcquire(&claim_lock_tag(task_id, token), mode, true, true) };
+    CLAIM_LOCKS.with_borrow_mut(|locks| locks.insert(task_id, token));
+}
+
+/// Gives back this session's claim lock of `task_id`, if it still holds one
+/// (DISCARD ALL may have dropped it already).
+fn unlock_claim(task_id: i32) {
+    let Some(token) = CLAIM_LOCKS.with_borrow_mut(|locks| locks.remove(&task_id)) else {
+        return;
+    };
+    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+    let tag = claim_lock_tag(task_id, token);
+    unsafe {
+        if crate::pg_compat::lock_held_by_me(&tag, mode) {
+            pg_sys::LockRelease(&tag, mode, true);
+        }
+    }
+}
+
+/// Whether this session holds the lock of claim `token` of `task_id`.
+pub fn holds_claim_lock(task_id: i32, token: i64) -> bool {
+    unsafe { crate::pg_compat::lock_held_by_me(&claim_lock_tag(task_id, token), pg_sys::ExclusiveLock as pg_sys::LOCKMODE) }
+}
+
+/// Whether backend `pid` holds the lock of claim `token` of `task_id`.
+pub fn backend_holds_claim(pid: i32, task_id: i32, token: i64) -> bool {
+    crate::proc_locks::backend_holds(pid, &claim_lock_tag(task_id, token), pg_sys::ExclusiveLock as pg_sys::LOCKMODE)
+}
+
+/// Whether backend `pid` holds the lock of any claim of `task_id`.
+pub fn backend_holds_any_claim(pid: i32, task_id: i32) -> bool {
+    let like = claim_lock_tag(task_id, 0);
+    crate::proc_locks::backend_holds_any(pid, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, |held| {
+        held.locktag_field1 == like.locktag_field1
+            && held.locktag_field2 == like.locktag_field2
+            && held.locktag_field4 == like.locktag_field4
+            && held.locktag_type == like.locktag_type
+            && held.locktag_lockmethodid == like.locktag_lockmethodid
+    })
+}
+
+/// Releases one session-level hold of a task's lock (and of its legacy tag
+/// and its claim lock, when this session holds those too); false if none
+/// was held.
 pub fn unlock_task(task_id: i32) -> bool {
     let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
     let legacy = legacy_task_lock_tag(task_id);
+    unlock_claim(task_id);
     unsafe {
         if crate::pg_compat::lock_held_by_me(&legacy, mode) {
             pg_sys::LockRelease(&legacy, mode, true);

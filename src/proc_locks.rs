@@ -26,6 +26,22 @@ struct Link {
 /// Whether the live backend `pid` holds `tag` in `mode` (at session or
 /// transaction level). False for a pid no backend has.
 pub fn backend_holds(pid: i32, tag: &pg_sys::LOCKTAG, mode: pg_sys::LOCKMODE) -> bool {
+    let partition = unsafe { pg_sys::LockTagHashCode(tag) } % pg_sys::NUM_LOCK_PARTITIONS;
+    backend_holds_matching(pid, partition..partition + 1, mode, |held| same_tag(held, tag))
+}
+
+/// Whether the live backend `pid` holds, in `mode`, any lock whose tag
+/// `matches`; every partition is read, one at a time.
+pub fn backend_holds_any(pid: i32, mode: pg_sys::LOCKMODE, matches: impl Fn(&pg_sys::LOCKTAG) -> bool) -> bool {
+    backend_holds_matching(pid, 0..pg_sys::NUM_LOCK_PARTITIONS, mode, matches)
+}
+
+fn backend_holds_matching(
+    pid: i32,
+    partitions: std::ops::Range<u32>,
+    mode: pg_sys::LOCKMODE,
+    matches: impl Fn(&pg_sys::LOCKTAG) -> bool,
+) -> bool {
     // SAFETY: BackendPidGetProc returns a PGPROC of the shared array or
     // null; the partition's LWLock, held shared, keeps that PGPROC's list
     // for the partition and the PROCLOCKs on it from changing while read.
@@ -34,23 +50,33 @@ pub fn backend_holds(pid: i32, tag: &pg_sys::LOCKTAG, mode: pg_sys::LOCKMODE) ->
         if proc_.is_null() {
             return false;
         }
-        let partition = pg_sys::LockTagHashCode(tag) % pg_sys::NUM_LOCK_PARTITIONS;
-        let lwlock = &raw mut (*pg_sys::MainLWLockArray
-            .add((pg_sys::LOCK_MANAGER_LWLOCK_OFFSET + partition) as usize))
-        .lock;
-        pg_sys::LWLockAcquire(lwlock, pg_sys::LWLockMode::LW_SHARED);
-        // The slot may have been handed to another backend since the lookup.
-        let holds = (*proc_).pid == pid && list_holds(proc_, partition as usize, tag, mode);
-        pg_sys::LWLockRelease(lwlock);
-        holds
+        for partition in partitions {
+            let lwlock = &raw mut (*pg_sys::MainLWLockArray
+                .add((pg_sys::LOCK_MANAGER_LWLOCK_OFFSET + partition) as usize))
+            .lock;
+            pg_sys::LWLockAcquire(lwlock, pg_sys::LWLockMode::LW_SHARED);
+            // The slot may have been handed to another backend since the lookup.
+            let holds = (*proc_).pid == pid && list_holds(proc_, partition as usize, mode, &matches);
+            pg_sys::LWLockRelease(lwlock);
+            if holds {
+                return true;
+            }
+        }
+        false
     }
 }
 
-/// Walks `proc_`'s PROCLOCKs of `partition` for one on `tag` holding `mode`.
+/// Walks `proc_`'s PROCLOCKs of `partition` for one holding `mode` on a lock
+/// whose tag `matches`.
 ///
 /// # Safety
 /// The partition's lock-manager LWLock is held.
-unsafe fn list_holds(proc_: *const pg_sys::PGPROC, partition: usize, tag: &pg_sys::LOCKTAG, mode: pg_sys::LOCKMODE) -> bool {
+unsafe fn list_holds(
+    proc_: *const pg_sys::PGPROC,
+    partition: usize,
+    mode: pg_sys::LOCKMODE,
+    matches: &impl Fn(&pg_sys::LOCKTAG) -> bool,
+) -> bool {
     let head = (&raw const (*proc_).myProcLocks[partition]).cast::<Link>();
     let link_offset = std::mem::offset_of!(pg_sys::PROCLOCK, procLink);
     let mode_bit: pg_sys::LOCKMASK = 1 << mode;
@@ -58,7 +84,7 @@ unsafe fn list_holds(proc_: *const pg_sys::PGPROC, partition: usize, tag: &pg_sy
     while !link.is_null() && link != head {
         let proclock = link.cast::<u8>().sub(link_offset).cast::<pg_sys::PROCLOCK>();
         let lock = (*proclock).tag.myLock;
-        if !lock.is_null() && (*proclock).holdMask & mode_bit != 0 && same_tag(&(*lock).tag, tag) {
+        if !lock.is_null() && (*proclock).holdMask & mode_bit != 0 && matches(&(*lock).tag) {
             return true;
         }
         link = (*link).next;

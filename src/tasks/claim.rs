@@ -78,6 +78,7 @@ pub fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, on
         .or_raise();
     match claimed {
         Some((Some(log_id), Some(fencing_token))) => {
+            crate::lock_keys::lock_claim(task_id, fencing_token);
             super::held::claimed(task_id, super::held::Held { log_id, worker: worker.clone(), role });
             Claim::Claimed { fencing_token }
         }

@@ -4,7 +4,7 @@
 use pgrx::prelude::*;
 
 use crate::errors::{required, OrRaise};
-use crate::lock_keys::{backend_holds_task_lock, holds_task_lock};
+use crate::lock_keys::{backend_holds_any_claim, backend_holds_claim, backend_holds_task_lock, holds_claim_lock};
 use crate::plans::{plan, types};
 
 /// True only for the token of the claim that currently runs the task, and,
@@ -42,7 +42,7 @@ fn check_fencing_token(p_task_id: Option<i32>, p_token: Option<i64>) -> bool {
             .or_raise()
     });
     match current {
-        Some(claim) if claim.token == Some(token) => !claim.session_claim || claim.holder_still_holds(task_id),
+        Some(claim) if claim.token == Some(token) => !claim.session_claim || claim.holder_still_holds(task_id, token),
         _ => false,
     }
 }
@@ -59,13 +59,27 @@ struct CurrentClaim {
 }
 
 impl CurrentClaim {
-    /// Whether the claim's own backend holds the task's lock, asked of that
-    /// backend: not "is the lock busy", which a new claimer also makes it.
-    fn holder_still_holds(&self, task_id: i32) -> bool {
-        match self.holder_pid {
-            Some(pid) if pid == unsafe { pg_sys::MyProcPid } => holds_task_lock(task_id),
-            Some(pid) => self.same_backend && backend_holds_task_lock(pid, task_id),
-            None => false,
+    /// Whether the claim's own backend still holds *this* claim, asked of
+    /// that backend's locks: not "is the task's lock busy", which a new
+    /// claimer also makes it, nor "does it hold the task", which it also does
+    /// after it lost this claim and claimed the task again.
+    fn holder_still_holds(&self, task_id: i32, token: i64) -> bool {
+        let Some(pid) = self.holder_pid else {
+            return false;
+        };
+        if pid == unsafe { pg_sys::MyProcPid } {
+            // This library takes a claim lock with every session claim.
+            return holds_claim_lock(task_id, token);
         }
+        if backend_holds_claim(pid, task_id, token) {
+            return true;
+        }
+        // A claim made by a library before 0.4.0 has no claim lock: its
+        // backend's hold of the task lock (for 0.2.0's, the legacy tag) stands
+        // for it, unless that backend holds a claim lock of the task (it
+        // claimed again since). Plain SQL can take the legacy tag, so a
+        // backend that lost a claim can pass this way until the legacy tag is
+        // dropped (docs/tasks.md, "Fencing").
+        self.same_backend && !backend_holds_any_claim(pid, task_id) && backend_holds_task_lock(pid, task_id)
     }
 }

@@ -1,9 +1,8 @@
 //! Breaks a fresh-eyes review found in "Fencing by identity" (380ac33) and
 //! "Scoped reads that cannot leak" (e9d75fc), each written as a test that
-//! failed there. Two are still open and ignored with their reason: a lost
-//! token revived by the same backend's uncommitted re-claim, or by the
-//! legacy tag taken from SQL; both need a lock that identifies the claim
-//! itself rather than the task (issue 44, item 1).
+//! failed there. One is still open and ignored with its reason: a lost
+//! token revived by the legacy tag taken from SQL (the tag that claims of
+//! libraries before 0.4.0 hold, accepted until it is dropped).
 
 use crate::support::*;
 
@@ -38,7 +37,6 @@ fn valid(c: &mut Client, task_id: i32, token: i64) -> bool {
 /// pid and backend start match, and that backend holds the lock: every
 /// other session accepts the lost token.
 #[test]
-#[ignore = "open: needs a per-claim lock (issue 44, item 1)"]
 fn a_lost_token_is_revived_when_the_same_backend_claims_again_uncommitted() {
     let db = fresh_db("review_same_backend");
     let mut admin = connect(&db);
@@ -64,7 +62,7 @@ fn a_lost_token_is_revived_when_the_same_backend_claims_again_uncommitted() {
 /// documents): its 0.4.0 claim's token is valid again from every session,
 /// though pg_distlock never gave the lock back.
 #[test]
-#[ignore = "open: needs a per-claim lock (issue 44, item 1)"]
+#[ignore = "open: the legacy tag stands for claims of libraries before 0.4.0 until it is dropped (issue 44, item 6)"]
 fn a_lost_token_is_revived_by_the_legacy_tag_taken_from_sql() {
     let db = fresh_db("review_legacy_revive");
     let mut admin = connect(&db);
