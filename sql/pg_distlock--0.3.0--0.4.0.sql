@@ -99,6 +99,179 @@ ALTER VIEW distlock.queue_latency SET (security_barrier = true);
 ALTER VIEW distlock.queue_wait_histogram SET (security_barrier = true);
 ALTER VIEW distlock.queue_stats SET (security_barrier = true);
 
+-- Admins take processing jobs back from their consumers (issue 44, item 5).
+CREATE FUNCTION distlock.requeue_jobs(
+    p_queue text DEFAULT NULL,
+    p_job_ids bigint[] DEFAULT NULL
+) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'requeue_jobs_wrapper';
+REVOKE ALL ON FUNCTION distlock.requeue_jobs(text, bigint[]) FROM PUBLIC;
+
+-- The capability model gains it: the list replaced, every admin granted it.
+CREATE OR REPLACE FUNCTION distlock.capability_privileges(p_capability text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_capability OPERATOR(pg_catalog.<>) ALL (ARRAY['worker', 'producer', 'consumer', 'monitor', 'admin']) THEN
+        RAISE EXCEPTION 'unknown capability "%"', p_capability
+            USING ERRCODE = '22023', HINT = 'One of worker, producer, consumer, monitor, admin.';
+    END IF;
+    RETURN QUERY
+SELECT g.privilege, g.object FROM (VALUES
+    -- Pure helpers, for everyone with a capability.
+    ('any',      'USAGE',   'SCHEMA distlock'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.lock_id(text)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.get_task_lock_id(text)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.task_lock_class()'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.cron_next(text, timestamptz)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_timestamp(bigint)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_worker_id(bigint)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_sequence(bigint)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.in_monitor_scope(text, text)'),
+    -- Scheduled tasks and the coordination primitives a service uses.
+    ('worker',   'EXECUTE', 'FUNCTION distlock.worker_fetch_and_execute_task(text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_multiple_tasks(text, integer)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_task_lock(integer, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_task_lock(integer, text, text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.check_fencing_token(integer, bigint)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.worker_fetch_and_execute_task(text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_multiple_tasks(text, integer, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_acquire_task_lease(integer, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.renew_task_lease(integer, bigint, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_task_lease(integer, bigint, text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_and_fetch_task(integer, text, text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_and_fetch_task(integer, bigint, text, text, interval, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.lock(bigint, interval, boolean, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.lock(text, interval, boolean, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_lock(bigint, boolean, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_lock(text, boolean, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.unlock(bigint, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.unlock(text, boolean)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.unlock_all()'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.acquire_lease(text, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.renew_lease(text, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_lease(text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.check_lease_token(text, bigint)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.acquire_semaphore(text, integer, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.release_semaphore(text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.try_become_leader(text, text, interval)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.resign_leader(text, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.check_rate_limit(text, integer, integer)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.throttle(text, integer, integer, double precision, integer)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.rate_limit_status(text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.generate_snowflake_id(integer)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.bump_version()'),
+    -- The job queue.
+    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text)'),
+    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_tasks(text, jsonb[], timestamptz, integer, integer, text)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval, text[])'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[])'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_tasks(bigint[], text, integer[])'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_task(bigint, text, integer)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.fail_task(bigint, text, text)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.fail_task(bigint, text, text, integer)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.extend_task_lease(bigint, interval, text)'),
+    ('consumer', 'EXECUTE', 'FUNCTION distlock.extend_task_lease(bigint, interval, text, integer)'),
+    -- The monitoring views (what pg_monitor is granted).
+    ('monitor',  'SELECT',  'distlock.advisory_locks, distlock.lock_waits, distlock.running_tasks, '
+                            'distlock.task_stats, distlock.queue_stats, distlock.queues, distlock.queue_throughput, '
+                            'distlock.queue_latency, distlock.queue_wait_histogram, distlock.leases, distlock.leaders, '
+                            'distlock.lock_stats, distlock.lock_key_collisions, distlock.blocked_tasks, distlock.sweep_status, '
+                            'distlock.task_schedule'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_wait_stats()'),
+    -- Recovery, retention and resets; defining tasks.
+    ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.pause_queue(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.resume_queue(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.set_queue_limit(text, integer)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limit(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.reset_lock_stats()'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.prune_execution_log(interval)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.prune_jobs(interval)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.retry_dead_jobs(text, bigint[])'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.delete_dead_jobs(text, bigint[])'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.requeue_jobs(text, bigint[])'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.prune_leases(interval)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),
+    ('admin',    'SELECT, DELETE', 'distlock.scheduled_tasks'),
+    ('admin',    'INSERT (id, task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
+                 'max_retries, retry_delay)', 'distlock.scheduled_tasks'),
+    ('admin',    'UPDATE (task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
+                 'max_retries, retry_delay, consecutive_failures)', 'distlock.scheduled_tasks'),
+    ('admin',    'USAGE',   'SEQUENCE distlock.scheduled_tasks_id_seq'),
+    ('admin',    'SELECT',  'distlock.task_execution_log, distlock.task_queue, distlock.completed_jobs, distlock.jobs')
+) AS g (capability, privilege, object)
+WHERE g.capability OPERATOR(pg_catalog.=) ANY (
+    CASE p_capability
+        WHEN 'admin' THEN ARRAY['any', 'worker', 'producer', 'consumer', 'monitor', 'admin']
+        ELSE ARRAY['any', p_capability]
+    END);
+END
+$$;
+
+DO $grant$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT rc.role, rc.capability, rc.scope FROM distlock.role_capabilities rc
+              WHERE rc.capability OPERATOR(pg_catalog.=) 'admin' LOOP
+        PERFORM distlock.grant_capability(g.role, g.capability, g.scope);
+    END LOOP;
+END
+$grant$;
+
+-- Sessions still running an older library may not write (issue 44, item 6).
+-- Created after every write this script makes.
+CREATE FUNCTION distlock.library_guard()
+    RETURNS TRIGGER
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'library_guard_wrapper';
+REVOKE ALL ON FUNCTION distlock.library_guard() FROM PUBLIC;
+-- Sessions still running an older library may not write (src/library_guard.rs):
+-- before any statement writes a pg_distlock table, library_guard compares
+-- the version of the SQL installed (its argument) with the session's library.
+-- Each release's update script drops and recreates these triggers with its
+-- own version; a session that loaded an older library is refused (55000, or
+-- 42883 for a library before 0.4.0, which has no library_guard). Reads are
+-- not guarded.
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.scheduled_tasks
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.task_execution_log
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.task_queue
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.completed_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.queue_settings
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.lease_state
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.semaphore_state
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.semaphore_holders
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.leader_state
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.id_generator
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.rate_limit_windows
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.rate_limit_gcra
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.lock_names
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.role_capabilities
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.sweep_state
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+
 -- Last: privileges granted or revoked by an extension script are recorded in
 -- pg_init_privs as the extension's own, and pg_dump writes only what differs
 -- from them. 0.3.0's update re-granted every capability inside its script,

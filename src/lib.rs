@@ -9,6 +9,7 @@ mod coordination;
 mod errors;
 mod gucs;
 mod hashing;
+mod library_guard;
 mod lock_keys;
 mod lock_wait;
 mod locks;
@@ -55,6 +56,11 @@ pgrx::extension_sql_file!(
     "../sql/access.sql",
     name = "access",
     requires = ["schema", scopes::role_capabilities_changed]
+);
+pgrx::extension_sql_file!(
+    "../sql/guard.sql",
+    name = "guard",
+    requires = ["schema", "locks", "queue", "ratelimit", "snowflake", "leases", "sweep", "access", library_guard::library_guard]
 );
 pgrx::extension_sql_file!("../sql/grants.sql", name = "grants", finalize);
 

@@ -1,5 +1,6 @@
-//! Dead jobs (their attempts used up) wait for a person: retried or deleted
-//! by an admin, one by one, by queue, or all at once.
+//! What an admin does to jobs, one by one, by queue, or all at once: dead
+//! jobs (their attempts used up) are retried or deleted; processing jobs are
+//! taken back from their consumers.
 
 use pgrx::prelude::*;
 
@@ -7,9 +8,9 @@ use crate::errors::OrRaise;
 use crate::plans::{plan, types};
 use crate::text::{self, Text};
 
-/// Runs `statement` for the dead jobs of `p_queue` among `p_job_ids`
-/// (NULL: any); the (id, queue) rows it changed.
-fn act_on_dead(statement: &'static str, p_queue: Option<Text>, p_job_ids: Option<Vec<Option<i64>>>) -> Vec<Text> {
+/// Runs `statement` for the jobs of `p_queue` among `p_job_ids` (NULL:
+/// any); the queues of the rows it changed, one per row.
+fn act_on_jobs(statement: &'static str, p_queue: Option<Text>, p_job_ids: Option<Vec<Option<i64>>>) -> Vec<Text> {
     let queue = p_queue.map(|queue| text::checked_name(queue, "p_queue"));
     if let Some(ids) = &p_job_ids {
         if ids.iter().any(Option::is_none) {
@@ -30,7 +31,7 @@ fn act_on_dead(statement: &'static str, p_queue: Option<Text>, p_job_ids: Option
 /// of their queues are woken at commit.
 #[pg_extern]
 fn retry_dead_jobs(p_queue: default!(Option<Text>, "NULL"), p_job_ids: default!(Option<Vec<Option<i64>>>, "NULL")) -> i64 {
-    let queues = act_on_dead(include_str!("../../sql/queries/queue_retry_dead.sql"), p_queue, p_job_ids);
+    let queues = act_on_jobs(include_str!("../../sql/queries/queue_retry_dead.sql"), p_queue, p_job_ids);
     for queue in &queues {
         // Runnable now, wherever their priority puts them in the index.
         super::wake::jobs_added(Some(queue.bytes()), 1, super::place::Place::HEAD);
@@ -41,5 +42,20 @@ fn retry_dead_jobs(p_queue: default!(Option<Text>, "NULL"), p_job_ids: default!(
 /// Deletes dead jobs of `p_queue` among `p_job_ids` (NULL: any); how many.
 #[pg_extern]
 fn delete_dead_jobs(p_queue: default!(Option<Text>, "NULL"), p_job_ids: default!(Option<Vec<Option<i64>>>, "NULL")) -> i64 {
-    act_on_dead(include_str!("../../sql/queries/queue_delete_dead.sql"), p_queue, p_job_ids).len() as i64
+    act_on_jobs(include_str!("../../sql/queries/queue_delete_dead.sql"), p_queue, p_job_ids).len() as i64
+}
+
+/// Returns processing jobs of `p_queue` among `p_job_ids` (NULL: any) to the
+/// queue, runnable now: for a consumer that will not settle them (dead,
+/// hung, or holding a long lease). The attempt it used stays counted (one
+/// more is allowed when none is left), and its later complete, fail or
+/// extend returns false. Rows being settled right now are skipped; returns
+/// how many went back. Waiting consumers of their queues are woken at commit.
+#[pg_extern]
+fn requeue_jobs(p_queue: default!(Option<Text>, "NULL"), p_job_ids: default!(Option<Vec<Option<i64>>>, "NULL")) -> i64 {
+    let queues = act_on_jobs(include_str!("../../sql/queries/queue_requeue.sql"), p_queue, p_job_ids);
+    for queue in &queues {
+        super::wake::jobs_added(Some(queue.bytes()), 1, super::place::Place::HEAD);
+    }
+    queues.len() as i64
 }

@@ -526,6 +526,7 @@ const CALLS: &[(&str, &str)] = &[
     ("distlock.prune_jobs(interval)", "SELECT distlock.prune_jobs('0 seconds')"),
     ("distlock.retry_dead_jobs(text,bigint[])", "SELECT distlock.retry_dead_jobs('q', ARRAY[1]::bigint[])"),
     ("distlock.delete_dead_jobs(text,bigint[])", "SELECT distlock.delete_dead_jobs('q', ARRAY[1]::bigint[])"),
+    ("distlock.requeue_jobs(text,bigint[])", "SELECT distlock.requeue_jobs('q', ARRAY[1]::bigint[])"),
 ];
 
 /// Functions only the extension's owner may call; called by the owner with
@@ -537,6 +538,8 @@ const OWNER_CALLS: &[(&str, &str)] = &[
      "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor', 'scoped.')"),
     // Fired by every change of role_capabilities.
     ("distlock.role_capabilities_changed()", "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor')"),
+    // Fired by every statement that writes a table.
+    ("distlock.library_guard()", "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor')"),
 ];
 
 /// On both storage modes: with pg_distlock preloaded (shared memory) and

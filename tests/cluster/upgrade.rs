@@ -288,6 +288,7 @@ fn upgrade_in_place(
     let mut c = new_database(port, db);
     c.batch_execute(&format!("CREATE EXTENSION pg_distlock VERSION '{release}'")).expect("install the release");
     let mut worker = connect_to(port, db, "upgrade-worker");
+    let worker_pid = backend_pid(&mut worker);
     let swap = std::env::var("DISTLOCK_TEST_SWAP_LIBRARY").ok();
     populate(&mut c, &mut worker, swap.is_some());
     let last_id = one_i64(&mut c, "SELECT distlock.generate_snowflake_id(7)");
@@ -323,11 +324,28 @@ fn upgrade_in_place(
     assert_eq!(table_contents(&mut c, &old_columns), before, "rows changed by the update");
     check(&mut c);
     // ...and works: the claim taken before the update is released by its holder,
-    worker
-        .batch_execute(
-            "SELECT distlock.release_task_lock(id, 'w1', 'completed') FROM distlock.scheduled_tasks WHERE task_name = 'report'",
-        )
-        .expect("the claim taken at 0.1.0 is released after the update");
+    let release =
+        "SELECT distlock.release_task_lock(id, 'w1', 'completed') FROM distlock.scheduled_tasks WHERE task_name = 'report'";
+    if swap.is_some() {
+        // A session still running the old library may read but not write
+        // (issue 44, item 6): a library before 0.4.0 has no library_guard, so
+        // PostgreSQL refuses its writes with 42883. Reconnected, the worker's
+        // old session and claim end, and the sweep abandons the claim.
+        assert!(
+            scalar(&mut worker, "SELECT count(*) FROM distlock.scheduled_tasks").is_some(),
+            "the old library still reads"
+        );
+        assert_eq!(sqlstate(worker.batch_execute(release)), "42883", "the old library's release is refused");
+        drop(worker);
+        worker = connect_to(port, db, "upgrade-worker");
+        eventually("the old worker's session ends", std::time::Duration::from_secs(10), || {
+            count(&mut c, &format!("SELECT 1 FROM pg_stat_activity WHERE pid = {worker_pid}")) == 0
+        });
+        let swept = lines(&mut c, "SELECT task_id::text FROM distlock.check_and_recover_timeout_tasks()");
+        assert_eq!(swept.len(), 1, "the sweep abandons the old session's claim: {swept:?}");
+    } else {
+        worker.batch_execute(release).expect("the claim taken before the update is released after it");
+    }
     assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'running'"), 0);
     // tokens, terms and IDs keep rising,
     assert!(one_bool(

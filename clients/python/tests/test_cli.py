@@ -91,6 +91,18 @@ def test_retry_dead_asks_first_and_makes_the_job_runnable(db: Db) -> None:
     assert db.value("SELECT count(*) FROM distlock.task_queue WHERE id = %s", other) == 0
 
 
+def test_requeue_asks_first_and_takes_a_processing_job_back(db: Db) -> None:
+    job = db.value("SELECT distlock.enqueue_task('send', '{}', now(), 0, 3, 'mail')")
+    assert db.value("SELECT task_id FROM distlock.consume_task('w', '1 hour', p_queues => ARRAY['mail'])") == job
+    code, out = cli(db, "requeue", str(job), answer="n\n")
+    assert code == 1 and f"Return 1 processing job(s) among ids {job} to the queue?" in out
+    assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", job) == "processing"
+    code, out = cli(db, "requeue", str(job), answer="y\n")
+    assert code == 0 and "requeue: 1" in out
+    assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", job) == "pending"
+    assert db.value("SELECT distlock.complete_task(%s, 'w')", job) is False
+
+
 def test_pause_resume_and_force_release(db: Db) -> None:
     db.admin.execute("SELECT distlock.enqueue_task('send', p_queue => 'mail')")
     assert cli(db, "pause", "mail", "--yes")[0] == 0

@@ -42,9 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("leases", help="leases and semaphore holders")
     commands.add_parser("leaders", help="election groups: leader, term, expiry")
 
-    for name, what in (("retry-dead", "give dead jobs one more attempt"), ("delete-dead", "delete dead jobs")):
+    for name, what, which in (("retry-dead", "give dead jobs one more attempt", "dead"),
+                              ("delete-dead", "delete dead jobs", "dead"),
+                              ("requeue", "take processing jobs back from their consumers", "processing")):
         action = commands.add_parser(name, help=f"admin: {what} (of --queue, or the ids given; all when neither)")
-        action.add_argument("--queue", help="only this queue's dead jobs")
+        action.add_argument("--queue", help=f"only this queue's {which} jobs")
         action.add_argument("ids", nargs="*", type=int, metavar="ID", help="only these jobs")
         action.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     for name, what in (("pause", "pause a queue"), ("resume", "resume a queue")):

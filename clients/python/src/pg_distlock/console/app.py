@@ -111,7 +111,7 @@ def _result(command: str, done: Any) -> str:
         return f"sweep: recovered {len(done['recovered'])} claim(s)"
     if isinstance(done, bool):
         return f"{command}: {'done' if done else 'nothing to do'}"
-    return f"{command}: {done} job(s)" if command.endswith("-dead") else f"{command}: {done}"
+    return f"{command}: {done} job(s)" if command.endswith("-dead") or command == "requeue" else f"{command}: {done}"
 
 
 def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[str]] = None) -> Starlette:

@@ -39,6 +39,12 @@ def plan(conn: psycopg.Connection[Any], command: str, *, queue: Optional[str] = 
         function = "retry_dead_jobs" if command == "retry-dead" else "delete_dead_jobs"
         return Action(command, f"{verb} {known}dead job(s) {_which(queue, ids)}?",
                       f"SELECT distlock.{function}(%s, %s::bigint[])", (queue, ids or None))
+    if command == "requeue":
+        held = reads.count_jobs(conn, "processing", queue, ids)
+        known = "" if held is None else f"{held} "
+        return Action(command, f"Return {known}processing job(s) {_which(queue, ids)} to the queue? "
+                               "Their consumers' settles will be refused.",
+                      "SELECT distlock.requeue_jobs(%s, %s::bigint[])", (queue, ids or None))
     if command in ("pause", "resume"):
         if not queue:
             raise ValueError(f"{command} needs a queue")

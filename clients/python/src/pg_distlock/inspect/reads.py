@@ -147,10 +147,15 @@ def dead_jobs(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
 
 
 def count_dead(conn: psycopg.Connection[Any], queue: Optional[str], ids: list[int]) -> Optional[int]:
+    return count_jobs(conn, "dead", queue, ids)
+
+
+def count_jobs(conn: psycopg.Connection[Any], status: str, queue: Optional[str], ids: list[int]) -> Optional[int]:
+    """How many unfinished jobs in `status` an action on `queue` and `ids` would touch."""
     rows = _rows(conn, """
         SELECT count(*) AS n FROM distlock.task_queue
-         WHERE status = 'dead' AND (%s::text IS NULL OR queue = %s)
-           AND (%s::bigint[] IS NULL OR id = ANY (%s::bigint[]))""", (queue, queue, ids or None, ids or None))
+         WHERE status = %s AND (%s::text IS NULL OR queue = %s)
+           AND (%s::bigint[] IS NULL OR id = ANY (%s::bigint[]))""", (status, queue, queue, ids or None, ids or None))
     return None if rows is None else int(rows[0]["n"])
 
 

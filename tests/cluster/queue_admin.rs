@@ -1,0 +1,79 @@
+//! An admin takes processing jobs back from their consumers (issue 44, item
+//! 5): the job is runnable again at once (a waiting consumer gets it), the
+//! attempt its consumer used stays counted, and that consumer's settles are
+//! refused; only the admin capability may do it.
+
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+#[test]
+fn an_admin_returns_a_held_job_and_its_consumers_settles_are_refused() {
+    let db = fresh_db("queue_admin_requeue");
+    let mut admin = connect(&db);
+    let mut holder = connect_to(primary_port(), &db, "holder");
+    let job: i64 = admin
+        .query_one("SELECT distlock.enqueue_task('report', '{}', now(), 0, 1, 'mail')", &[])
+        .expect("enqueue")
+        .get(0);
+    let held: i64 = holder
+        .query_one("SELECT task_id FROM distlock.consume_task('holder', '1 day', p_queues => ARRAY['mail'])", &[])
+        .expect("claim")
+        .get(0);
+    assert_eq!(held, job);
+
+    // A consumer waits for the queue; the requeue's commit wakes it.
+    let waiter_db = db.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut w = connect_to(primary_port(), &waiter_db, "waiter");
+        let started = Instant::now();
+        let row = w
+            .query_opt(
+                "SELECT task_id, attempts FROM distlock.consume_task('waiter', '1 minute', '20 seconds', ARRAY['mail'])",
+                &[],
+            )
+            .expect("wait");
+        (row.map(|r| (r.get::<_, i64>(0), r.get::<_, i32>(1))), started.elapsed())
+    });
+    eventually("the waiter waits", Duration::from_secs(10), || {
+        count(&mut admin, "SELECT 1 FROM pg_stat_activity WHERE application_name = 'waiter' AND wait_event_type = 'Extension'") == 1
+    });
+    let returned: i64 = admin
+        .query_one("SELECT distlock.requeue_jobs(NULL, ARRAY[$1]::bigint[])", &[&job])
+        .expect("requeue")
+        .get(0);
+    assert_eq!(returned, 1);
+    let (taken, waited) = waiter.join().expect("waiter");
+    assert_eq!(taken, Some((job, 2)), "the waiter takes the job back, its second attempt (one more allowed)");
+    assert!(waited < Duration::from_secs(10), "woken by the requeue, not by its timeout: {waited:?}");
+    for settle in [
+        "SELECT distlock.complete_task($1, 'holder')",
+        "SELECT distlock.fail_task($1, 'late', 'holder')",
+        "SELECT distlock.extend_task_lease($1, '1 minute', 'holder')",
+    ] {
+        let done: bool = holder.query_one(settle, &[&job]).expect("settle").get(0);
+        assert!(!done, "{settle}: the old holder's settle went through");
+    }
+    assert_eq!(scalar(&mut admin, &format!("SELECT worker_id FROM distlock.task_queue WHERE id = {job}")), Some("waiter".into()));
+    let last_error = scalar(&mut admin, &format!("SELECT last_error FROM distlock.task_queue WHERE id = {job}"));
+    assert!(last_error.is_some_and(|e| e.contains("returned to the queue by an admin (worker holder)")));
+}
+
+#[test]
+fn only_the_admin_capability_may_requeue() {
+    let db = fresh_db("queue_admin_requeue_roles");
+    let mut c = connect(&db);
+    c.batch_execute(
+        "DROP ROLE IF EXISTS queue_admin_consumer; CREATE ROLE queue_admin_consumer; \
+         DROP ROLE IF EXISTS queue_admin_admin; CREATE ROLE queue_admin_admin; \
+         SELECT distlock.grant_capability('queue_admin_consumer', 'consumer'); \
+         SELECT distlock.grant_capability('queue_admin_admin', 'admin'); \
+         SELECT distlock.enqueue_task('report'); \
+         SELECT * FROM distlock.consume_task('w', '1 hour');",
+    )
+    .expect("roles and a held job");
+    refused(&mut c, "queue_admin_consumer", "SELECT distlock.requeue_jobs()");
+    let returned = as_role(&mut c, "queue_admin_admin", |c| scalar(c, "SELECT distlock.requeue_jobs()"));
+    assert_eq!(returned, Some("1".into()));
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE status = 'processing'"), 0);
+}
