@@ -7,8 +7,10 @@
 //! pg_distlock has a statement trigger that calls `library_guard` with the
 //! version the installed SQL belongs to (each release's update script
 //! recreates the triggers with its own version). A backend whose library is
-//! another version is refused with 55000 before the statement writes
-//! anything; reads are not guarded. A library older than 0.4.0 has no
+//! older is refused with 55000 before the statement writes anything; reads
+//! are not guarded. A newer library passes: between installing a release
+//! and `ALTER EXTENSION UPDATE` it serves the older SQL on purpose (see
+//! src/version.rs). A library older than 0.4.0 has no
 //! `library_guard` at all: PostgreSQL refuses its writes with 42883 (`could
 //! not find function "library_guard_wrapper"`), which docs/upgrading.md
 //! explains.
@@ -23,9 +25,8 @@ use crate::version::LIBRARY_VERSION;
 fn library_guard<'a>(
     trigger: &'a PgTrigger<'a>,
 ) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, pgrx::PgTriggerError> {
-    let installed = trigger.extra_args()?;
-    if installed.first().map(String::as_str) != Some(LIBRARY_VERSION) {
-        let installed = installed.first().cloned().unwrap_or_default();
+    let installed = trigger.extra_args()?.into_iter().next().unwrap_or_default();
+    if older(LIBRARY_VERSION, &installed) {
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!(
@@ -36,4 +37,30 @@ fn library_guard<'a>(
         );
     }
     Ok(None)
+}
+
+/// Whether version `library` comes before version `installed` (numeric
+/// parts compared in order); a version that is not all numbers is older
+/// than any other but itself, so that a malformed argument refuses.
+fn older(library: &str, installed: &str) -> bool {
+    let parts = |v: &str| v.split('.').map(|p| p.parse::<u64>()).collect::<Result<Vec<_>, _>>();
+    match (parts(library), parts(installed)) {
+        (Ok(library), Ok(installed)) => library < installed,
+        _ => library != installed,
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn library_guard_orders_versions_by_their_numbers() {
+        assert!(super::older("0.4.0", "0.5.0"));
+        assert!(super::older("0.9.0", "0.10.0"));
+        assert!(!super::older("0.4.0", "0.4.0"));
+        assert!(!super::older("0.5.0", "0.4.0"));
+        assert!(super::older("0.4.0", "x"));
+    }
 }

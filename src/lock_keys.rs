@@ -186,6 +186,8 @@ pub fn unlock_task_for_transaction(task_id: i32) {
     unsafe { pg_sys::LockRelease(&tag, mode, false) };
 }
 
+/// The claim's lock; its 64-bit key, `task_id << 32 | token as u32`, is what
+/// sql/queries/claim_task.sql logs in `task_execution_log.lock_id`.
 fn claim_lock_tag(task_id: i32, token: i64) -> pg_sys::LOCKTAG {
     reserved_tag(task_id, token as u32, CLAIM_KIND)
 }

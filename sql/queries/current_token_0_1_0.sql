@@ -11,7 +11,8 @@ SELECT t.current_token,
             -- after that (no reuse can be told then; the lock check decides).
             ELSE COALESCE((SELECT a.backend_start OPERATOR(pg_catalog.=) r.holder_backend_start
                              FROM pg_catalog.pg_stat_activity a
-                            WHERE a.pid OPERATOR(pg_catalog.=) r.holder_pid), true) END
+                            WHERE a.pid OPERATOR(pg_catalog.=) r.holder_pid), true) END,
+       r.lock_id
   FROM distlock.scheduled_tasks t
   LEFT JOIN distlock.task_execution_log r
     ON r.task_id OPERATOR(pg_catalog.=) t.id

@@ -20,6 +20,8 @@ mod tests {
             "distlock.renew_lease('long', 'a', '292026 years')",
             "distlock.acquire_semaphore('long', 2, 'a', '2 days')",
             "distlock.try_become_leader('long', 'a', '1 day 1 second')",
+            // Positive by PostgreSQL's 30-day months, 143 years on a calendar.
+            "distlock.acquire_lease('long', 'a', '10000 years -3599999 days')",
         ] {
             run(&format!(
                 "DO $$ BEGIN PERFORM {call}; RAISE EXCEPTION 'accepted %', $c${call}$c$; \

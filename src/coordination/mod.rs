@@ -19,16 +19,13 @@ use crate::plans::{plan, types};
 /// most `distlock.max_hold_ttl`, so that a holder that dies cannot keep a
 /// name for years (22023 otherwise).
 fn hold_ttl(p_ttl: Option<pgrx::datum::Interval>) -> pgrx::datum::Interval {
-    let ttl = crate::errors::positive_interval(p_ttl, "p_ttl");
-    let max_seconds = crate::gucs::MAX_HOLD_TTL_SECONDS.get();
-    if crate::errors::interval_micros(&ttl) > max_seconds as i128 * 1_000_000 {
-        crate::errors::raise_with_hint(
-            pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("p_ttl must be at most distlock.max_hold_ttl ({max_seconds} s), got {ttl}"),
-            "Renew a hold before it runs out instead, or raise distlock.max_hold_ttl.",
-        );
-    }
-    ttl
+    crate::errors::capped_interval(
+        p_ttl,
+        "p_ttl",
+        crate::gucs::MAX_HOLD_TTL_SECONDS.get(),
+        "distlock.max_hold_ttl",
+        "Renew a hold before it runs out instead, or raise distlock.max_hold_ttl.",
+    )
 }
 
 fn now() -> TimestampWithTimeZone {

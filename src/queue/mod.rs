@@ -64,16 +64,13 @@ fn for_completions(archived: &'static str, in_place: &'static str) -> &'static s
 /// consumer that dies, or a tenant that means harm, cannot keep a job, or a
 /// limited queue's slot, for years (22023 otherwise).
 fn job_lease(p_lease: Option<pgrx::datum::Interval>) -> pgrx::datum::Interval {
-    let lease = crate::errors::positive_interval(p_lease, "p_lease");
-    let max_seconds = crate::gucs::MAX_JOB_LEASE_SECONDS.get();
-    if crate::errors::interval_micros(&lease) > max_seconds as i128 * 1_000_000 {
-        crate::errors::raise_with_hint(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("p_lease must be at most distlock.max_job_lease ({max_seconds} s), got {lease}"),
-            "Extend the lease with distlock.extend_task_lease while the job runs, or raise distlock.max_job_lease.",
-        );
-    }
-    lease
+    crate::errors::capped_interval(
+        p_lease,
+        "p_lease",
+        crate::gucs::MAX_JOB_LEASE_SECONDS.get(),
+        "distlock.max_job_lease",
+        "Extend the lease with distlock.extend_task_lease while the job runs, or raise distlock.max_job_lease.",
+    )
 }
 
 fn raise_unknown_job(job_id: i64) -> ! {

@@ -503,6 +503,9 @@ mod tests {
             "distlock.consume_task('w', '100 years')".to_string(),
             "distlock.consume_tasks(4, 'w', p_lease => '1 day 1 second')".to_string(),
             "distlock.settle_and_consume_tasks(4, 'w', p_lease => '2 days')".to_string(),
+            // Positive by PostgreSQL's 30-day months, 143 years on a calendar.
+            "distlock.consume_task('w', '10000 years -3599999 days')".to_string(),
+            "distlock.consume_task('w', '2 mons -59 days')".to_string(),
             format!("distlock.extend_task_lease({id}, '100 years', 'w')"),
         ] {
             assert_sqlstate(&call, "22023");

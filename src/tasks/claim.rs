@@ -6,7 +6,7 @@ use pgrx::spi::SpiClient;
 use pgrx::PgSqlErrorCode;
 
 use crate::errors::{raise, require_primary, required, OrRaise};
-use crate::lock_keys::{task_lock_id, try_lock_task, unlock_task, TryLock};
+use crate::lock_keys::{try_lock_task, unlock_task, TryLock};
 use crate::plans::{first_two, plan, types};
 use crate::xact;
 
@@ -58,7 +58,7 @@ pub fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, on
     let stmt = plan(
         client,
         include_str!("../../sql/queries/claim_task.sql"),
-        &[types::INT4, types::BOOL, types::TEXT, types::INT8, types::TIMESTAMPTZ, types::OID],
+        &[types::INT4, types::BOOL, types::TEXT, types::TIMESTAMPTZ, types::OID],
     );
     let role = crate::access::caller();
     let claimed = client
@@ -69,7 +69,6 @@ pub fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, on
                 task_id.into(),
                 only_if_due.into(),
                 worker.into(),
-                task_lock_id(task_id).into(),
                 super::backend_start().into(),
                 role.into(),
             ],

@@ -4,7 +4,7 @@
 use pgrx::prelude::*;
 
 use crate::errors::{required, OrRaise};
-use crate::lock_keys::{backend_holds_any_claim, backend_holds_claim, backend_holds_task_lock, holds_claim_lock};
+use crate::lock_keys::{backend_holds_any_claim, backend_holds_claim, backend_holds_task_lock, holds_claim_lock, task_lock_id};
 use crate::plans::{plan, types};
 
 /// True only for the token of the claim that currently runs the task, and,
@@ -37,6 +37,7 @@ fn check_fencing_token(p_task_id: Option<i32>, p_token: Option<i64>) -> bool {
                     session_claim: row.get::<bool>(2)?.unwrap_or(false),
                     holder_pid: row.get::<i32>(3)?,
                     same_backend: row.get::<bool>(4)?.unwrap_or(false),
+                    lock_id: row.get::<i64>(5)?,
                 }))
             })
             .or_raise()
@@ -56,6 +57,9 @@ struct CurrentClaim {
     /// Whether the backend with that pid is the one that made the claim
     /// (same start time), not a later one given a reused pid.
     same_backend: bool,
+    /// The key the claim logged: its own claim lock's from 0.4.0 on, the
+    /// task lock's for a claim of an older library.
+    lock_id: Option<i64>,
 }
 
 impl CurrentClaim {
@@ -67,19 +71,22 @@ impl CurrentClaim {
         let Some(pid) = self.holder_pid else {
             return false;
         };
-        if pid == unsafe { pg_sys::MyProcPid } {
-            // This library takes a claim lock with every session claim.
-            return holds_claim_lock(task_id, token);
+        if self.lock_id != Some(task_lock_id(task_id)) {
+            // A claim of this library (or a row written by hand): only its
+            // own claim lock stands for it.
+            return if pid == unsafe { pg_sys::MyProcPid } {
+                holds_claim_lock(task_id, token)
+            } else {
+                backend_holds_claim(pid, task_id, token)
+            };
         }
-        if backend_holds_claim(pid, task_id, token) {
-            return true;
-        }
-        // A claim made by a library before 0.4.0 has no claim lock: its
-        // backend's hold of the task lock (for 0.2.0's, the legacy tag) stands
-        // for it, unless that backend holds a claim lock of the task (it
-        // claimed again since). Plain SQL can take the legacy tag, so a
-        // backend that lost a claim can pass this way until the legacy tag is
-        // dropped (docs/tasks.md, "Fencing").
-        self.same_backend && !backend_holds_any_claim(pid, task_id) && backend_holds_task_lock(pid, task_id)
+        // A claim made by a library before 0.4.0, which takes no claim lock:
+        // its backend's hold of the task lock (for 0.2.0's, the legacy tag)
+        // stands for it, unless that backend holds a claim lock of the task
+        // (it claimed again since, with this library).
+        pid != unsafe { pg_sys::MyProcPid }
+            && self.same_backend
+            && !backend_holds_any_claim(pid, task_id)
+            && backend_holds_task_lock(pid, task_id)
     }
 }

@@ -52,7 +52,7 @@ mod tests {
             count(&format!(
                 "SELECT 1 FROM distlock.task_execution_log WHERE task_id = {id} AND status = 'running' \
                  AND worker_id = 'w1' AND holder_pid = pg_backend_pid() AND attempt = 1 \
-                 AND lock_id = (distlock.task_lock_class()::bigint << 32) | {id} \
+                 AND lock_id = ({id}::bigint << 32) | (fencing_token & 4294967295) \
                  AND holder_backend_start = (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()) \
                  AND fencing_token = (SELECT current_token FROM distlock.scheduled_tasks WHERE id = {id})"
             )),

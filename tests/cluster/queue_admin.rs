@@ -77,3 +77,33 @@ fn only_the_admin_capability_may_requeue() {
     assert_eq!(returned, Some("1".into()));
     assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE status = 'processing'"), 0);
 }
+
+/// Consumers that share a worker id (the default one is application_name)
+/// are told apart only by the attempt: after a requeue, the old consumer's
+/// settle with its attempt is refused and the new consumer's goes through.
+/// (Without p_attempt they cannot be told apart: docs/queue.md.)
+#[test]
+fn after_requeue_a_settle_with_the_old_attempt_is_refused() {
+    let db = fresh_db("queue_admin_requeue_attempt");
+    let mut admin = connect(&db);
+    let mut old = connect_to(primary_port(), &db, "app");
+    let mut new = connect_to(primary_port(), &db, "app");
+    admin.batch_execute("SELECT distlock.enqueue_task('j', p_queue => 'q')").expect("enqueue");
+    let row = old.query_one("SELECT task_id, attempts FROM distlock.consume_task(p_queues => ARRAY['q'])", &[]).expect("claim");
+    let (job, first): (i64, i32) = (row.get(0), row.get(1));
+    let requeued: i64 = admin.query_one("SELECT distlock.requeue_jobs('q', NULL)", &[]).expect("requeue").get(0);
+    assert_eq!(requeued, 1);
+    let row = new.query_one("SELECT task_id, attempts FROM distlock.consume_task(p_queues => ARRAY['q'])", &[]).expect("claim");
+    let (again, second): (i64, i32) = (row.get(0), row.get(1));
+    assert_eq!((again, second), (job, first + 1));
+    for settle in [
+        "SELECT distlock.complete_task($1, NULL, $2)",
+        "SELECT distlock.extend_task_lease($1, '1 minute', NULL, $2)",
+        "SELECT distlock.fail_task($1, 'late', NULL, $2)",
+    ] {
+        let done: bool = old.query_one(settle, &[&job, &first]).expect("settle").get(0);
+        assert!(!done, "{settle}: the old attempt settled the new one");
+    }
+    let done: bool = new.query_one("SELECT distlock.complete_task($1, NULL, $2)", &[&job, &second]).expect("complete").get(0);
+    assert!(done, "the live attempt completes");
+}

@@ -1,8 +1,7 @@
 //! Breaks a fresh-eyes review found in "Fencing by identity" (380ac33) and
 //! "Scoped reads that cannot leak" (e9d75fc), each written as a test that
-//! failed there. One is still open and ignored with its reason: a lost
-//! token revived by the legacy tag taken from SQL (the tag that claims of
-//! libraries before 0.4.0 hold, accepted until it is dropped).
+//! failed there; and those a second review found in the claim lock, the
+//! library guard and the job lease cap (13a0ebd, 1aa8da6).
 
 use crate::support::*;
 
@@ -62,7 +61,6 @@ fn a_lost_token_is_revived_when_the_same_backend_claims_again_uncommitted() {
 /// documents): its 0.4.0 claim's token is valid again from every session,
 /// though pg_distlock never gave the lock back.
 #[test]
-#[ignore = "open: the legacy tag stands for claims of libraries before 0.4.0 until it is dropped (issue 44, item 6)"]
 fn a_lost_token_is_revived_by_the_legacy_tag_taken_from_sql() {
     let db = fresh_db("review_legacy_revive");
     let mut admin = connect(&db);
@@ -203,4 +201,104 @@ fn lease_releases_outside_the_scope_tell_the_token_and_the_role() {
         assert_ne!(right.0, "ok", "A acted on B's claim");
     }
     assert!(told.is_empty(), "{told:#?}");
+}
+
+/// Break 1. The pre-0.4.0 fallback ("holder holds the task lock and no claim
+/// lock of the task") also covers a 0.4.0 claim, and a 0.4.0 backend holds
+/// the task lock without any claim lock between try_lock_task and lock_claim
+/// (claim_for_session runs legacy::may_claim and claim_task.sql in between).
+/// A holder that lost its claim and claims the task again is inside that
+/// window for as long as claim_task.sql waits, e.g. behind an admin's row
+/// lock on the task: its lost token is accepted the whole time.
+#[test]
+fn a_lost_claims_token_stays_refused_while_its_old_holder_claims_again() {
+    let db = fresh_db("review2_fallback_window");
+    let mut admin = connect(&db);
+    let mut holder = connect_to(primary_port(), &db, "holder");
+    let mut third = connect_to(primary_port(), &db, "third");
+    task(&mut admin, 1, "payroll", "1 hour");
+    let task_id = 1;
+    let lost = claim(&mut holder, task_id, "holder");
+    holder.batch_execute("SELECT pg_advisory_unlock_all()").expect("lose the claim");
+    assert!(!valid(&mut third, task_id, lost), "refused once the claim is lost");
+
+    // An admin edits the task in an open transaction.
+    admin.batch_execute("BEGIN").unwrap();
+    admin
+        .execute("SELECT 1 FROM distlock.scheduled_tasks WHERE id = $1 FOR UPDATE", &[&task_id])
+        .expect("row lock");
+    // The old holder claims again: takes the task lock, then waits on the row.
+    let reclaim = std::thread::spawn(move || {
+        let ok: bool = holder
+            .query_one("SELECT distlock.try_acquire_task_lock($1, 'holder')", &[&task_id])
+            .expect("re-claim")
+            .get(0);
+        ok
+    });
+    eventually("the re-claim waits on the task row", std::time::Duration::from_secs(10), || {
+        count(
+            &mut third,
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = 'holder' AND wait_event_type = 'Lock'",
+        ) == 1
+    });
+    let accepted_in_window = valid(&mut third, task_id, lost);
+    admin.batch_execute("COMMIT").unwrap();
+    assert!(reclaim.join().unwrap(), "the re-claim succeeds");
+    assert!(!valid(&mut third, task_id, lost));
+    assert!(!accepted_in_window, "the lost token was accepted while its old holder was re-claiming");
+}
+
+/// Break 2. job_lease() measures a month as 30 days, but the lease is applied
+/// as calendar months: '10000 years -3599999 days' counts as one day (passes
+/// the 1-day cap) and leases the job for ~143 years. Same for
+/// extend_task_lease, consume_tasks and settle_and_consume_tasks.
+#[test]
+fn max_job_lease_cannot_be_bypassed_with_a_mixed_sign_interval() {
+    let db = fresh_db("review2_lease_cap");
+    let mut c = connect(&db);
+    c.batch_execute("SELECT distlock.enqueue_task('j1'); SELECT distlock.enqueue_task('j2')").unwrap();
+    let took = c.query("SELECT task_id FROM distlock.consume_task('w', p_lease => '10000 years -3599999 days')", &[]);
+    // Refusing it (22023) is fine; accepting it must not lease beyond the cap.
+    if took.is_ok() {
+        let days: f64 = c
+            .query_one(
+                "SELECT (extract(epoch FROM max(lease_expires_at) - now()) / 86400)::float8 FROM distlock.task_queue",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert!(days <= 1.01, "consume_task leased a job for {days:.0} days under distlock.max_job_lease = 1 day");
+    }
+    let consumed = c.query("SELECT task_id FROM distlock.consume_task('w', p_lease => '1 hour')", &[]).unwrap();
+    let job: i64 = consumed[0].get(0);
+    let extended = c.query_one(
+        "SELECT distlock.extend_task_lease($1, '1000 years -359999 days', 'w')",
+        &[&job],
+    );
+    assert_eq!(sqlstate(extended), "22023", "extend_task_lease to ~14 years under a 1-day cap");
+}
+
+/// Break 4. library_guard refuses any library that is not *equal* to the SQL's
+/// version, so from the next release on, the new library on a database not
+/// yet updated (the state between installing and ALTER EXTENSION UPDATE that
+/// src/version.rs and docs/upgrading.md promise keeps working) refuses every
+/// write, with a hint ("Reconnect") that cannot help. Emulated as in
+/// library_guard.rs: the guards name an older version than the library.
+#[test]
+fn a_newer_library_still_writes_to_a_database_not_yet_updated() {
+    let db = fresh_db("review2_guard_newer_library");
+    let mut c = connect(&db);
+    c.batch_execute(
+        "DO $$ DECLARE r record; BEGIN \
+           FOR r IN SELECT tgrelid::regclass AS t FROM pg_trigger WHERE tgname = 'library_guard' LOOP \
+             EXECUTE format('DROP TRIGGER library_guard ON %s', r.t); \
+             EXECUTE format('CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s \
+                             FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard(%L)', r.t, '0.3.9'); \
+           END LOOP; END $$",
+    )
+    .expect("guards of an older SQL version");
+    let mut w = connect_to(primary_port(), &db, "worker");
+    if let Err(e) = w.batch_execute("SELECT distlock.enqueue_task('x')") {
+        panic!("the newer library may not write to the not-yet-updated database: {e}");
+    }
 }

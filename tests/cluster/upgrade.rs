@@ -436,8 +436,8 @@ fn upgrade_in_place(
     let columns = table_columns(&mut c);
     let mut dumped = table_contents(&mut c, &columns);
     let mut restored_rows = table_contents(&mut restored, &columns);
-    // Rate-limit state is not dumped (documented).
-    for table in ["rate_limit_windows", "rate_limit_gcra"] {
+    // Rate-limit state and the sweep's record are not dumped (documented).
+    for table in ["rate_limit_windows", "rate_limit_gcra", "sweep_state"] {
         dumped.remove(table);
         restored_rows.remove(table);
     }
