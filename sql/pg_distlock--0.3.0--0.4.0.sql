@@ -229,10 +229,9 @@ $grant$;
 
 -- Sessions still running an older library may not write (issue 44, item 6).
 -- Created after every write this script makes.
-CREATE FUNCTION distlock.library_guard()
-    RETURNS TRIGGER
-    LANGUAGE c
-    AS 'MODULE_PATHNAME', 'library_guard_wrapper';
+CREATE FUNCTION distlock.library_guard() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'distlock_library_guard'
+    LANGUAGE c;
 REVOKE ALL ON FUNCTION distlock.library_guard() FROM PUBLIC;
 -- Sessions still running an older library may not write (src/library_guard.rs):
 -- before any statement writes a pg_distlock table, library_guard compares

@@ -60,7 +60,7 @@ pgrx::extension_sql_file!(
 pgrx::extension_sql_file!(
     "../sql/guard.sql",
     name = "guard",
-    requires = ["schema", "locks", "queue", "ratelimit", "snowflake", "leases", "sweep", "access", library_guard::library_guard]
+    requires = ["schema", "locks", "queue", "ratelimit", "snowflake", "leases", "sweep", "access", "library_guard"]
 );
 pgrx::extension_sql_file!("../sql/grants.sql", name = "grants", finalize);
 
