@@ -69,13 +69,24 @@ pub fn positive_interval(value: Option<pgrx::datum::Interval>, argument: &str) -
     interval
 }
 
-/// A positive interval (see `positive_interval`) whose longest possible span
+/// A positive interval (see `positive_interval`) with no negative part: what
+/// a mixed one spans depends on the timestamp it is added to, and
+/// '10000 years -3599999 days', a positive day by PostgreSQL's 30-day
+/// months, spans 143 years on a calendar.
+pub fn forward_interval(value: Option<pgrx::datum::Interval>, argument: &str) -> pgrx::datum::Interval {
+    let interval = positive_interval(value, argument);
+    if interval.months() < 0 || interval.days() < 0 || interval.micros() < 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{argument} must have no negative part, got {interval}"),
+        );
+    }
+    interval
+}
+
+/// A positive interval (see `forward_interval`) whose longest possible span
 /// is at most `max_seconds` (the setting `setting`), or ERROR 22023 with
-/// `hint`. What it spans depends on the timestamp it is added to (a month
-/// is 28 to 31 days), so its span is counted at the longest (31-day months)
-/// and an interval with a negative part is refused: '10000 years -3599999
-/// days' is a positive day by the 30-day count PostgreSQL compares with, but
-/// 143 years when added to a timestamp.
+/// `hint`. A month spans 28 to 31 days, so it counts as 31.
 pub fn capped_interval(
     value: Option<pgrx::datum::Interval>,
     argument: &str,
@@ -84,13 +95,7 @@ pub fn capped_interval(
     hint: &str,
 ) -> pgrx::datum::Interval {
     const MICROS_PER_DAY: i128 = 86_400_000_000;
-    let interval = positive_interval(value, argument);
-    if interval.months() < 0 || interval.days() < 0 || interval.micros() < 0 {
-        raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("{argument} must have no negative part, got {interval}"),
-        );
-    }
+    let interval = forward_interval(value, argument);
     let longest =
         interval.months() as i128 * 31 * MICROS_PER_DAY + interval.days() as i128 * MICROS_PER_DAY + interval.micros() as i128;
     if longest > max_seconds as i128 * 1_000_000 {

@@ -48,7 +48,15 @@ pub unsafe extern "C-unwind" fn distlock_library_guard(fcinfo: pg_sys::FunctionC
             "distlock.library_guard() may only be called as a trigger",
         );
     }
-    let trigger = unsafe { (*context.cast::<pg_sys::TriggerData>()).tg_trigger };
+    let data = context.cast::<pg_sys::TriggerData>();
+    if unsafe { (*data).tg_event } & pg_sys::TRIGGER_EVENT_ROW != 0 {
+        // Returning NULL from a row trigger would drop the row silently.
+        raise(
+            PgSqlErrorCode::ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
+            "distlock.library_guard() must be fired FOR EACH STATEMENT",
+        );
+    }
+    let trigger = unsafe { (*data).tg_trigger };
     let installed = unsafe {
         if (*trigger).tgnargs < 1 {
             c""

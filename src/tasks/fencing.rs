@@ -4,7 +4,7 @@
 use pgrx::prelude::*;
 
 use crate::errors::{required, OrRaise};
-use crate::lock_keys::{backend_holds_any_claim, backend_holds_claim, backend_holds_task_lock, holds_claim_lock, task_lock_id};
+use crate::lock_keys::{backend_holds_any_claim, backend_holds_claim, backend_holds_task_lock, holds_claim_lock, task_lock_id, TASK_LOCK_CLASS};
 use crate::plans::{plan, types};
 
 /// True only for the token of the claim that currently runs the task, and,
@@ -71,7 +71,11 @@ impl CurrentClaim {
         let Some(pid) = self.holder_pid else {
             return false;
         };
-        if self.lock_id != Some(task_lock_id(task_id)) {
+        // Task id TASK_LOCK_CLASS is the one whose claim keys can take the
+        // old form too (with a token whose low 32 bits are that number): it
+        // is always read as a claim of this library, which at worst refuses a
+        // token of an older library's claim of that one task.
+        if self.lock_id != Some(task_lock_id(task_id)) || task_id == TASK_LOCK_CLASS {
             // A claim of this library (or a row written by hand): only its
             // own claim lock stands for it.
             return if pid == unsafe { pg_sys::MyProcPid } {

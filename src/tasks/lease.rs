@@ -12,7 +12,7 @@ use pgrx::PgSqlErrorCode;
 
 use super::claim::{raise_unknown_task, task_exists, Claim, Mode};
 use super::release::{finish_claim, release_status, Finished};
-use crate::errors::{positive_interval, raise_with_hint, require_primary, required, OrRaise};
+use crate::errors::{forward_interval, raise_with_hint, require_primary, required, OrRaise};
 use crate::lock_keys::{try_lock_task_for_transaction, unlock_task_for_transaction, TryLock};
 use crate::plans::{first_two, plan, types};
 
@@ -74,7 +74,7 @@ fn try_acquire_task_lease(p_task_id: Option<i32>, p_worker_id: Option<Text>, p_l
     require_primary("claim tasks");
     let task_id = required(p_task_id, "p_task_id");
     let worker = text::name(p_worker_id, "p_worker_id");
-    let lease = positive_interval(p_lease, "p_lease");
+    let lease = forward_interval(p_lease, "p_lease");
     crate::access::connect(|client| {
         crate::scopes::require_task(client, task_id);
         match claim(client, task_id, &worker, false, lease) {
@@ -96,7 +96,7 @@ fn renew_task_lease(
     require_primary("renew task leases");
     let task_id = required(p_task_id, "p_task_id");
     let token = required(p_fencing_token, "p_fencing_token");
-    let lease = positive_interval(p_lease, "p_lease");
+    let lease = forward_interval(p_lease, "p_lease");
     crate::access::connect(|client| {
         // Before anything is read: the answer must not depend on the token.
         crate::scopes::require_task(client, task_id);
@@ -164,5 +164,5 @@ pub(super) fn release_by_token(client: &SpiClient<'_>, task_id: i32, token: i64,
 
 /// The fetch functions' lease mode, for their overloads in fetch.rs.
 pub fn mode(p_lease: Option<Interval>) -> Mode {
-    Mode::Lease(positive_interval(p_lease, "p_lease"))
+    Mode::Lease(forward_interval(p_lease, "p_lease"))
 }

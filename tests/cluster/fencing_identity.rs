@@ -17,7 +17,8 @@ fn task(c: &mut Client, name: &str, timeout: &str) -> i32 {
     .get(0)
 }
 
-fn claim(c: &mut Client, task_id: i32, worker: &str) -> i64 {
+/// Claims `task_id` in session mode as `worker`; its fencing token.
+pub(crate) fn claim(c: &mut Client, task_id: i32, worker: &str) -> i64 {
     let claimed: bool = c
         .query_one("SELECT distlock.try_acquire_task_lock($1, $2)", &[&task_id, &worker])
         .expect("claim")
@@ -28,7 +29,8 @@ fn claim(c: &mut Client, task_id: i32, worker: &str) -> i64 {
         .get(0)
 }
 
-fn valid(c: &mut Client, task_id: i32, token: i64) -> bool {
+/// What `check_fencing_token` answers for `token` of `task_id`.
+pub(crate) fn valid(c: &mut Client, task_id: i32, token: i64) -> bool {
     c.query_one("SELECT distlock.check_fencing_token($1, $2)", &[&task_id, &token]).expect("check").get(0)
 }
 

@@ -1,8 +1,10 @@
 //! Breaks a fresh-eyes review found in "Fencing by identity" (380ac33) and
 //! "Scoped reads that cannot leak" (e9d75fc), each written as a test that
 //! failed there; and those a second review found in the claim lock, the
-//! library guard and the job lease cap (13a0ebd, 1aa8da6).
+//! library guard and the job lease cap (13a0ebd, 1aa8da6); and those a third
+//! found in their mends (e939f6b, 7dbbb68).
 
+use crate::fencing_identity::{claim, valid};
 use crate::support::*;
 
 fn task(c: &mut Client, id: i32, name: &str, timeout: &str) {
@@ -12,21 +14,6 @@ fn task(c: &mut Client, id: i32, name: &str, timeout: &str) {
         &[&id, &name, &timeout],
     )
     .expect("task");
-}
-
-fn claim(c: &mut Client, task_id: i32, worker: &str) -> i64 {
-    let claimed: bool = c
-        .query_one("SELECT distlock.try_acquire_task_lock($1, $2)", &[&task_id, &worker])
-        .expect("claim")
-        .get(0);
-    assert!(claimed, "{worker} claims task {task_id}");
-    c.query_one("SELECT current_token FROM distlock.scheduled_tasks WHERE id = $1", &[&task_id])
-        .expect("token")
-        .get(0)
-}
-
-fn valid(c: &mut Client, task_id: i32, token: i64) -> bool {
-    c.query_one("SELECT distlock.check_fencing_token($1, $2)", &[&task_id, &token]).expect("check").get(0)
 }
 
 /// Same-backend identity is not claim identity: the holder's backend loses
@@ -301,4 +288,87 @@ fn a_newer_library_still_writes_to_a_database_not_yet_updated() {
     if let Err(e) = w.batch_execute("SELECT distlock.enqueue_task('x')") {
         panic!("the newer library may not write to the not-yet-updated database: {e}");
     }
+}
+
+/// The task whose id equals task_lock_class() (0x646c636b).
+const CLASS_TASK: i32 = 0x646c_636b;
+
+/// A task with id = task_lock_class() and the next token drawn congruent to
+/// it mod 2^32: the 0.4.0 claim logs (id << 32) | (token & 0xffffffff),
+/// which is exactly the pre-0.4.0 form (class << 32) | id.
+fn colliding_claim(admin: &mut Client, holder: &mut Client) -> i64 {
+    admin
+        .execute(
+            "INSERT INTO distlock.scheduled_tasks (id, task_name, task_type, next_run_at) VALUES ($1, 'c', 'job', now())",
+            &[&CLASS_TASK],
+        )
+        .expect("task");
+    admin
+        .batch_execute(&format!("SELECT setval('distlock.fencing_token_seq', {})", CLASS_TASK as i64 - 1))
+        .expect("setval");
+    let token = claim(holder, CLASS_TASK, "holder");
+    assert_eq!(token & 0xffff_ffff, CLASS_TASK as i64);
+    token
+}
+
+/// A live 0.4.0 claim whose logged key equals the old form is taken for a
+/// pre-0.4.0 claim: the fallback refuses the holder itself (pid ==
+/// MyProcPid) and every other session (the holder holds a claim lock).
+#[test]
+fn a_live_claim_whose_key_looks_old_stays_valid() {
+    let db = fresh_db("breaks_key_collision_live");
+    let mut admin = connect(&db);
+    let mut holder = connect_to(primary_port(), &db, "holder");
+    let token = colliding_claim(&mut admin, &mut holder);
+    assert!(valid(&mut holder, CLASS_TASK, token), "the holder's own live token {token} is refused");
+    assert!(valid(&mut admin, CLASS_TASK, token), "the live token {token} is refused to others");
+}
+
+/// Same collision: the holder loses its locks, then takes the legacy tag
+/// from plain SQL; the lost 0.4.0 token passes the pre-0.4.0 fallback.
+#[test]
+fn a_lost_claim_whose_key_looks_old_is_not_revived_by_the_legacy_tag() {
+    let db = fresh_db("breaks_key_collision_lost");
+    let mut admin = connect(&db);
+    let mut holder = connect_to(primary_port(), &db, "holder");
+    let lost = colliding_claim(&mut admin, &mut holder);
+    holder.batch_execute("SELECT pg_advisory_unlock_all()").expect("lose the lock");
+    assert!(!valid(&mut admin, CLASS_TASK, lost));
+    holder
+        .batch_execute(&format!("SELECT pg_advisory_lock(distlock.task_lock_class(), {CLASS_TASK})"))
+        .expect("legacy tag");
+    assert!(!valid(&mut admin, CLASS_TASK, lost), "lost token {lost} revived through the legacy tag");
+}
+
+/// Task leases still take any positive-by-30-day-months interval: a
+/// negative part is accepted and the lease runs 143 years.
+#[test]
+fn a_task_lease_with_a_negative_part_is_refused() {
+    let db = fresh_db("breaks_task_lease_negative");
+    let mut admin = connect(&db);
+    admin
+        .batch_execute("INSERT INTO distlock.scheduled_tasks (id, task_name, task_type, next_run_at) VALUES (1, 't', 'job', now())")
+        .expect("task");
+    let r = admin.query_one("SELECT distlock.try_acquire_task_lease(1, 'w', '10000 years -3599999 days')", &[]);
+    let years: Option<f64> = admin
+        .query_one("SELECT extract(year FROM lease_expires_at - now())::float8 FROM distlock.scheduled_tasks WHERE id = 1", &[])
+        .ok()
+        .and_then(|row| row.get(0));
+    assert!(r.is_err(), "lease with a negative part accepted (lease ends in {years:?} years)");
+}
+
+/// library_guard attached FOR EACH ROW (or INSTEAD OF) returns a NULL
+/// pointer: PostgreSQL silently skips every row instead of refusing.
+#[test]
+fn library_guard_as_a_row_trigger_refuses_rather_than_dropping_rows() {
+    let db = fresh_db("breaks_guard_row_trigger");
+    let mut admin = connect(&db);
+    admin
+        .batch_execute(
+            "CREATE TABLE g (x int);
+             CREATE TRIGGER r BEFORE INSERT ON g FOR EACH ROW EXECUTE FUNCTION distlock.library_guard('0.4.0')",
+        )
+        .expect("setup");
+    let inserted = admin.execute("INSERT INTO g VALUES (1)", &[]);
+    assert!(inserted.is_err(), "row trigger silently dropped the row: {inserted:?}");
 }
