@@ -136,37 +136,53 @@ fn terminate_holder(client: &SpiClient<'_>, task_id: i32, pid: i32) -> bool {
 /// gives the task back. The claim rolls back, so the due slot runs again.
 fn end_uncommitted_claims(client: &SpiClient<'_>, timeout_minutes: i32) -> Vec<(i32, Text, bool)> {
     let stmt = plan(client, include_str!("../sql/queries/stale_uncommitted_claims.sql"), &[types::INT4]);
-    let stale: Vec<(i32, i32, Text, Text)> = client
-        .select(&*stmt, None, &[timeout_minutes.into()])
-        .and_then(|rows| {
-            rows.map(|row| {
-                Ok((
-                    row.get(1)?.unwrap_or_default(),
-                    row.get(2)?.unwrap_or_default(),
-                    row.get(3)?.unwrap_or_default(),
-                    row.get(4)?.unwrap_or_default(),
-                ))
-            })
-            .collect()
-        })
-        .or_raise();
+    let stale: Vec<(i32, i32, Text, Text)> = four_columns(client.select(&*stmt, None, &[timeout_minutes.into()]));
     let me = unsafe { pg_sys::MyProcPid };
     stale
         .into_iter()
         .filter(|(_, pid, _, _)| *pid != me)
         .map(|(task_id, pid, holder, timeout)| {
-            ereport!(
-                WARNING,
-                PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+            let released = warn_and_terminate(
+                client,
+                task_id,
+                pid,
                 format!(
                     "pg_distlock sweep: backend {pid} ({holder}) has held the lock of task {task_id} in a \
                      transaction open longer than {timeout} with no committed claim; terminating it"
-                )
+                ),
             );
-            let released = terminate_holder(client, task_id, pid);
             (task_id, holder, released)
         })
         .collect()
+}
+
+/// The rows of a four-column statement, NULLs read as defaults.
+fn four_columns<A, B, C, D>(rows: pgrx::spi::SpiResult<pgrx::spi::SpiTupleTable<'_>>) -> Vec<(A, B, C, D)>
+where
+    A: FromDatum + IntoDatum + Default,
+    B: FromDatum + IntoDatum + Default,
+    C: FromDatum + IntoDatum + Default,
+    D: FromDatum + IntoDatum + Default,
+{
+    rows.and_then(|rows| {
+        rows.map(|row| {
+            Ok((
+                row.get(1)?.unwrap_or_default(),
+                row.get(2)?.unwrap_or_default(),
+                row.get(3)?.unwrap_or_default(),
+                row.get(4)?.unwrap_or_default(),
+            ))
+        })
+        .collect()
+    })
+    .or_raise()
+}
+
+/// Warns `message`, then ends backend `pid`, which holds task `task_id`'s
+/// lock; true when it no longer holds it.
+fn warn_and_terminate(client: &SpiClient<'_>, task_id: i32, pid: i32, message: String) -> bool {
+    ereport!(WARNING, PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, message);
+    terminate_holder(client, task_id, pid)
 }
 
 /// Terminates the holders of overdue claims the sweep could not lock because
@@ -179,34 +195,23 @@ fn end_evading_holders(client: &SpiClient<'_>, locked: &[i64], timeout_minutes: 
         include_str!("../sql/queries/overdue_locked_claims.sql"),
         &[types::INT8_ARRAY, types::INT4],
     );
-    let evading: Vec<(i64, i32, i32, Text)> = client
-        .select(&*stmt, None, &[locked.to_vec().into(), timeout_minutes.into()])
-        .and_then(|rows| {
-            rows.map(|row| {
-                Ok((
-                    row.get(1)?.unwrap_or_default(),
-                    row.get(2)?.unwrap_or_default(),
-                    row.get(3)?.unwrap_or_default(),
-                    row.get(4)?.unwrap_or_default(),
-                ))
-            })
-            .collect()
-        })
-        .or_raise();
+    let evading: Vec<(i64, i32, i32, Text)> =
+        four_columns(client.select(&*stmt, None, &[locked.to_vec().into(), timeout_minutes.into()]));
     let me = unsafe { pg_sys::MyProcPid };
     evading
         .into_iter()
         .filter(|(_, _, pid, _)| *pid != me)
         .filter_map(|(log_id, task_id, pid, timeout)| {
-            ereport!(
-                WARNING,
-                PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+            warn_and_terminate(
+                client,
+                task_id,
+                pid,
                 format!(
                     "pg_distlock sweep: backend {pid} has run task {task_id} longer than {timeout} and keeps its \
                      claim locked in a transaction open as long; terminating it"
-                )
-            );
-            terminate_holder(client, task_id, pid).then_some(log_id)
+                ),
+            )
+            .then_some(log_id)
         })
         .collect()
 }
