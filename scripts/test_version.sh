@@ -71,8 +71,10 @@ rm -rf "$work/primary" "$work/standby" "$work/plain"
 if [ "$v" -ge 18 ]; then shared_memory=dsm primary_preload=pg_cron; else shared_memory=preload primary_preload=pg_cron,pg_distlock; fi
 table_mode_conf=""
 [ "$v" -ge 17 ] && table_mode_conf="distlock.dynamic_shared_memory = off"
-# A small shared rate-limit table, so that a test can fill it.
-CLUSTER_EXTRA_CONF="distlock.rate_limit_capacity = 64" \
+# A small shared rate-limit table, so that a test can fill it; every database
+# may fill all of it (a test that needs the per-database share sets it), as
+# with 4 slots per partition a share of 2 would refuse a few keys by chance.
+CLUSTER_EXTRA_CONF=$'distlock.rate_limit_capacity = 64\ndistlock.rate_limit_database_share = 100' \
   scripts/cluster.sh start "$work/primary" "$primary_port" "$primary_preload"
 scripts/cluster.sh standby "$work/standby" "$standby_port" "$primary_port"
 CLUSTER_EXTRA_CONF="$table_mode_conf" scripts/cluster.sh start "$work/plain" "$plain_port" ""

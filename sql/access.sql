@@ -105,6 +105,7 @@ SELECT g.privilege, g.object FROM (VALUES
                             'distlock.task_schedule'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_wait_stats()'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.rate_limit_keys()'),
     -- Recovery, retention and resets; defining tasks.
     ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),
@@ -112,6 +113,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.resume_queue(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.set_queue_limit(text, integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limit(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limits(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_lock_stats()'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_execution_log(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_jobs(interval)'),

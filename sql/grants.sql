@@ -16,6 +16,7 @@ GRANT SELECT ON distlock.advisory_locks, distlock.lock_waits,
                 distlock.blocked_tasks, distlock.sweep_status, distlock.task_schedule TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.task_lock_class() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.lock_stats_entries() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION distlock.rate_limit_keys() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.in_monitor_scope(text, text) TO pg_monitor;
 
 -- User data survives pg_dump / pg_restore, including the sequences, so

@@ -108,7 +108,49 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'requeue_jobs_wrapper';
 REVOKE ALL ON FUNCTION distlock.requeue_jobs(text, bigint[]) FROM PUBLIC;
 
--- The capability model gains it: the list replaced, every admin granted it.
+-- Rate-limit keys can be listed (monitors, scoped) and reset by prefix
+-- (admins): issue 44, item 3.
+CREATE FUNCTION distlock.rate_limit_keys() RETURNS TABLE (
+    kind text,
+    key text,
+    key_complete boolean,
+    request_count integer,
+    max_requests integer,
+    expires_at timestamp with time zone
+)
+LANGUAGE c STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'rate_limit_keys_wrapper';
+REVOKE ALL ON FUNCTION distlock.rate_limit_keys() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION distlock.rate_limit_keys() TO pg_monitor;
+
+CREATE FUNCTION distlock.reset_rate_limits(p_key_prefix text DEFAULT NULL) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'reset_rate_limits_wrapper';
+REVOKE ALL ON FUNCTION distlock.reset_rate_limits(text) FROM PUBLIC;
+
+-- This database's secret for the hash that places pg_distlock's own locks
+-- on names (the locks ordering lease and election grants, and the claim
+-- turns of limited queues): with it unknown, nobody can choose a name whose
+-- lock falls on another tenant's (0.3.0 used md5 bits anyone could match).
+-- Drawn at install; readable by the owner alone. pg_dump leaves it out, so
+-- a restored database draws its own.
+CREATE TABLE distlock.lock_key_secret (
+    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    secret   bytea NOT NULL CHECK (pg_catalog.length(secret) OPERATOR(pg_catalog.>=) 16)
+);
+
+INSERT INTO distlock.lock_key_secret (secret)
+SELECT pg_catalog.sha256(pg_catalog.convert_to(
+           pg_catalog.gen_random_uuid()::text OPERATOR(pg_catalog.||) pg_catalog.gen_random_uuid()::text, 'UTF8'));
+
+COMMENT ON TABLE distlock.lock_key_secret IS
+    'Secret keying the hash of pg_distlock''s own name-derived locks (owner only).';
+-- As the install's REVOKE ALL ON ALL TABLES leaves it: the owner's
+-- privileges written out, nobody else's.
+REVOKE ALL ON distlock.lock_key_secret FROM PUBLIC;
+
+-- The capability model gains them: the list replaced, every admin and
+-- monitor granted them.
 CREATE OR REPLACE FUNCTION distlock.capability_privileges(p_capability text)
 RETURNS TABLE (privilege text, object text)
 LANGUAGE plpgsql IMMUTABLE STRICT
@@ -185,6 +227,7 @@ SELECT g.privilege, g.object FROM (VALUES
                             'distlock.task_schedule'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_wait_stats()'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.rate_limit_keys()'),
     -- Recovery, retention and resets; defining tasks.
     ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),
@@ -192,6 +235,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.resume_queue(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.set_queue_limit(text, integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limit(text)'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limits(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_lock_stats()'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_execution_log(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_jobs(interval)'),
@@ -221,7 +265,7 @@ DECLARE
     g record;
 BEGIN
     FOR g IN SELECT rc.role, rc.capability, rc.scope FROM distlock.role_capabilities rc
-              WHERE rc.capability OPERATOR(pg_catalog.=) 'admin' LOOP
+              WHERE rc.capability OPERATOR(pg_catalog.=) ANY (ARRAY['admin', 'monitor']) LOOP
         PERFORM distlock.grant_capability(g.role, g.capability, g.scope);
     END LOOP;
 END
@@ -269,6 +313,8 @@ CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON di
 CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.role_capabilities
     FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
 CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.sweep_state
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.lock_key_secret
     FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
 
 -- Last: privileges granted or revoked by an extension script are recorded in

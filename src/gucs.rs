@@ -12,6 +12,7 @@ pub static SNOWFLAKE_EPOCH: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"1609459200000")); // 2021-01-01 00:00:00 UTC
 pub static SNOWFLAKE_MAX_CLOCK_BACKWARD_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static RATE_LIMIT_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(65_536);
+pub static RATE_LIMIT_DATABASE_SHARE: GucSetting<i32> = GucSetting::<i32>::new(50);
 pub static LOCK_STATS_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(4096);
 pub static MAX_LOCKS_PER_SESSION: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static MAX_HOLD_TTL_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_400);
@@ -101,6 +102,16 @@ fn register_capacities(context: fn() -> GucContext) {
         16,
         10_000_000,
         context(),
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"distlock.rate_limit_database_share",
+        c"Percent of the shared-memory rate-limit table one database may fill with live keys.",
+        c"Keeps one database (and so one tenant with a database of its own) from denying keys to the others.",
+        &RATE_LIMIT_DATABASE_SHARE,
+        1,
+        100,
+        GucContext::Sighup,
         GucFlags::default(),
     );
     GucRegistry::define_int_guc(

@@ -10,6 +10,7 @@ mod errors;
 mod gucs;
 mod hashing;
 mod library_guard;
+mod lock_key_secret;
 mod lock_keys;
 mod lock_wait;
 mod locks;
@@ -52,6 +53,7 @@ pgrx::extension_sql_file!("../sql/ratelimit.sql", name = "ratelimit", requires =
 pgrx::extension_sql_file!("../sql/snowflake.sql", name = "snowflake", requires = ["schema"]);
 pgrx::extension_sql_file!("../sql/leases.sql", name = "leases", requires = ["schema", scopes::in_monitor_scope]);
 pgrx::extension_sql_file!("../sql/sweep.sql", name = "sweep", requires = ["schema"]);
+pgrx::extension_sql_file!("../sql/lock_key_secret.sql", name = "lock_key_secret", requires = ["schema"]);
 pgrx::extension_sql_file!(
     "../sql/access.sql",
     name = "access",
@@ -60,7 +62,7 @@ pgrx::extension_sql_file!(
 pgrx::extension_sql_file!(
     "../sql/guard.sql",
     name = "guard",
-    requires = ["schema", "locks", "queue", "ratelimit", "snowflake", "leases", "sweep", "access", "library_guard"]
+    requires = ["schema", "locks", "queue", "ratelimit", "snowflake", "leases", "sweep", "lock_key_secret", "access", "library_guard"]
 );
 pgrx::extension_sql_file!("../sql/grants.sql", name = "grants", finalize);
 

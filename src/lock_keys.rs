@@ -77,10 +77,11 @@ pub const TERM_GRANT_CLASS: i32 = 0x646c_656c;
 
 /// Takes the transaction-level lock ordering the grants of `name` in
 /// `class` (held to commit, like the row the grant writes). Two names whose
-/// hashes share 32 bits merely take turns. Waits at most `lock_timeout`
+/// keyed hashes share 32 bits merely take turns (by chance: the key is
+/// secret, see lock_key_secret.rs). Waits at most `lock_timeout`
 /// (10 s when it is not set), then raises 55P03 naming `what`.
 pub fn lock_grants_until_commit(class: i32, name: &[u8], what: impl FnOnce() -> String) {
-    let tag = reserved_tag(class, crate::hashing::key_for_name(name) as u32, RESERVED_KIND);
+    let tag = reserved_tag(class, crate::lock_key_secret::name_key(class, name), RESERVED_KIND);
     let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
     let free = unsafe { pg_sys::LockAcquire(&tag, mode, false, true) }
         != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL;
@@ -136,9 +137,10 @@ pub const QUEUE_LIMIT_CLASS: i32 = 0x646c_716c;
 pub const QUEUE_TURNS: u32 = 16;
 
 /// Turn `turn` of queue `queue`: the turn in the low bits of the queue's
-/// hash (two queues whose hashes share the other 28 bits merely share turns).
+/// keyed hash (two queues whose hashes share the other 28 bits merely share
+/// turns, by chance: the key is secret).
 fn queue_turn_tag(queue: &[u8], turn: u32) -> pg_sys::LOCKTAG {
-    let hash = crate::hashing::key_for_name(queue) as u32;
+    let hash = crate::lock_key_secret::name_key(QUEUE_LIMIT_CLASS, queue);
     reserved_tag(QUEUE_LIMIT_CLASS, (hash & !(QUEUE_TURNS - 1)) | (turn % QUEUE_TURNS), RESERVED_KIND)
 }
 

@@ -59,6 +59,13 @@ impl From<&str> for Text {
     }
 }
 
+/// Bytes already in the database encoding (as a `Text` gave them).
+impl From<&[u8]> for Text {
+    fn from(value: &[u8]) -> Self {
+        Text(value.to_vec())
+    }
+}
+
 impl PartialEq<&str> for Text {
     fn eq(&self, other: &&str) -> bool {
         self.0 == other.as_bytes()

@@ -1,110 +1,152 @@
-//! Rate-limit state in shared memory: open addressing inside LWLock
-//! partitions, keyed by md5(kind, key). A slot whose state has expired is
-//! reused by the next new key that probes past it.
+//! Rate-limit state in shared memory (`shared::rate_table`): a key is
+//! found by SipHash-1-3 of (kind, database, key) keyed with the table's
+//! secret, which is drawn when the server makes the table and never leaves
+//! it, so no caller can compute keys that land where another key lives.
 
-use md5::{Digest, Md5};
 use pgrx::PgSqlErrorCode;
+use siphasher::sip128::{Hasher128, SipHasher13};
+use std::hash::Hasher;
 
 use super::logic::Window;
+use super::placement::{self, Refusal};
 use crate::errors::raise_with_hint;
+use crate::shared::rate_table::{self, RateEntry, KEPT_KEY_BYTES};
+use crate::shared::RATE_PARTITIONS;
 use crate::text::Text;
-use crate::shared::{self, RateEntry};
 
-/// How many slots a lookup inspects before declaring the partition full.
-const MAX_PROBE: usize = 64;
-
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Window = 1,
     Gcra = 2,
 }
 
-/// Shared memory is server-wide; the database is part of the key, as each
-/// database has its own table-mode state too.
-pub fn hash_key(kind: Kind, key: &Text) -> [u8; 16] {
-    let mut hasher = Md5::new();
-    hasher.update([kind as u8]);
-    hasher.update(unsafe { pgrx::pg_sys::MyDatabaseId }.to_u32().to_le_bytes());
-    hasher.update(key.bytes());
-    hasher.finalize().into()
-}
-
-enum Slot {
-    Found(usize),
-    Free(usize),
-    Full,
-}
-
-fn probe(entries: &[RateEntry], key: &[u8; 16], now_us: i64) -> Slot {
-    let len = entries.len();
-    let mut start_bytes = [0u8; 8];
-    start_bytes.copy_from_slice(&key[1..9]);
-    let start = (u64::from_le_bytes(start_bytes) % len as u64) as usize;
-    let mut reusable = None;
-    for step in 0..MAX_PROBE.min(len) {
-        let i = (start + step) % len;
-        let entry = &entries[i];
-        if !entry.in_use {
-            return Slot::Free(reusable.unwrap_or(i));
-        }
-        if entry.key == *key {
-            return Slot::Found(i);
-        }
-        if reusable.is_none() && entry.expires_at_us <= now_us {
-            reusable = Some(i);
+impl Kind {
+    pub fn name(code: u8) -> &'static str {
+        if code == Kind::Window as u8 {
+            "window"
+        } else {
+            "gcra"
         }
     }
-    reusable.map_or(Slot::Full, Slot::Free)
 }
 
-fn raise_full() -> ! {
-    raise_with_hint(
-        PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
-        format!(
-            "pg_distlock rate limiter is full (distlock.rate_limit_capacity = {})",
-            crate::gucs::RATE_LIMIT_CAPACITY.get()
+fn database() -> u32 {
+    unsafe { pgrx::pg_sys::MyDatabaseId }.to_u32()
+}
+
+/// Where a key lives: its keyed hash and partition. None without shared memory.
+struct Place {
+    hash: [u8; 16],
+    partition: usize,
+}
+
+fn place_of(kind: Kind, key: &Text) -> Option<Place> {
+    let [k0, k1] = rate_table::secret()?;
+    let mut hasher = SipHasher13::new_with_keys(k0, k1);
+    hasher.write_u8(kind as u8);
+    hasher.write(&database().to_le_bytes());
+    hasher.write(key.bytes());
+    let hash = hasher.finish128().as_bytes();
+    Some(Place { hash, partition: hash[0] as usize % RATE_PARTITIONS })
+}
+
+/// Entries one database may hold per partition.
+fn share_limit(slots: usize) -> u32 {
+    let share = crate::gucs::RATE_LIMIT_DATABASE_SHARE.get().clamp(1, 100) as usize;
+    (slots * share / 100).max(1) as u32
+}
+
+fn raise_refused(refusal: Refusal) -> ! {
+    let capacity = crate::gucs::RATE_LIMIT_CAPACITY.get();
+    match refusal {
+        Refusal::Full => raise_with_hint(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
+            format!("pg_distlock rate limiter is full (distlock.rate_limit_capacity = {capacity})"),
+            "Raise distlock.rate_limit_capacity (needs a restart) or use fewer live keys.",
         ),
-        "Raise distlock.rate_limit_capacity (needs a restart) or use fewer live keys.",
-    )
+        Refusal::Share => raise_with_hint(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
+            format!(
+                "this database holds its share of pg_distlock's rate limiter \
+                 (distlock.rate_limit_database_share = {} % of distlock.rate_limit_capacity = {capacity})",
+                crate::gucs::RATE_LIMIT_DATABASE_SHARE.get()
+            ),
+            "Raise distlock.rate_limit_database_share or distlock.rate_limit_capacity, use fewer live keys, \
+             or let an admin look at distlock.rate_limit_keys() and reset_rate_limits().",
+        ),
+    }
+}
+
+/// The first bytes of `key` that end on a character boundary.
+fn kept_len(key: &Text) -> usize {
+    let bytes = key.bytes();
+    if bytes.len() <= KEPT_KEY_BYTES {
+        return bytes.len();
+    }
+    unsafe { pgrx::pg_sys::pg_mbcliplen(bytes.as_ptr().cast(), bytes.len() as i32, KEPT_KEY_BYTES as i32) as usize }
 }
 
 /// Runs `f` on the entry for `key` (a fresh one if absent or expired) under
-/// the partition lock. `f` returns whether to keep its changes.
-pub fn with_entry<R>(key: &[u8; 16], now_us: i64, f: impl FnOnce(&mut RateEntry, bool) -> R) -> Option<R> {
-    shared::with_rate_partition(key, |entries| {
-        let (i, existing) = match probe(entries, key, now_us) {
-            Slot::Found(i) => (i, entries[i].expires_at_us > now_us),
-            Slot::Free(i) => (i, false),
-            Slot::Full => raise_full(),
-        };
-        let entry = &mut entries[i];
-        if !existing {
-            *entry = RateEntry { key: *key, in_use: true, ..RateEntry::default() };
+/// the partition lock; None without shared memory. `f` is told whether the
+/// entry had live state.
+pub fn with_entry<R>(kind: Kind, key: &Text, now_us: i64, f: impl FnOnce(&mut RateEntry, bool) -> R) -> Option<R> {
+    let place = place_of(kind, key)?;
+    rate_table::with_partition(place.partition, |state, entries| {
+        let found = placement::find(state, entries, &place.hash);
+        let i = match found {
+            Some(i) if entries[i].expires_at_us > now_us => return f(&mut entries[i], true),
+            Some(i) => {
+                placement::free(state, entries, i);
+                placement::place(state, entries, &place.hash, database(), now_us, share_limit(entries.len()))
+            }
+            None => placement::place(state, entries, &place.hash, database(), now_us, share_limit(entries.len())),
         }
-        f(entry, existing)
+        .unwrap_or_else(|refusal| raise_refused(refusal));
+        let entry = &mut entries[i];
+        let kept = kept_len(key);
+        entry.kind = kind as u8;
+        entry.key_len = key.bytes().len().min(u16::MAX as usize) as u16;
+        entry.kept_len = kept as u16;
+        entry.key_text[..kept].copy_from_slice(&key.bytes()[..kept]);
+        f(entry, false)
     })
 }
 
 /// Reads the live entry for `key`, if any, without creating one.
-pub fn peek(key: &[u8; 16], now_us: i64) -> Option<RateEntry> {
-    shared::with_rate_partition(key, |entries| match probe(entries, key, now_us) {
-        Slot::Found(i) if entries[i].expires_at_us > now_us => Some(entries[i]),
-        _ => None,
+pub fn peek(kind: Kind, key: &Text, now_us: i64) -> Option<RateEntry> {
+    let place = place_of(kind, key)?;
+    rate_table::with_partition(place.partition, |state, entries| {
+        placement::find(state, entries, &place.hash).map(|i| entries[i]).filter(|e| e.expires_at_us > now_us)
     })
     .flatten()
 }
 
 /// Forgets `key`; true if it had live state.
-pub fn forget(key: &[u8; 16], now_us: i64) -> bool {
-    shared::with_rate_partition(key, |entries| match probe(entries, key, now_us) {
-        Slot::Found(i) => {
+pub fn forget(kind: Kind, key: &Text, now_us: i64) -> bool {
+    let Some(place) = place_of(kind, key) else { return false };
+    rate_table::with_partition(place.partition, |state, entries| {
+        placement::find(state, entries, &place.hash).is_some_and(|i| {
             let live = entries[i].expires_at_us > now_us;
-            entries[i].expires_at_us = i64::MIN;
+            placement::free(state, entries, i);
             live
-        }
-        _ => false,
+        })
     })
     .unwrap_or(false)
+}
+
+/// Runs `f` on every entry in use of this database, partition by
+/// partition (each under its lock); `f` returns whether to free the entry.
+pub fn each_of_this_database(mut f: impl FnMut(&RateEntry) -> bool) {
+    let database = database();
+    for partition in 0..RATE_PARTITIONS {
+        rate_table::with_partition(partition, |state, entries| {
+            for i in 0..entries.len() {
+                if entries[i].in_use && entries[i].database == database && f(&entries[i]) {
+                    placement::free(state, entries, i);
+                }
+            }
+        });
+    }
 }
 
 pub fn window_of(entry: &RateEntry) -> Window {

@@ -9,9 +9,13 @@
 //! statements of the table path (sql/queries/rl_*.sql) qualify every table,
 //! function and operator instead.
 
+mod admin;
 mod logic;
 mod memory;
+pub(crate) mod placement;
 mod table;
+#[cfg(any(test, feature = "pg_test"))]
+mod placement_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod ratelimit_tests;
 
@@ -83,8 +87,7 @@ fn check_rate_limit(p_key: Option<Text>, p_max_requests: Option<i32>, p_window_s
     }
     let length_us = window_seconds as i64 * MICROS_PER_SECOND;
     let now = now_us();
-    let hashed = memory::hash_key(Kind::Window, key);
-    let in_memory = memory::with_entry(&hashed, now, |entry, existing| {
+    let in_memory = memory::with_entry(Kind::Window, key, now, |entry, existing| {
         let current = existing.then(|| memory::window_of(entry));
         let (allowed, next) = logic::admit(current, now, max_requests, length_us);
         if let Some(window) = next {
@@ -149,8 +152,7 @@ fn throttle(
     }
     let gcra = Gcra { max_burst, count_per_period, period_us: (period_seconds * 1e6).round() as i64 };
     let now = now_us();
-    let hashed = memory::hash_key(Kind::Gcra, key);
-    let in_memory = memory::with_entry(&hashed, now, |entry, existing| {
+    let in_memory = memory::with_entry(Kind::Gcra, key, now, |entry, existing| {
         let verdict = gcra.throttle(existing.then_some(entry.tat_us), now, quantity);
         if let Some(tat) = verdict.new_tat_us {
             entry.tat_us = tat;
@@ -180,7 +182,7 @@ fn rate_limit_status(
     require(Capability::Worker, "rate-limit key", key);
     let now = now_us();
     let window: Option<Window> = if crate::shared::available() {
-        memory::peek(&memory::hash_key(Kind::Window, key), now).map(|e| memory::window_of(&e))
+        memory::peek(Kind::Window, key, now).map(|e| memory::window_of(&e))
     } else {
         table::window(key, now)
     };
@@ -195,8 +197,8 @@ fn reset_rate_limit(p_key: Option<Text>) -> bool {
     let key = &text::name(p_key, "p_key");
     let now = now_us();
     if crate::shared::available() {
-        let window = memory::forget(&memory::hash_key(Kind::Window, key), now);
-        let gcra = memory::forget(&memory::hash_key(Kind::Gcra, key), now);
+        let window = memory::forget(Kind::Window, key, now);
+        let gcra = memory::forget(Kind::Gcra, key, now);
         window || gcra
     } else {
         table::reset(key, now)

@@ -35,7 +35,7 @@ static mut CREATING: Option<(usize, usize, i32)> = None;
 unsafe extern "C-unwind" fn init_sizes(ptr: *mut std::ffi::c_void) {
     unsafe {
         ptr.cast::<Sizes>().write(Sizes {
-            slots_per_partition: super::slots_per_partition(),
+            slots_per_partition: super::legacy_rate_slots(),
             stats_per_partition: super::stats_per_partition(),
             tranche_id: pg_sys::LWLockNewTrancheId(),
         });

@@ -1,9 +1,10 @@
-//! Shared memory: per-worker-id snowflake state, two fixed-size tables split
-//! into LWLock-protected partitions (rate-limit state and lock-call
-//! telemetry), the condition variables the job queue's waiting consumers
+//! Shared memory: per-worker-id snowflake state, lock-call telemetry in
+//! LWLock-protected partitions (and the LWLocks of the rate-limit
+//! partitions), the condition variables the job queue's waiting consumers
 //! slept on before 0.3.0 (kept for backends still running an older library),
-//! and, beside them, the table of waiting consumers (`sleepers`) and the log
-//! of commits that made jobs runnable (`runnable_log`). It comes
+//! and, beside them, the rate-limit table (`rate_table`), the table of
+//! waiting consumers (`sleepers`) and the log of commits that made jobs
+//! runnable (`runnable_log`). It comes
 //! from one of two places:
 //! - pg_distlock in shared_preload_libraries: the server's main shared
 //!   memory, set up at start (every version);
@@ -24,6 +25,7 @@ use crate::gucs;
 
 #[cfg(not(feature = "pg15"))]
 mod dsm_registry;
+pub mod rate_table;
 pub mod runnable_log;
 pub mod sleepers;
 
@@ -48,10 +50,13 @@ pub struct SnowflakeSlot {
     pub persisting: AtomicBool,
 }
 
+/// An entry of 0.3.0's rate-limit table, which the main state still lays
+/// out (at one slot per partition) for backends running a 0.3.0 library on
+/// 17+ without preload, which share this segment: since 0.4.0 rate limits
+/// live in `rate_table`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub struct RateEntry {
-    /// md5 of (kind, key); all zero for a never-used slot.
+pub struct LegacyRateEntry {
     pub key: [u8; 16],
     pub in_use: bool,
     /// Until when the entry matters; after that the slot may be reused.
@@ -108,7 +113,6 @@ pub struct Header {
 pub(crate) struct Layout {
     header: *mut Header,
     snowflake: *mut SnowflakeSlot,
-    rate: *mut RateEntry,
     stats: *mut LockStatEntry,
     queue_wake: *mut QueueWakeSlot,
     locks: *mut pg_sys::LWLockPadded,
@@ -121,8 +125,10 @@ static mut DECIDED: bool = false;
 static mut PREV_SHMEM_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
 static mut PREV_SHMEM_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
 
-pub(crate) fn slots_per_partition() -> usize {
-    (gucs::RATE_LIMIT_CAPACITY.get().max(16) as usize).div_ceil(RATE_PARTITIONS)
+/// Slots per partition of the legacy rate region this library makes (see
+/// `LegacyRateEntry`); a segment made by an older library keeps its own.
+pub(crate) fn legacy_rate_slots() -> usize {
+    1
 }
 
 pub(crate) fn stats_per_partition() -> usize {
@@ -134,7 +140,7 @@ pub(crate) fn stats_per_partition() -> usize {
 pub(crate) fn state_size(slots_per_partition: usize, stats_per_partition: usize) -> usize {
     std::mem::size_of::<Header>()
         + SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>()
-        + slots_per_partition * RATE_PARTITIONS * std::mem::size_of::<RateEntry>()
+        + slots_per_partition * RATE_PARTITIONS * std::mem::size_of::<LegacyRateEntry>()
         + stats_per_partition * STATS_PARTITIONS * std::mem::size_of::<LockStatEntry>()
         + QUEUE_WAKE_SLOTS * std::mem::size_of::<QueueWakeSlot>()
 }
@@ -163,10 +169,9 @@ pub(crate) unsafe fn carve(
             (*header).stats_per_partition = stats_per_partition;
         }
         let snowflake = base.add(std::mem::size_of::<Header>()) as *mut SnowflakeSlot;
-        let rate = (snowflake as *mut u8).add(SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>())
-            as *mut RateEntry;
-        let stats = (rate as *mut u8)
-            .add((*header).slots_per_partition * RATE_PARTITIONS * std::mem::size_of::<RateEntry>())
+        let legacy_rate = (snowflake as *mut u8).add(SNOWFLAKE_WORKERS * std::mem::size_of::<SnowflakeSlot>());
+        let stats = legacy_rate
+            .add((*header).slots_per_partition * RATE_PARTITIONS * std::mem::size_of::<LegacyRateEntry>())
             as *mut LockStatEntry;
         let queue_wake = (stats as *mut u8)
             .add((*header).stats_per_partition * STATS_PARTITIONS * std::mem::size_of::<LockStatEntry>())
@@ -179,7 +184,6 @@ pub(crate) unsafe fn carve(
         Layout {
             header,
             snowflake,
-            rate,
             stats,
             queue_wake,
             locks,
@@ -193,7 +197,8 @@ unsafe extern "C-unwind" fn on_shmem_request() {
         if let Some(prev) = PREV_SHMEM_REQUEST_HOOK {
             prev();
         }
-        pg_sys::RequestAddinShmemSpace(state_size(slots_per_partition(), stats_per_partition()));
+        pg_sys::RequestAddinShmemSpace(state_size(legacy_rate_slots(), stats_per_partition()));
+        pg_sys::RequestAddinShmemSpace(rate_table::preload_size());
         pg_sys::RequestAddinShmemSpace(sleepers::preload_size());
         pg_sys::RequestAddinShmemSpace(runnable_log::preload_size());
         pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), PARTITION_LOCKS as i32);
@@ -207,12 +212,13 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
             prev();
         }
         let mut found = false;
-        let (slots, stats) = (slots_per_partition(), stats_per_partition());
+        let (slots, stats) = (legacy_rate_slots(), stats_per_partition());
         let base = pg_sys::ShmemInitStruct(SEGMENT.as_ptr(), state_size(slots, stats), &mut found) as *mut u8;
         let locks = pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr());
         LAYOUT = Some(carve(base, !found, slots, stats, locks));
         sleepers::attach_preloaded();
         runnable_log::attach_preloaded();
+        rate_table::attach_preloaded();
         DECIDED = true;
     }
 }
@@ -254,6 +260,7 @@ unsafe fn decide() {
             LAYOUT = Some(dsm_registry::attach());
             sleepers::attach_registry();
             runnable_log::attach_registry();
+            rate_table::attach_registry();
         }
     }
 }
@@ -297,15 +304,11 @@ unsafe fn with_locked<T, R>(
     }
 }
 
-/// Runs `f` on one rate-limit partition under its exclusive LWLock.
-pub fn with_rate_partition<R>(key: &[u8; 16], f: impl FnOnce(&mut [RateEntry]) -> R) -> Option<R> {
+/// Runs `f` while holding rate-limit partition `partition`'s LWLock
+/// exclusively (the partitions themselves are in `rate_table`).
+pub(crate) fn with_rate_lock<R>(partition: usize, f: impl FnOnce() -> R) -> Option<R> {
     let layout = layout()?;
-    let partition = (key[0] as usize) % RATE_PARTITIONS;
-    unsafe {
-        let per = (*layout.header).slots_per_partition;
-        let entries = std::slice::from_raw_parts_mut(layout.rate.add(partition * per), per);
-        Some(with_locked(layout, partition, entries, f))
-    }
+    Some(unsafe { with_locked(layout, partition % RATE_PARTITIONS, &mut [0u8; 0], |_| f()) })
 }
 
 /// How many lock-telemetry partitions hold entries (0 when telemetry is

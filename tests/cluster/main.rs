@@ -28,6 +28,7 @@ mod pooler;
 mod queue_admin;
 mod queue_limits;
 mod queue_wait;
+mod rate_limit_keys;
 mod privileges;
 mod recovery;
 mod replication_modes;

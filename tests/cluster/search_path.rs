@@ -476,6 +476,8 @@ const CALLS: &[(&str, &str)] = &[
     ("distlock.throttle(text,integer,integer,double precision,integer)", "SELECT * FROM distlock.throttle('t', 1, 1, 60)"),
     ("distlock.rate_limit_status(text)", "SELECT * FROM distlock.rate_limit_status('k')"),
     ("distlock.reset_rate_limit(text)", "SELECT distlock.reset_rate_limit('k')"),
+    ("distlock.rate_limit_keys()", "SELECT * FROM distlock.rate_limit_keys()"),
+    ("distlock.reset_rate_limits(text)", "SELECT distlock.reset_rate_limits('k'), distlock.reset_rate_limits()"),
     ("distlock.generate_snowflake_id(integer)", "SELECT distlock.generate_snowflake_id(1)"),
     ("distlock.snowflake_timestamp(bigint)", "SELECT distlock.snowflake_timestamp(distlock.generate_snowflake_id(1))"),
     ("distlock.snowflake_worker_id(bigint)", "SELECT distlock.snowflake_worker_id(distlock.generate_snowflake_id(1))"),

@@ -436,8 +436,10 @@ fn upgrade_in_place(
     let columns = table_columns(&mut c);
     let mut dumped = table_contents(&mut c, &columns);
     let mut restored_rows = table_contents(&mut restored, &columns);
-    // Rate-limit state and the sweep's record are not dumped (documented).
-    for table in ["rate_limit_windows", "rate_limit_gcra", "sweep_state"] {
+    // Rate-limit state and the sweep's record are not dumped (documented);
+    // a restored database draws its own lock-key secret.
+    assert_ne!(restored_rows.get("lock_key_secret"), dumped.get("lock_key_secret"), "a restore draws a new secret");
+    for table in ["rate_limit_windows", "rate_limit_gcra", "sweep_state", "lock_key_secret"] {
         dumped.remove(table);
         restored_rows.remove(table);
     }
