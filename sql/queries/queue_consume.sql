@@ -6,8 +6,8 @@
 -- then pending and failed jobs whose run_after has come, highest priority
 -- and oldest first. Lease takeover is part of every claim, so no job waits
 -- for a sweep and no claim pays for a separate reaping statement.
--- $6: the consumer's scope, job names starting with one of these prefixes
--- (NULL: every job). Jobs of paused queues and of queues with a concurrency
+-- $6: the consumer's scope: jobs whose name and queue each start with one
+-- of these prefixes (NULL: every job). Jobs of paused queues and of queues with a concurrency
 -- limit are left alone (the list is read once per statement); the limited
 -- ones are claimed through queue_consume_queue.sql in their turn. The NOT
 -- EXISTS keeps the generic plan on the ordered index: the list alone,
@@ -26,8 +26,10 @@ WITH expired AS (
        AND (NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.paused OR s.max_processing IS NOT NULL)
             OR queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s
                                                       WHERE s.paused OR s.max_processing IS NOT NULL)))
-       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
+       AND ($6 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(task_name, s.prefix))
+                      AND EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(queue, s.prefix))))
      ORDER BY lease_expires_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
@@ -42,8 +44,10 @@ WITH expired AS (
        AND (NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.paused OR s.max_processing IS NOT NULL)
             OR queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s
                                                       WHERE s.paused OR s.max_processing IS NOT NULL)))
-       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
+       AND ($6 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(task_name, s.prefix))
+                      AND EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(queue, s.prefix))))
        AND priority OPERATOR(pg_catalog.>) $7
      ORDER BY priority DESC, run_after, id
      LIMIT $1
@@ -56,8 +60,10 @@ WITH expired AS (
        AND (NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.paused OR s.max_processing IS NOT NULL)
             OR queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s
                                                       WHERE s.paused OR s.max_processing IS NOT NULL)))
-       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
+       AND ($6 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(task_name, s.prefix))
+                      AND EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(queue, s.prefix))))
        AND priority OPERATOR(pg_catalog.=) $7
        AND (run_after, id) OPERATOR(pg_catalog.>=) ($8, $9)
      ORDER BY priority DESC, run_after, id
@@ -71,8 +77,10 @@ WITH expired AS (
        AND (NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.paused OR s.max_processing IS NOT NULL)
             OR queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s
                                                       WHERE s.paused OR s.max_processing IS NOT NULL)))
-       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
+       AND ($6 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(task_name, s.prefix))
+                      AND EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(queue, s.prefix))))
        AND priority OPERATOR(pg_catalog.<) $7
      ORDER BY priority DESC, run_after, id
      LIMIT $1

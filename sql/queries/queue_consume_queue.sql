@@ -6,8 +6,8 @@
 -- then pending and failed jobs whose run_after has come, highest priority
 -- and oldest first. Lease takeover is part of every claim, so no job waits
 -- for a sweep and no claim pays for a separate reaping statement.
--- $6: the consumer's scope, job names starting with one of these prefixes
--- (NULL: every job). queue_consume.sql for jobs of queue $7 only, a
+-- $6: the consumer's scope: jobs whose name and queue each start with one
+-- of these prefixes (NULL: every job). queue_consume.sql for jobs of queue $7 only, a
 -- separate statement so that its plan always reads the queue's index, whose
 -- order is the claim's. Nothing when the queue is paused, nor when it has a
 -- concurrency limit unless $8 (the caller holds the queue's claim turn and
@@ -26,8 +26,10 @@ WITH expired AS (
        AND NOT EXISTS (SELECT FROM distlock.queue_settings s
                         WHERE s.queue OPERATOR(pg_catalog.=) $7
                           AND (s.paused OR (s.max_processing IS NOT NULL AND NOT $8)))
-       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
+       AND ($6 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(task_name, s.prefix))
+                      AND EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(queue, s.prefix))))
      ORDER BY lease_expires_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
@@ -43,8 +45,10 @@ WITH expired AS (
                         WHERE s.queue OPERATOR(pg_catalog.=) $7
                           AND (s.paused OR (s.max_processing IS NOT NULL AND NOT $8)))
        AND run_after OPERATOR(pg_catalog.<=) $5
-       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
+       AND ($6 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(task_name, s.prefix))
+                      AND EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(queue, s.prefix))))
        AND priority OPERATOR(pg_catalog.>) $9
      ORDER BY priority DESC, run_after, id
      LIMIT $1
@@ -58,8 +62,10 @@ WITH expired AS (
                         WHERE s.queue OPERATOR(pg_catalog.=) $7
                           AND (s.paused OR (s.max_processing IS NOT NULL AND NOT $8)))
        AND run_after OPERATOR(pg_catalog.<=) $5
-       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
+       AND ($6 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(task_name, s.prefix))
+                      AND EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(queue, s.prefix))))
        AND priority OPERATOR(pg_catalog.=) $9
        AND (run_after, id) OPERATOR(pg_catalog.>=) ($10, $11)
      ORDER BY priority DESC, run_after, id
@@ -74,8 +80,10 @@ WITH expired AS (
                         WHERE s.queue OPERATOR(pg_catalog.=) $7
                           AND (s.paused OR (s.max_processing IS NOT NULL AND NOT $8)))
        AND run_after OPERATOR(pg_catalog.<=) $5
-       AND ($6 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                   WHERE pg_catalog.starts_with(task_name, s.prefix)))
+       AND ($6 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(task_name, s.prefix))
+                      AND EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
+                                    WHERE pg_catalog.starts_with(queue, s.prefix))))
        AND priority OPERATOR(pg_catalog.<) $9
      ORDER BY priority DESC, run_after, id
      LIMIT $1

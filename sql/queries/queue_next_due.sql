@@ -1,8 +1,8 @@
 -- params: timestamptz, timestamptz, text[], text[]
 -- When a job next becomes claimable with time alone, if at or before $2: a
 -- lease running out, or a pending or failed job's run_after coming after $1.
--- NULL when none will before $2. Only jobs whose names start with one of
--- the prefixes $3 (NULL: every job), in one of the queues $4 (NULL: every
+-- NULL when none will before $2. Only jobs whose name and queue each start
+-- with one of the prefixes $3 (NULL: every job), in one of the queues $4 (NULL: every
 -- queue) and in no paused queue count. Run only by a consumer about to
 -- sleep, so one plan serves every consumer.
 -- A lease that ran out at or before $1 belongs to a job the caller's claim
@@ -16,8 +16,10 @@ SELECT LEAST(
         AND ($4 IS NULL OR queue OPERATOR(pg_catalog.=) ANY ($4))
         AND (NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.paused)
              OR queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s WHERE s.paused)))
-        AND ($3 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
-                                    WHERE pg_catalog.starts_with(task_name, s.prefix)))
+        AND ($3 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
+                                     WHERE pg_catalog.starts_with(task_name, s.prefix))
+                       AND EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
+                                     WHERE pg_catalog.starts_with(queue, s.prefix))))
      HAVING pg_catalog.min(lease_expires_at) IS NOT NULL),
     (SELECT pg_catalog.min(run_after)
        FROM distlock.task_queue
@@ -30,5 +32,7 @@ SELECT LEAST(
         -- enqueued (created_at <= $1) cannot come due after $1.
         AND run_after OPERATOR(pg_catalog.>) created_at
         AND run_after OPERATOR(pg_catalog.<=) $2
-        AND ($3 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
-                                    WHERE pg_catalog.starts_with(task_name, s.prefix)))))
+        AND ($3 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
+                                     WHERE pg_catalog.starts_with(task_name, s.prefix))
+                       AND EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
+                                     WHERE pg_catalog.starts_with(queue, s.prefix))))))

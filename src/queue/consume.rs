@@ -71,8 +71,9 @@ pub(crate) enum Route {
     Queues(Vec<Text>),
 }
 
-/// The route of `p_queues`: NULL for every queue; otherwise at least one
-/// name, none NULL or blank, each once, in the order given.
+/// The route of `p_queues`: NULL for every queue (in the caller's consumer
+/// scope); otherwise at least one name, none NULL or blank, each once, in
+/// the order given, each in the caller's consumer scope (42501).
 pub(crate) fn route(p_queues: Option<TextArray>) -> Route {
     let Some(TextArray(given)) = p_queues else { return Route::Every };
     if given.is_empty() {
@@ -85,6 +86,7 @@ pub(crate) fn route(p_queues: Option<TextArray>) -> Route {
     let mut queues: Vec<Text> = Vec::with_capacity(given.len());
     for queue in given {
         let queue = crate::text::name(queue, "each element of p_queues");
+        crate::scopes::require(crate::scopes::Capability::Consumer, "queue", &queue);
         if !queues.contains(&queue) {
             queues.push(queue);
         }
@@ -117,7 +119,10 @@ fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Ro
         Route::Every => {
             claim_from(client, batch, claimant, Source::Every, Start::Remembered, jobs);
             if (jobs.len() as i32) < batch {
-                for (queue, max) in limited_queues(client, None) {
+                // A scoped consumer of every queue takes no turn of a
+                // queue outside its scope (the claim would find nothing).
+                let limited = limited_queues(client, None);
+                for (queue, max) in limited.into_iter().filter(|(queue, _)| claimant.scope.admits(queue.bytes())) {
                     let limited = claim_limited(client, batch, claimant, &queue, max, jobs);
                     note(&mut look.limited_queue_full, &mut look.limited_queue_busy, limited);
                     if jobs.len() as i32 >= batch {

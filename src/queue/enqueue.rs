@@ -42,7 +42,7 @@ fn enqueue_tasks(
 ) -> SetOfIterator<'static, i64> {
     let (job, payloads) = NewJob::checked(p_task_name, p_payloads, "p_payloads", p_run_after, p_priority, p_max_attempts);
     let queue = text::name(p_queue, "p_queue");
-    job.may_produce();
+    job.may_produce(&queue);
     let ids = crate::access::connect_mut(|client| {
         if payloads.contains_nulls() {
             let stmt = plan(client, include_str!("../../sql/queries/payloads_first_null.sql"), &[types::JSONB_ARRAY]);
@@ -74,7 +74,7 @@ pub(crate) fn enqueue(
     unique_key: Option<Text>,
 ) -> i64 {
     let (job, payload) = NewJob::checked(p_task_name, p_payload, "p_payload", p_run_after, p_priority, p_max_attempts);
-    job.may_produce();
+    job.may_produce(&queue);
     let (id, added) = crate::access::connect_mut(|client| {
         let mut values = job.args(payload.into(), &queue);
         let mut arg_types = NewJob::types(types::JSONB).to_vec();
@@ -97,8 +97,12 @@ pub(crate) fn enqueue(
             if let Some(id) = client.update(&*insert, None, &values).and_then(first_value::<i64>).or_raise() {
                 return (id, true);
             }
-            let found = client.update(&*existing, None, &[(&queue).into(), key.into()]);
-            if let Some(id) = found.and_then(first_value::<i64>).or_raise() {
+            let found = client.update(&*existing, None, &[(&queue).into(), key.into()]).or_raise();
+            if !found.is_empty() {
+                let row = found.first();
+                let id = row.get::<i64>(1).or_raise().unwrap_or_default();
+                let name = row.get::<Text>(2).or_raise().unwrap_or_default();
+                job.may_share_key_with(&name, &queue, key);
                 return (id, false);
             }
             check_for_interrupts!();
@@ -142,9 +146,29 @@ impl NewJob {
         super::place::Place { priority: self.priority, run_after: self.run_after.into_inner(), id }
     }
 
-    /// Raises unless the caller's producer scope covers the job's name.
-    fn may_produce(&self) {
+    /// Raises unless the caller's producer scope covers the job's name and
+    /// its queue (a scope names queues as it names jobs: issue 44, item 4).
+    fn may_produce(&self, queue: &Text) {
         crate::scopes::require(crate::scopes::Capability::Producer, "job name", &self.task_name);
+        crate::scopes::require(crate::scopes::Capability::Producer, "queue", queue);
+    }
+
+    /// A unique key never answers with a job the caller could not see: when
+    /// the job holding the key is outside the caller's producer scope (put
+    /// there by an unscoped producer), the enqueue raises 23505 instead of
+    /// returning that job's id or dropping the caller's job.
+    fn may_share_key_with(&self, holder_name: &Text, queue: &Text, key: &Text) {
+        if !crate::scopes::of_caller(crate::scopes::Capability::Producer).admits(holder_name.bytes()) {
+            crate::errors::raise_with_hint(
+                PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION,
+                format!(
+                    "queue \"{}\" already has an unfinished job with unique key \"{}\", outside the caller's producer scope",
+                    queue.shown(),
+                    key.shown()
+                ),
+                "Use a unique key of your own, or a queue no producer outside your scope uses.",
+            );
+        }
     }
 
     /// The insert statements' first seven argument types, `payload` the payload's.

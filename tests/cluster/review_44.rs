@@ -142,7 +142,7 @@ fn answer(c: &mut Client, role: &str, sql: &str) -> (String, String, usize) {
 fn batch_settles_tell_a_job_outside_the_scope_from_an_unknown_id() {
     let (mut c, _db, a, b) = two_tenants("review_batch_settle");
     let job: i64 = as_role(&mut c, &b, |c| {
-        let job: i64 = c.query_one("SELECT distlock.enqueue_task('b.job', '{}')", &[]).expect("enqueue").get(0);
+        let job: i64 = c.query_one("SELECT distlock.enqueue_task('b.job', '{}', p_queue => 'b.jobs')", &[]).expect("enqueue").get(0);
         c.batch_execute("SELECT * FROM distlock.consume_task('wb', '1 hour')").expect("b holds its job");
         job
     });

@@ -110,27 +110,81 @@ fn a_scoped_worker_neither_takes_nor_reads_names_outside_its_scope() {
     );
 }
 
-/// "A scoped producer enqueues only job names in its scope, and a scoped
-/// consumer receives only jobs in its scope."
+/// "A scoped producer enqueues only job names in its scope, into queues in
+/// its scope, and a scoped consumer receives only jobs in its scope, from
+/// queues in its scope: naming a queue outside it is refused (`42501`), and
+/// NULL means every queue in it."
 #[test]
 fn scoped_producers_and_consumers_stay_in_their_scope() {
     let (mut c, a, b) = two_tenants("scopes_queue", &["producer", "consumer"]);
-    allowed(&mut c, &b, "SELECT distlock.enqueue_task('b.invoice', '{\"secret\": 1}', now() - interval '1 hour', 9)");
-    allowed(&mut c, &a, "SELECT distlock.enqueue_task('a.mail', '{}')");
-    refused(&mut c, &a, "SELECT distlock.enqueue_task('b.invoice', '{}')");
+    allowed(&mut c, &b, "SELECT distlock.enqueue_task('b.invoice', '{\"secret\": 1}', now() - interval '1 hour', 9, p_queue => 'b.q')");
+    allowed(&mut c, &a, "SELECT distlock.enqueue_task('a.mail', '{}', p_queue => 'a.q')");
+    refused(&mut c, &a, "SELECT distlock.enqueue_task('b.invoice', '{}', p_queue => 'a.q')");
+    // Queues are named by scopes too: the default queue lies outside both.
+    refused(&mut c, &a, "SELECT distlock.enqueue_task('a.mail', '{}')");
+    refused(&mut c, &a, "SELECT distlock.enqueue_task('a.mail', '{}', p_queue => 'b.q')");
+    refused(&mut c, &a, "SELECT * FROM distlock.enqueue_tasks('a.mail', ARRAY['{}'::jsonb], p_queue => 'b.q')");
+    refused(&mut c, &a, "SELECT * FROM distlock.consume_task('wa', '1 hour', p_queues => ARRAY['a.q', 'b.q'])");
+    refused(&mut c, &a, "SELECT * FROM distlock.settle_and_consume_tasks(1, 'wa', p_queues => ARRAY['default'])");
+    // An unscoped producer's job named in A's scope, in B's queue: A's
+    // consumers of every queue do not take it (it would hold B's queue).
+    c.batch_execute("SELECT distlock.enqueue_task('a.stray', '{}', now() - interval '2 hours', 10, p_queue => 'b.q')")
+        .expect("unscoped producer");
     let got = as_role(&mut c, &a, |c| {
         texts(c, "SELECT task_name FROM distlock.consume_tasks(10, 'wa', '1 hour') ORDER BY 1")
     });
-    assert_eq!(got, ["a.mail"], "A never receives B's older, higher-priority job");
-    // Waiting: A's wait ends empty while B's job stays pending.
+    assert_eq!(got, ["a.mail"], "A never receives B's older, higher-priority jobs nor any job of B's queue");
+    // Waiting: A's wait ends empty while B's jobs stay pending.
     let waited = as_role(&mut c, &a, |c| {
         texts(c, "SELECT task_name FROM distlock.consume_task('wa', '1 hour', '0.3 seconds')")
     });
     assert!(waited.is_empty(), "A's wait gave it {waited:?}");
     let got_by_b = as_role(&mut c, &b, |c| {
-        texts(c, "SELECT task_name || ' ' || payload::text FROM distlock.consume_tasks(10, 'wb', '1 hour')")
+        texts(c, "SELECT task_name || ' ' || payload::text FROM distlock.consume_tasks(10, 'wb', '1 hour', p_queues => ARRAY['b.q'])")
     });
-    assert_eq!(got_by_b, ["b.invoice {\"secret\": 1}"]);
+    assert_eq!(got_by_b, ["b.invoice {\"secret\": 1}"], "B takes no job outside its scope, even from its own queue");
+}
+
+/// "A queue's limit is held by its own tenant's consumers only": an admin's
+/// limit of 1 on B's queue cannot be taken by A, which may neither enqueue
+/// into that queue nor claim from it (issue 44, item 7).
+#[test]
+fn another_tenant_cannot_hold_a_limited_queues_slot() {
+    let (mut c, a, b) = two_tenants("scopes_queue_limit", &["producer", "consumer"]);
+    c.batch_execute("SELECT distlock.set_queue_limit('b.payments', 1)").expect("limit");
+    refused(&mut c, &a, "SELECT distlock.enqueue_task('a.hog', '{}', p_queue => 'b.payments')");
+    refused(&mut c, &a, "SELECT * FROM distlock.consume_task('wa', '1 day', p_queues => ARRAY['b.payments'])");
+    // Even a job named in A's scope that an unscoped producer put there.
+    c.batch_execute("SELECT distlock.enqueue_task('a.hog', '{}', now() - interval '1 hour', 10, p_queue => 'b.payments')")
+        .expect("unscoped producer");
+    allowed(&mut c, &b, "SELECT distlock.enqueue_task('b.pay', '{}', p_queue => 'b.payments')");
+    let got = as_role(&mut c, &a, |c| texts(c, "SELECT task_name FROM distlock.consume_tasks(10, 'wa', '1 day')"));
+    assert!(got.is_empty(), "A took {got:?} from B's limited queue");
+    let got_by_b =
+        as_role(&mut c, &b, |c| texts(c, "SELECT task_name FROM distlock.consume_tasks(10, 'wb', '1 hour', p_queues => ARRAY['b.payments'])"));
+    assert_eq!(got_by_b, ["b.pay"], "B's slot was free for B");
+}
+
+/// "A unique key never answers with a job the caller could not see: when
+/// the job holding the key is outside the caller's producer scope, the
+/// enqueue raises `23505` instead of returning that job's id or dropping
+/// the caller's job."
+#[test]
+fn a_unique_key_never_answers_with_a_job_outside_the_callers_scope() {
+    let (mut c, a, _b) = two_tenants("scopes_unique", &["producer"]);
+    c.batch_execute("SELECT distlock.enqueue_task('z.order', '{}', p_queue => 'a.q', p_unique_key => 'order:42')")
+        .expect("an unscoped producer's job in A's queue");
+    let result = as_role(&mut c, &a, |c| {
+        c.simple_query("SELECT distlock.enqueue_task('a.order', '{}', p_queue => 'a.q', p_unique_key => 'order:42')")
+    });
+    let error = result.expect_err("A must not be told of a job it cannot see");
+    assert_eq!(error.code().map(|c| c.code()), Some("23505"), "{error:?}");
+    assert!(!format!("{error:?}").contains("z.order"), "{error:?}");
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE unique_key = 'order:42'"), 1);
+    // A key held by A's own job answers with that job, as before.
+    let mine = allowed(&mut c, &a, "SELECT distlock.enqueue_task('a.order', '{}', p_queue => 'a.q', p_unique_key => 'order:43')");
+    let again = allowed(&mut c, &a, "SELECT distlock.enqueue_task('a.order', '{}', p_queue => 'a.q', p_unique_key => 'order:43')");
+    assert_eq!(mine, again);
 }
 
 /// "A scoped monitor sees in the monitoring views only rows named in its
@@ -153,7 +207,7 @@ fn a_scoped_monitor_sees_only_rows_named_in_its_scope() {
              SELECT distlock.lock('b.lock'); SELECT distlock.lock(424242::bigint); \
              SELECT distlock.acquire_lease('b.lease', 'nb', '1 hour'); \
              SELECT distlock.try_become_leader('b.group', 'nb', '1 hour'); \
-             SELECT distlock.enqueue_task('b.job', '{{}}')"
+             SELECT distlock.enqueue_task('b.job', '{{}}', p_queue => 'b.jobs')"
         ))
         .expect("b's state");
     let mut holder_a = connect_to(primary_port(), db, "holder-a");
@@ -163,7 +217,7 @@ fn a_scoped_monitor_sees_only_rows_named_in_its_scope() {
              SELECT distlock.lock('a.lock'); \
              SELECT distlock.acquire_lease('a.lease', 'na', '1 hour'); \
              SELECT distlock.try_become_leader('a.group', 'na', '1 hour'); \
-             SELECT distlock.enqueue_task('a.job', '{{}}')"
+             SELECT distlock.enqueue_task('a.job', '{{}}', p_queue => 'a.jobs')"
         ))
         .expect("a's state");
     // B also waits for A's lock: a wait A's monitor may see.
@@ -361,7 +415,7 @@ fn a_scoped_monitors_own_function_sees_no_row_outside_its_scope() {
              SELECT distlock.lock('{tenant}.lock'); \
              SELECT distlock.acquire_lease('{tenant}.lease', 'n{tenant}', '1 hour'); \
              SELECT distlock.try_become_leader('{tenant}.group', 'n{tenant}', '1 hour'); \
-             SELECT distlock.enqueue_task('{tenant}.job', '{{}}')"
+             SELECT distlock.enqueue_task('{tenant}.job', '{{}}', p_queue => '{tenant}.jobs')"
         ))
         .expect("tenant state");
         holders.push(h);
@@ -439,7 +493,7 @@ fn nothing_outside_a_scope_is_told_by_refusals_settles_or_telemetry() {
     assert!(!message.contains("payroll"), "the refusal names B's task: {message}");
 
     // Item 10: B's job, held by B, is to A exactly an unknown id.
-    let job = allowed(&mut c, &b, "SELECT distlock.enqueue_task('b.job', '{}')").expect("b's job");
+    let job = allowed(&mut c, &b, "SELECT distlock.enqueue_task('b.job', '{}', p_queue => 'b.jobs')").expect("b's job");
     allowed(&mut c, &b, "SELECT task_id FROM distlock.consume_task('wb', '1 hour')").expect("b holds its job");
     let unknown = "987654321";
     for template in [
