@@ -145,6 +145,23 @@ SELECT pg_catalog.sha256(pg_catalog.convert_to(
 
 COMMENT ON TABLE distlock.lock_key_secret IS
     'Secret keying the hash of pg_distlock''s own name-derived locks (owner only).';
+
+-- Drawn once: each backend reads the secret once, so a changed secret would
+-- leave older backends taking other locks than newer ones for the same name
+-- (two grants of a name at once, a limited queue over its limit).
+CREATE FUNCTION distlock.refuse_lock_key_secret_change() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'distlock.lock_key_secret is drawn once, at install, and never changes'
+        USING ERRCODE = '55000',
+              HINT = 'Backends keep the secret they read; to draw a new one, drop and create the extension.';
+END
+$$;
+REVOKE ALL ON FUNCTION distlock.refuse_lock_key_secret_change() FROM PUBLIC;
+CREATE TRIGGER drawn_once BEFORE UPDATE OR DELETE OR TRUNCATE ON distlock.lock_key_secret
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.refuse_lock_key_secret_change();
 -- As the install's REVOKE ALL ON ALL TABLES leaves it: the owner's
 -- privileges written out, nobody else's.
 REVOKE ALL ON distlock.lock_key_secret FROM PUBLIC;

@@ -6,7 +6,9 @@
 //! so stall another tenant's grants.
 //!
 //! Each backend reads the secret once; it is read again when the table is
-//! another one (the extension was dropped and created again).
+//! another one (the extension was dropped and created again). The secret
+//! itself never changes (a trigger refuses it), or backends that read the
+//! old one would take other locks than those reading the new one.
 
 use std::cell::Cell;
 use std::hash::Hasher;
@@ -33,7 +35,7 @@ fn read(table: pg_sys::Oid) -> [u64; 2] {
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             "distlock.lock_key_secret holds no secret",
-            "Reinstall pg_distlock, or insert 16 random bytes there as its owner.",
+            "Drop and create the extension to draw one.",
         )
     };
     let half = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"));

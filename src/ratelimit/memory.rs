@@ -50,7 +50,10 @@ fn place_of(kind: Kind, key: &Text) -> Option<Place> {
     Some(Place { hash, partition: hash[0] as usize % RATE_PARTITIONS })
 }
 
-/// Entries one database may hold per partition.
+/// Entries one database may hold per partition: its share of the
+/// partition's slots, rounded down, at least one. With fewer than two slots
+/// per partition (a capacity below 32) one slot is the whole partition, and
+/// the share cannot keep databases apart.
 fn share_limit(slots: usize) -> u32 {
     let share = crate::gucs::RATE_LIMIT_DATABASE_SHARE.get().clamp(1, 100) as usize;
     (slots * share / 100).max(1) as u32
@@ -77,11 +80,21 @@ fn raise_refused(refusal: Refusal) -> ! {
     }
 }
 
-/// The first bytes of `key` that end on a character boundary.
+/// The first bytes of `key` that end on a character boundary. A SQL_ASCII
+/// database checks no encoding, and its text is most often UTF-8: the cut
+/// backs off to a UTF-8 boundary there too.
 fn kept_len(key: &Text) -> usize {
     let bytes = key.bytes();
     if bytes.len() <= KEPT_KEY_BYTES {
         return bytes.len();
+    }
+    let sql_ascii = unsafe { pgrx::pg_sys::GetDatabaseEncoding() } == pgrx::pg_sys::pg_enc::PG_SQL_ASCII as i32;
+    if sql_ascii {
+        let mut kept = KEPT_KEY_BYTES;
+        while kept > 0 && bytes[kept] & 0xc0 == 0x80 {
+            kept -= 1;
+        }
+        return kept;
     }
     unsafe { pgrx::pg_sys::pg_mbcliplen(bytes.as_ptr().cast(), bytes.len() as i32, KEPT_KEY_BYTES as i32) as usize }
 }
@@ -99,7 +112,10 @@ pub fn with_entry<R>(kind: Kind, key: &Text, now_us: i64, f: impl FnOnce(&mut Ra
                 placement::free(state, entries, i);
                 placement::place(state, entries, &place.hash, database(), now_us, share_limit(entries.len()))
             }
-            None => placement::place(state, entries, &place.hash, database(), now_us, share_limit(entries.len())),
+            None => {
+                placement::shorten_probes(state, entries, now_us);
+                placement::place(state, entries, &place.hash, database(), now_us, share_limit(entries.len()))
+            }
         }
         .unwrap_or_else(|refusal| raise_refused(refusal));
         let entry = &mut entries[i];

@@ -89,7 +89,21 @@ pub fn reclaim(state: &mut PartitionState, entries: &mut [RateEntry], now_us: i6
         mine += u32::from(entries[i].database == database);
     }
     state.max_probe = max_probe as u32;
+    state.reclaimed_at_us = now_us;
     mine
+}
+
+/// Probes longer than this make a lookup of a new key read the partition
+/// once a second to shorten them (after a flood of keys that expired,
+/// every new key would otherwise read `max_probe` slots).
+const LONG_PROBE: u32 = 64;
+
+/// Frees expired entries when the partition's probes got long and it was
+/// not done in the last second.
+pub fn shorten_probes(state: &mut PartitionState, entries: &mut [RateEntry], now_us: i64) {
+    if state.max_probe > LONG_PROBE && now_us - state.reclaimed_at_us > 1_000_000 {
+        reclaim(state, entries, now_us, 0);
+    }
 }
 
 /// The slot a new entry of `database` for `hash` goes to, already counted

@@ -4,7 +4,7 @@
 mod tests {
     use pgrx::prelude::*;
 
-    use crate::ratelimit::placement::{find, free, place, reclaim, Refusal};
+    use crate::ratelimit::placement::{find, free, place, reclaim, shorten_probes, Refusal};
     use crate::shared::rate_table::{PartitionState, RateEntry};
 
     const SLOTS: usize = 128;
@@ -89,5 +89,27 @@ mod tests {
         let untracked = entries.iter().filter(|e| e.in_use && !state.databases.iter().any(|d| d.entries > 0 && d.database == e.database)).count();
         assert_eq!(counted as usize + untracked, state.in_use as usize);
         assert_eq!(state.in_use as usize, entries.iter().filter(|e| e.in_use).count());
+    }
+
+    #[pg_test]
+    fn placement_long_probes_left_by_expired_keys_are_shortened_once_a_second() {
+        let mut state = PartitionState::default();
+        let mut entries = vec![RateEntry::default(); SLOTS];
+        for n in 0..100 {
+            let i = place(&mut state, &mut entries, &hash(3, n), 1, NOW, NO_SHARE).expect("room");
+            entries[i].expires_at_us = NOW + 10;
+        }
+        let survivor = place(&mut state, &mut entries, &hash(90, 7777), 1, NOW, NO_SHARE).expect("room");
+        live(&mut entries, survivor);
+        assert_eq!(state.max_probe, 99);
+        let later = NOW + 2_000_000;
+        shorten_probes(&mut state, &mut entries, later);
+        assert!(state.max_probe < 20, "probes stay {} long", state.max_probe);
+        assert_eq!(state.in_use, 1);
+        assert!(find(&state, &entries, &hash(90, 7777)).is_some());
+        // Not again within the second.
+        state.max_probe = 100;
+        shorten_probes(&mut state, &mut entries, later + 500_000);
+        assert_eq!(state.max_probe, 100);
     }
 }

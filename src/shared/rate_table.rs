@@ -88,6 +88,9 @@ pub struct PartitionState {
     /// that expired entries can be freed anywhere).
     pub max_probe: u32,
     pub databases: [DatabaseCount; COUNTED_DATABASES],
+    /// When `reclaim` last ran: a long `max_probe` left by keys that have
+    /// since expired is shortened at most once a second.
+    pub reclaimed_at_us: i64,
 }
 
 #[repr(C)]

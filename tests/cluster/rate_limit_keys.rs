@@ -220,3 +220,74 @@ fn grant_locks_are_keyed_by_a_secret_of_each_database() {
     assert_ne!(fresh, key_one);
     assert_eq!(grant_lock_key(&mut c1, lease), fresh, "the older backend reads the new secret");
 }
+
+// Breaks a fresh-eyes review of f4ce707 found, each a test that failed there.
+
+/// A secret rewritten in place was never read again by backends that had
+/// read it, so old and new backends took different grant and turn locks for
+/// one name (a queue limited to 1 had 2 jobs processing). The secret is now
+/// drawn once and every change is refused.
+#[test]
+fn the_lock_key_secret_is_never_rewritten() {
+    let db = fresh_db("rl_secret_fixed");
+    let mut owner = connect(&db);
+    let mut old = connect(&db);
+    let lease = "SELECT distlock.acquire_lease('payroll', 'w', '10 s')";
+    let before = grant_lock_key(&mut old, lease);
+    for change in [
+        "UPDATE distlock.lock_key_secret SET secret = pg_catalog.sha256(secret)",
+        "DELETE FROM distlock.lock_key_secret",
+        "TRUNCATE distlock.lock_key_secret",
+    ] {
+        assert_eq!(sqlstate(owner.batch_execute(change)), "55000", "{change}");
+    }
+    assert_eq!(grant_lock_key(&mut connect(&db), lease), before, "a new backend takes the same lock");
+    assert_eq!(grant_lock_key(&mut old, lease), before);
+}
+
+/// The library serves an older release's SQL until ALTER EXTENSION UPDATE
+/// (preloaded: every backend from the restart to the update). On 0.3.0's SQL
+/// there is no secret yet: grants and limited-queue claims work, with
+/// 0.3.0's key, so that backends still on the 0.3.0 library exclude them.
+#[test]
+fn the_library_on_0_3_0_sql_takes_grants_with_0_3_0s_key() {
+    let name = "rl_old_sql_grants";
+    let mut admin = connect("postgres");
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create");
+    let mut c = connect(name);
+    c.batch_execute("CREATE EXTENSION pg_distlock VERSION '0.3.0'").expect("0.3.0's SQL");
+    assert_eq!(
+        grant_lock_key(&mut c, "SELECT distlock.acquire_lease('primary-db', 'node-a', '1 hour')"),
+        grant_key_0_3_0("primary-db")
+    );
+    c.batch_execute("SELECT * FROM distlock.try_become_leader('scheduler', 'node-a', '1 hour')").expect("election");
+    c.batch_execute("SELECT distlock.set_queue_limit('q', 2); SELECT distlock.enqueue_task('j1', '{}', now(), 0, 3, 'q')")
+        .expect("limited queue");
+    let claimed = c
+        .query("SELECT task_id FROM distlock.consume_task('c1', '1 minute', NULL, '{q}')", &[])
+        .expect("a limited queue's claim on 0.3.0's SQL");
+    assert_eq!(claimed.len(), 1);
+}
+
+/// In a SQL_ASCII database (no encoding checked, most often UTF-8 text) a
+/// long key was kept cut inside a UTF-8 character, which no UTF-8 client
+/// could read back from rate_limit_keys().
+#[test]
+fn a_cut_key_in_a_sql_ascii_database_ends_between_utf8_characters() {
+    let name = "rl_sql_ascii";
+    let mut admin = connect("postgres");
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE template0 ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'"))
+        .expect("create");
+    let mut c = connect(name);
+    c.batch_execute("CREATE EXTENSION pg_distlock").expect("extension");
+    c.batch_execute(&format!("SELECT distlock.check_rate_limit('a{}', 5, 60)", "é".repeat(40))).expect("key");
+    let row = c.query_one("SELECT key::bytea, key_complete FROM distlock.rate_limit_keys()", &[]).expect("listed");
+    let (kept, complete): (Vec<u8>, bool) = (row.get(0), row.get(1));
+    c.batch_execute("SELECT distlock.reset_rate_limits()").expect("reset");
+    assert!(!complete, "81 bytes are kept cut");
+    assert_eq!(std::str::from_utf8(&kept), Ok(format!("a{}", "é".repeat(31)).as_str()));
+}
+

@@ -542,6 +542,10 @@ const OWNER_CALLS: &[(&str, &str)] = &[
     ("distlock.role_capabilities_changed()", "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor')"),
     // Fired by every statement that writes a table.
     ("distlock.library_guard()", "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor')"),
+    // Fired by a change of the lock-key secret, which it refuses.
+    ("distlock.refuse_lock_key_secret_change()",
+     "DO $$ BEGIN UPDATE distlock.lock_key_secret SET secret = secret; \
+      EXCEPTION WHEN object_not_in_prerequisite_state THEN NULL; END $$"),
 ];
 
 /// On both storage modes: with pg_distlock preloaded (shared memory) and
