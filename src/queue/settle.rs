@@ -13,7 +13,7 @@ use pgrx::prelude::*;
 use super::place::Place;
 use super::{for_completions, raise_unknown_job, resolve_worker};
 use crate::errors::{required, OrRaise};
-use crate::plans::{first_value, plan, types};
+use crate::plans::{plan, types};
 
 /// A settled job's queue and its place in the claim's index, when the
 /// statement returns them (the head of the index when it does not).
@@ -82,7 +82,7 @@ fn settle(
 }
 
 /// For a caller whose consumer capability is scoped: a job outside its
-/// scope is answered exactly as an unknown id (P0002), before anything else
+/// scope (its name or its queue) is answered exactly as an unknown id (P0002), before anything else
 /// is looked at, so that settling cannot tell whether another tenant's job
 /// exists. Unscoped callers read nothing here.
 fn require_job_in_scope(client: &pgrx::spi::SpiClient<'_>, job_id: i64) {
@@ -95,11 +95,14 @@ fn require_job_in_scope(client: &pgrx::spi::SpiClient<'_>, job_id: i64) {
         include_str!("../../sql/queries/queue_job_name_0_2_0.sql"),
     );
     let stmt = plan(client, statement, &[types::INT8]);
-    let name = client
-        .select(&*stmt, None, &[job_id.into()])
-        .and_then(first_value::<Text>)
-        .or_raise();
-    if !name.is_some_and(|name| scope.admits(name.bytes())) {
+    let rows = client.select(&*stmt, None, &[job_id.into()]).or_raise();
+    let admitted = !rows.is_empty() && {
+        let row = rows.first();
+        let name = row.get::<Text>(1).or_raise().unwrap_or_default();
+        let queue = row.get::<Text>(2).or_raise().unwrap_or_default();
+        scope.admits(name.bytes()) && scope.admits(queue.bytes())
+    };
+    if !admitted {
         raise_unknown_job(job_id);
     }
 }
@@ -116,13 +119,19 @@ fn ids_in_scope(client: &pgrx::spi::SpiClient<'_>, ids: Vec<Option<i64>>) -> Vec
     let admitted: std::collections::HashSet<i64> = client
         .select(&*stmt, None, &[ids.clone().into()])
         .and_then(|rows| {
-            rows.map(|row| Ok((row.get::<i64>(1)?.unwrap_or_default(), row.get::<Text>(2)?.unwrap_or_default())))
-                .collect::<pgrx::spi::SpiResult<Vec<_>>>()
+            rows.map(|row| {
+                Ok((
+                    row.get::<i64>(1)?.unwrap_or_default(),
+                    row.get::<Text>(2)?.unwrap_or_default(),
+                    row.get::<Text>(3)?.unwrap_or_default(),
+                ))
+            })
+            .collect::<pgrx::spi::SpiResult<Vec<_>>>()
         })
         .or_raise()
         .into_iter()
-        .filter(|(_, name)| scope.admits(name.bytes()))
-        .map(|(id, _)| id)
+        .filter(|(_, name, queue)| scope.admits(name.bytes()) && scope.admits(queue.bytes()))
+        .map(|(id, _, _)| id)
         .collect();
     ids.into_iter().map(|id| id.filter(|id| admitted.contains(id))).collect()
 }

@@ -55,11 +55,16 @@ pub const POLL_INTERVAL_MS: i64 = 100;
 /// for it, or at this consumer's next look (within its wait).
 const LOOKING: i64 = 0;
 
-/// A queue as sleepers, wakers and the runnable log name it.
+/// A queue as sleepers, wakers and the runnable log name it: SipHash-1-3
+/// keyed with the server's secret, drawn with the shared memory these live
+/// in, so the same in every backend, and no tenant can pick a queue name
+/// whose hash is another tenant's queue's (0.3.0's FNV-1a let a chosen name
+/// wake another tenant's consumers with every job). 0 is kept for "any queue".
 pub(crate) fn queue_hash(queue: &[u8]) -> u32 {
-    // FNV-1a: the same in every backend; 0 is kept for "any queue".
-    let hash = queue.iter().fold(0x811c_9dc5_u32, |h, b| (h ^ *b as u32).wrapping_mul(0x0100_0193));
-    hash.max(1)
+    let [k0, k1] = crate::shared::server_secret().unwrap_or_default();
+    let mut hasher = siphasher::sip::SipHasher13::new_with_keys(k0, k1);
+    std::hash::Hasher::write(&mut hasher, queue);
+    (std::hash::Hasher::finish(&hasher) as u32).max(1)
 }
 
 /// Wake-ups to send at the end of this transaction.

@@ -41,7 +41,7 @@ struct Place {
 }
 
 fn place_of(kind: Kind, key: &Text) -> Option<Place> {
-    let [k0, k1] = rate_table::secret()?;
+    let [k0, k1] = crate::shared::server_secret()?;
     let mut hasher = SipHasher13::new_with_keys(k0, k1);
     hasher.write_u8(kind as u8);
     hasher.write(&database().to_le_bytes());

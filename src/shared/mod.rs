@@ -271,6 +271,14 @@ pub fn available() -> bool {
     layout().is_some()
 }
 
+/// The server's secret, drawn when its shared state was made (kept with
+/// the rate-limit table): keys the hashes of names that any caller chooses
+/// and that share server-wide tables (rate-limit keys, queue names). None
+/// without shared memory.
+pub fn server_secret() -> Option<[u64; 2]> {
+    rate_table::secret()
+}
+
 /// The snowflake slot of `worker_id` (0..1024).
 pub fn snowflake_slot(worker_id: usize) -> Option<&'static SnowflakeSlot> {
     let layout = layout()?;

@@ -7,7 +7,7 @@ use crate::support::*;
 /// A database where roles A and B (named after it: roles are cluster-wide
 /// and keep grants in older runs' databases) hold `capabilities` scoped to
 /// `a.` and `b.`.
-fn two_tenants(name: &str, capabilities: &[&str]) -> (Client, String, String) {
+pub(crate) fn two_tenants(name: &str, capabilities: &[&str]) -> (Client, String, String) {
     let port = primary_port();
     let db = fresh_db_on(port, name);
     let mut c = connect_to(port, &db, "scopes");

@@ -212,7 +212,9 @@ class Queue(QueueLogic[AsyncSource]):
         """Queues a job (payload: anything JSON-serialisable) in `queue`
         (None: the server's default, 'default'); returns its id. With
         `unique_key`, when the queue has an unfinished job with that key,
-        queues nothing and returns that job's id."""
+        queues nothing and returns that job's id; when that job is outside
+        a scoped producer's scope, raises DistlockError (23505) instead. A
+        scoped producer must name a queue in its scope: 'default' is in none."""
         return await self._rt.run(self._enqueue_op(
             name, payload, run_after=run_after, priority=priority, max_attempts=max_attempts, queue=queue,
             unique_key=unique_key,
