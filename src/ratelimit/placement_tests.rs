@@ -100,16 +100,16 @@ mod tests {
             entries[i].expires_at_us = NOW + 10;
         }
         let survivor = place(&mut state, &mut entries, &hash(90, 7777), 1, NOW, NO_SHARE).expect("room");
-        live(&mut entries, survivor);
-        assert_eq!(state.max_probe, 99);
+        entries[survivor].expires_at_us = NOW + 10_000_000;
+        assert_eq!(state.max_probe, 99, "the 100th key of home 3");
         let later = NOW + 2_000_000;
         shorten_probes(&mut state, &mut entries, later);
         assert!(state.max_probe < 20, "probes stay {} long", state.max_probe);
-        assert_eq!(state.in_use, 1);
+        assert_eq!(state.in_use, 1, "only the survivor is left");
         assert!(find(&state, &entries, &hash(90, 7777)).is_some());
         // Not again within the second.
         state.max_probe = 100;
         shorten_probes(&mut state, &mut entries, later + 500_000);
-        assert_eq!(state.max_probe, 100);
+        assert_eq!(state.max_probe, 100, "not shortened again within the second");
     }
 }
