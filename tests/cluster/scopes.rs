@@ -165,6 +165,26 @@ fn another_tenant_cannot_hold_a_limited_queues_slot() {
     assert_eq!(got_by_b, ["b.pay"], "B's slot was free for B");
 }
 
+/// "Scopes are prefixes, so a scope that is a prefix of another covers it:
+/// a role scoped to `a.` uses the queues, jobs and names of a role scoped
+/// to `a.b.`."
+#[test]
+fn a_scope_covers_the_scopes_it_is_a_prefix_of() {
+    let (mut c, wide, _) = two_tenants("scopes_nested", &["producer", "consumer"]);
+    let narrow = "scopes_nested_narrow";
+    c.batch_execute(&format!(
+        "DROP ROLE IF EXISTS {narrow}; CREATE ROLE {narrow};
+         SELECT distlock.grant_capability('{narrow}', c, 'a.b.') FROM unnest(ARRAY['producer', 'consumer']) c"
+    ))
+    .expect("a narrower tenant");
+    allowed(&mut c, narrow, "SELECT distlock.enqueue_task('a.b.job', '{}', p_queue => 'a.b.q')");
+    refused(&mut c, narrow, "SELECT distlock.enqueue_task('a.job', '{}', p_queue => 'a.q')");
+    let got = as_role(&mut c, &wide, |c| {
+        texts(c, "SELECT task_name FROM distlock.consume_tasks(10, 'wide', '1 hour', p_queues => ARRAY['a.b.q'])")
+    });
+    assert_eq!(got, ["a.b.job"], "the wider scope takes the narrower tenant's job from its queue");
+}
+
 /// "A unique key never answers with a job the caller could not see: when
 /// the job holding the key is outside the caller's producer scope, the
 /// enqueue raises `23505` instead of returning that job's id or dropping
