@@ -100,11 +100,20 @@ fn require_job_in_scope(client: &pgrx::spi::SpiClient<'_>, job_id: i64) {
         let row = rows.first();
         let name = row.get::<Text>(1).or_raise().unwrap_or_default();
         let queue = row.get::<Text>(2).or_raise().unwrap_or_default();
-        scope.admits(name.bytes()) && scope.admits(queue.bytes())
+        let holder = row.get::<pg_sys::Oid>(3).or_raise();
+        in_scope(&scope, &name, &queue, holder)
     };
     if !admitted {
         raise_unknown_job(job_id);
     }
+}
+
+/// Whether a scoped consumer may settle a job: its name and its queue are in
+/// the scope, or it holds the job already (before 0.4.0 scopes named no
+/// queues, so a tenant's consumers took its jobs from the `default` queue:
+/// the consumer holding one at the update still settles it).
+fn in_scope(scope: &crate::scopes::Scope, name: &Text, queue: &Text, holder: Option<pg_sys::Oid>) -> bool {
+    scope.admits(name.bytes()) && (scope.admits(queue.bytes()) || holder == Some(crate::access::caller()))
 }
 
 /// For a caller whose consumer capability is scoped: `ids` with every job
@@ -124,14 +133,15 @@ fn ids_in_scope(client: &pgrx::spi::SpiClient<'_>, ids: Vec<Option<i64>>) -> Vec
                     row.get::<i64>(1)?.unwrap_or_default(),
                     row.get::<Text>(2)?.unwrap_or_default(),
                     row.get::<Text>(3)?.unwrap_or_default(),
+                    row.get::<pg_sys::Oid>(4)?,
                 ))
             })
             .collect::<pgrx::spi::SpiResult<Vec<_>>>()
         })
         .or_raise()
         .into_iter()
-        .filter(|(_, name, queue)| scope.admits(name.bytes()) && scope.admits(queue.bytes()))
-        .map(|(id, _, _)| id)
+        .filter(|(_, name, queue, holder)| in_scope(&scope, name, queue, *holder))
+        .map(|(id, _, _, _)| id)
         .collect();
     ids.into_iter().map(|id| id.filter(|id| admitted.contains(id))).collect()
 }

@@ -60,8 +60,18 @@ const LOOKING: i64 = 0;
 /// in, so the same in every backend, and no tenant can pick a queue name
 /// whose hash is another tenant's queue's (0.3.0's FNV-1a let a chosen name
 /// wake another tenant's consumers with every job). 0 is kept for "any queue".
+///
+/// While the installed SQL is older than 0.4.0 (no `lock_key_secret` yet),
+/// queues are named as 0.3.0's library names them, so that its sessions, on
+/// 17+ without preload sharing these tables with this library's until the
+/// update, still wake each other (after the update they may not claim).
 pub(crate) fn queue_hash(queue: &[u8]) -> u32 {
-    let [k0, k1] = crate::shared::server_secret().unwrap_or_default();
+    let secret = crate::shared::server_secret()
+        .filter(|_| crate::version::table_oid(c"lock_key_secret") != pgrx::pg_sys::InvalidOid);
+    let Some([k0, k1]) = secret else {
+        // FNV-1a, 0.3.0's.
+        return queue.iter().fold(0x811c_9dc5_u32, |h, b| (h ^ *b as u32).wrapping_mul(0x0100_0193)).max(1);
+    };
     let mut hasher = siphasher::sip::SipHasher13::new_with_keys(k0, k1);
     std::hash::Hasher::write(&mut hasher, queue);
     (std::hash::Hasher::finish(&hasher) as u32).max(1)

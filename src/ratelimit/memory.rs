@@ -51,9 +51,9 @@ fn place_of(kind: Kind, key: &Text) -> Option<Place> {
 }
 
 /// Entries one database may hold per partition: its share of the
-/// partition's slots, rounded down, at least one. With fewer than two slots
-/// per partition (a capacity below 32) one slot is the whole partition, and
-/// the share cannot keep databases apart.
+/// partition's slots, rounded down, at least one. With one slot per
+/// partition (the smallest capacity, 16) that slot is the whole partition,
+/// and the share cannot keep databases apart.
 fn share_limit(slots: usize) -> u32 {
     let share = crate::gucs::RATE_LIMIT_DATABASE_SHARE.get().clamp(1, 100) as usize;
     (slots * share / 100).max(1) as u32
@@ -90,11 +90,14 @@ fn kept_len(key: &Text) -> usize {
     }
     let sql_ascii = unsafe { pgrx::pg_sys::GetDatabaseEncoding() } == pgrx::pg_sys::pg_enc::PG_SQL_ASCII as i32;
     if sql_ascii {
+        // A UTF-8 character is at most 4 bytes: back off over at most 3
+        // continuation bytes to its lead byte; bytes that are no UTF-8 are
+        // cut where they are.
         let mut kept = KEPT_KEY_BYTES;
-        while kept > 0 && bytes[kept] & 0xc0 == 0x80 {
+        while kept > KEPT_KEY_BYTES - 3 && bytes[kept] & 0xc0 == 0x80 {
             kept -= 1;
         }
-        return kept;
+        return if kept < KEPT_KEY_BYTES && bytes[kept] >= 0xc0 { kept } else { KEPT_KEY_BYTES };
     }
     unsafe { pgrx::pg_sys::pg_mbcliplen(bytes.as_ptr().cast(), bytes.len() as i32, KEPT_KEY_BYTES as i32) as usize }
 }

@@ -216,9 +216,11 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         let base = pg_sys::ShmemInitStruct(SEGMENT.as_ptr(), state_size(slots, stats), &mut found) as *mut u8;
         let locks = pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr());
         LAYOUT = Some(carve(base, !found, slots, stats, locks));
+        // The rate-limit table first: it holds the server's secret, which
+        // names queues in the sleepers' table and the runnable log.
+        rate_table::attach_preloaded();
         sleepers::attach_preloaded();
         runnable_log::attach_preloaded();
-        rate_table::attach_preloaded();
         DECIDED = true;
     }
 }
@@ -258,9 +260,13 @@ unsafe fn decide() {
         #[cfg(not(feature = "pg15"))]
         if gucs::DYNAMIC_SHARED_MEMORY.get() {
             LAYOUT = Some(dsm_registry::attach());
+            // The rate-limit table first: it holds the server's secret, which
+            // names queues in the sleepers' table and the runnable log, so a
+            // backend that fails to attach it has no sleepers either (and
+            // never names a queue with another key).
+            rate_table::attach_registry();
             sleepers::attach_registry();
             runnable_log::attach_registry();
-            rate_table::attach_registry();
         }
     }
 }

@@ -134,3 +134,105 @@ fn settling_a_job_of_another_tenants_queue_answers_as_an_unknown_id() {
         assert_eq!(answer(&mut c, stray), "P0002", "{template}: a job of B's queue answers A unlike an unknown id");
     }
 }
+
+/// A database on 0.3.0's SQL (this library serves it until ALTER EXTENSION
+/// UPDATE: preloaded, from the restart that loads it) with role
+/// `{name}_a` holding producer and consumer scoped to `a.`.
+fn tenant_on_0_3_0(name: &str) -> (Client, String) {
+    let mut admin = connect("postgres");
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create");
+    let mut c = connect(name);
+    c.batch_execute("CREATE EXTENSION pg_distlock VERSION '0.3.0'").expect("0.3.0's SQL");
+    let role = format!("{name}_a");
+    c.batch_execute(&format!(
+        "DROP ROLE IF EXISTS {role}; CREATE ROLE {role};
+         SELECT distlock.grant_capability('{role}', c, 'a.') FROM unnest(ARRAY['producer', 'consumer']) c"
+    ))
+    .expect("a tenant scoped to a.");
+    (c, role)
+}
+
+/// In 0.3.0 a scope covered job names only: a scoped consumer with
+/// `p_queues` NULL took its tenant's jobs from `default`, where scoped
+/// producers put them unless they named a queue. After 5bff0dd a settle
+/// also requires the job's QUEUE in the caller's scope, so a job the tenant
+/// holds across the update (claimed by 0.3.0's library, or before the
+/// restart that loads this one) can no longer be completed, failed or
+/// extended by its own consumer: it answers "job N does not exist" (P0002)
+/// for a job that exists, is named in the caller's scope and is held by the
+/// caller's worker. The job then runs again when its lease ends, and only
+/// unscoped consumers take it. The batch settles drop it silently
+/// (complete_tasks returns nothing, settle_and_consume_tasks says
+/// 'refused', as for a lost lease). docs/upgrading.md's UPDATE moving a
+/// tenant's jobs out of `default` leaves these out (`status <> 'processing'`).
+/// At b1aefbb (name-only check) each settle below succeeded; since, a
+/// consumer may settle a job it holds whatever its queue.
+///
+/// The 0.3.0 library is not needed to reach the state: the tenant's claim is
+/// made in its own queue and then put where 0.3.0 left such jobs, by hand.
+///
+/// Repro (PG 15, preloaded, db r4, role r5d scoped 'a.' producer+consumer):
+///   CREATE EXTENSION pg_distlock VERSION '0.3.0';
+///   SET ROLE r5d;
+///   SELECT distlock.enqueue_task('a.one','{}', p_queue => 'a.q');  -- 1
+///   SELECT distlock.enqueue_task('a.two','{}', p_queue => 'a.q');  -- 2
+///   SELECT task_id, task_name FROM distlock.consume_tasks(2, 'wa', '1 hour', p_queues => ARRAY['a.q']);
+///   RESET ROLE;
+///   UPDATE distlock.task_queue SET queue = 'default';   -- as 0.3.0 left them
+///   SET ROLE r5d;
+///   SELECT distlock.complete_task(1, 'wa');             => ERROR:  job 1 does not exist
+///   SELECT * FROM distlock.complete_tasks(ARRAY[1,2]::bigint[], 'wa');   => (0 rows)
+///   RESET ROLE; ALTER EXTENSION pg_distlock UPDATE; SET ROLE r5d;
+///   SELECT distlock.complete_task(1, 'wa');             => ERROR:  job 1 does not exist
+///   SELECT task_id, outcome FROM distlock.settle_and_consume_tasks(1, 'wa',
+///       p_completed => ARRAY[1,2]::bigint[], p_queues => ARRAY['a.q']);  => 1|refused, 2|refused
+///   => both jobs stay 'processing' in 'default' with worker 'wa'.
+#[test]
+fn a_job_a_scoped_consumer_claimed_in_default_before_the_update_can_still_be_settled() {
+    let name = "queue_scopes_default_claims";
+    let (mut c, a) = tenant_on_0_3_0(name);
+    let claimed: Vec<i64> = as_role(&mut c, &a, |c| {
+        c.batch_execute(
+            "SELECT distlock.enqueue_task('a.one', '{}', p_queue => 'a.q');
+             SELECT distlock.enqueue_task('a.two', '{}', p_queue => 'a.q');
+             SELECT distlock.enqueue_task('a.three', '{}', p_queue => 'a.q')",
+        )
+        .expect("the tenant's jobs");
+        c.query("SELECT task_id FROM distlock.consume_tasks(3, 'wa', '1 hour', p_queues => ARRAY['a.q']) ORDER BY 1", &[])
+            .expect("claimed")
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    });
+    assert_eq!(claimed.len(), 3);
+    // Where 0.3.0 left a scoped consumer's jobs.
+    c.batch_execute("UPDATE distlock.task_queue SET queue = 'default'").expect("as 0.3.0 left them");
+
+    let (one, two, three) = (claimed[0], claimed[1], claimed[2]);
+    let settle = |c: &mut Client, sql: String| -> String {
+        as_role(c, &a, |c| match c.query_one(&sql, &[]) {
+            Ok(row) => row.get::<_, bool>(0).to_string(),
+            Err(e) => e.code().map(|c| c.code().to_string()).unwrap_or_else(|| e.to_string()),
+        })
+    };
+    // On 0.3.0's SQL, served by this library (the window between the
+    // restart and ALTER EXTENSION UPDATE).
+    assert_eq!(settle(&mut c, format!("SELECT distlock.extend_task_lease({one}, '1 hour', 'wa')")), "true");
+    assert_eq!(settle(&mut c, format!("SELECT distlock.complete_task({one}, 'wa')")), "true");
+    c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
+    assert_eq!(settle(&mut c, format!("SELECT distlock.fail_task({two}, 'boom', 'wa')")), "true");
+    let completed: Vec<i64> = as_role(&mut c, &a, |c| {
+        c.query(&format!("SELECT * FROM distlock.complete_tasks(ARRAY[{three}]::bigint[], 'wa')"), &[])
+            .expect("batch")
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    });
+    assert_eq!(completed, [three], "the tenant's own job, held by its worker, is completed");
+    assert_eq!(
+        count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE status = 'processing'"),
+        0,
+        "no job the tenant settled is left to run again"
+    );
+}
