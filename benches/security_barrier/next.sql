@@ -1,0 +1,1 @@
+SELECT s.task_id, s.task_name, s.task_type, s.schedule_cron, s.next_run_at, s.last_status, s.last_run_at, s.consecutive_failures FROM distlock.task_schedule s WHERE s.is_enabled ORDER BY s.next_run_at NULLS LAST, s.task_id LIMIT 20;

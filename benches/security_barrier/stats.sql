@@ -1,0 +1,1 @@
+SELECT * FROM distlock.queue_stats;

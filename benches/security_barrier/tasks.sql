@@ -1,0 +1,1 @@
+SELECT s.task_id, s.task_name, s.task_type, s.is_enabled AS enabled, s.next_run_at, s.last_status, s.last_run_at, r.worker_id AS running_worker, r.running_for, r.fencing_token, r.holder_alive, r.past_timeout FROM distlock.task_schedule s LEFT JOIN distlock.running_tasks r ON r.task_id = s.task_id ORDER BY s.task_name, r.started_at;

@@ -1,0 +1,1 @@
+SELECT * FROM distlock.task_stats;

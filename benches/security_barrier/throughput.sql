@@ -1,0 +1,1 @@
+SELECT (extract(epoch FROM date_trunc('minute', now()) - minute) / 60)::int AS minutes_ago, sum(completed)::bigint AS completed, sum(died)::bigint AS died FROM distlock.queue_throughput GROUP BY minute ORDER BY minute;
