@@ -24,6 +24,10 @@ pub(crate) const MAX_BATCH: i32 = 1000;
 /// claim turn taken: a turn ends with its claim's commit.
 const BUSY_TURNS_RETRY_MS: i64 = 2;
 
+/// How soon a waiting consumer looks again while the installed SQL is older
+/// than 0.4.0: the update changes how wakers name queues.
+const LEGACY_NAMES_RETRY_MS: i64 = 1000;
+
 /// How soon a waiting consumer that found a limited queue full looks again
 /// at first, and at most: no completion wakes it (waking those who wait for
 /// room made them crowd the turns), and on a machine short of CPU each look
@@ -333,6 +337,12 @@ pub(crate) fn consume_after(
             (true, _) => Some(BUSY_TURNS_RETRY_MS),
             (false, true) => Some(next_full_queue_retry_ms()),
             (false, false) => None,
+        };
+        // Until the update to 0.4.0, wakers may switch how they name queues
+        // while this consumer sleeps (wake::queues_named_as_0_3_0).
+        let soon = match soon {
+            None if super::wake::queues_named_as_0_3_0() => Some(LEGACY_NAMES_RETRY_MS),
+            soon => soon,
         };
         let due = match soon {
             Some(ms) => Some(due.unwrap_or(deadline).min(now + ms * 1000)),

@@ -55,6 +55,14 @@ pub const POLL_INTERVAL_MS: i64 = 100;
 /// for it, or at this consumer's next look (within its wait).
 const LOOKING: i64 = 0;
 
+/// Whether queues are named by 0.3.0's hash: the installed SQL is older
+/// than 0.4.0. The update switches every waker to the keyed hash, which a
+/// consumer waiting since before it does not carry, so such a consumer
+/// looks again each second instead of waiting to be woken (consume.rs).
+pub(crate) fn queues_named_as_0_3_0() -> bool {
+    crate::version::table_oid(c"lock_key_secret") == pgrx::pg_sys::InvalidOid
+}
+
 /// A queue as sleepers, wakers and the runnable log name it: SipHash-1-3
 /// keyed with the server's secret, drawn with the shared memory these live
 /// in, so the same in every backend, and no tenant can pick a queue name
@@ -66,8 +74,7 @@ const LOOKING: i64 = 0;
 /// 17+ without preload sharing these tables with this library's until the
 /// update, still wake each other (after the update they may not claim).
 pub(crate) fn queue_hash(queue: &[u8]) -> u32 {
-    let secret = crate::shared::server_secret()
-        .filter(|_| crate::version::table_oid(c"lock_key_secret") != pgrx::pg_sys::InvalidOid);
+    let secret = crate::shared::server_secret().filter(|_| !queues_named_as_0_3_0());
     let Some([k0, k1]) = secret else {
         // FNV-1a, 0.3.0's.
         return queue.iter().fold(0x811c_9dc5_u32, |h, b| (h ^ *b as u32).wrapping_mul(0x0100_0193)).max(1);

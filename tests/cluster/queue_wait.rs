@@ -592,3 +592,40 @@ fn a_look_that_locked_a_job_it_did_not_take_does_not_sleep_with_a_transaction_id
         Some("pending")
     );
 }
+
+/// A consumer waiting when ALTER EXTENSION UPDATE to 0.4.0 commits: before
+/// it, queues are named by 0.3.0's hash (so that 0.3.0's library, on 17+
+/// without preload sharing the sleepers, still wakes and is woken); after
+/// it, wakers name them by the keyed hash, which the waiting consumer's
+/// entry does not carry. It still gets a job enqueued after the update
+/// within about a second, not at the end of its wait (found by review).
+#[test]
+fn a_consumer_waiting_across_the_update_to_0_4_0_gets_a_job_enqueued_after_it() {
+    let name = "queue_wait_across_update";
+    let mut admin = connect("postgres");
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create");
+    let mut c = connect(name);
+    c.batch_execute("CREATE EXTENSION pg_distlock VERSION '0.3.0'").expect("0.3.0's SQL");
+    let mut waiter = connect_to(primary_port(), name, "waiter");
+    // Plans prepared first: a first preparation during the wait would hold
+    // its relation locks for the whole wait and so hold the update back.
+    waiter.batch_execute("SELECT * FROM distlock.consume_task('w', '1 minute', NULL, ARRAY['q'])").expect("warm");
+    let handle = thread::spawn(move || {
+        waiter
+            .query("SELECT task_name FROM distlock.consume_task('w', '1 minute', '60 seconds', ARRAY['q'])", &[])
+            .map(|rows| (rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>(), Instant::now()))
+    });
+    eventually("the consumer waits", Duration::from_secs(10), || {
+        count(&mut c, "SELECT 1 FROM pg_stat_activity WHERE application_name = 'waiter' AND wait_event_type = 'Extension'") == 1
+    });
+    c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
+    let enqueued = Instant::now();
+    c.batch_execute("SELECT distlock.enqueue_task('after-the-update', '{}', p_queue => 'q')").expect("enqueue");
+    let (got, returned) = handle.join().expect("waiter").expect("wait");
+    assert_eq!(got, ["after-the-update"]);
+    let took = returned.duration_since(enqueued);
+    // Without the look each second: about 10 s (the waiting consumer's own
+    // periodic look), or the end of its wait.
+    assert!(took < Duration::from_secs(3), "the waiting consumer got the job {took:?} after it was enqueued");
+}
