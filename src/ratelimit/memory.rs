@@ -108,19 +108,14 @@ fn kept_len(key: &Text) -> usize {
 pub fn with_entry<R>(kind: Kind, key: &Text, now_us: i64, f: impl FnOnce(&mut RateEntry, bool) -> R) -> Option<R> {
     let place = place_of(kind, key)?;
     rate_table::with_partition(place.partition, |state, entries| {
-        let found = placement::find(state, entries, &place.hash);
-        let i = match found {
+        match placement::find(state, entries, &place.hash) {
             Some(i) if entries[i].expires_at_us > now_us => return f(&mut entries[i], true),
-            Some(i) => {
-                placement::free(state, entries, i);
-                placement::place(state, entries, &place.hash, database(), now_us, share_limit(entries.len()))
-            }
-            None => {
-                placement::shorten_probes(state, entries, now_us);
-                placement::place(state, entries, &place.hash, database(), now_us, share_limit(entries.len()))
-            }
+            // An expired entry of the key starts over like a new key.
+            Some(i) => placement::free(state, entries, i),
+            None => placement::shorten_probes(state, entries, now_us),
         }
-        .unwrap_or_else(|refusal| raise_refused(refusal));
+        let i = placement::place(state, entries, &place.hash, database(), now_us, share_limit(entries.len()))
+            .unwrap_or_else(|refusal| raise_refused(refusal));
         let entry = &mut entries[i];
         let kept = kept_len(key);
         entry.kind = kind as u8;

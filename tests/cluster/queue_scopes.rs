@@ -139,11 +139,7 @@ fn settling_a_job_of_another_tenants_queue_answers_as_an_unknown_id() {
 /// UPDATE: preloaded, from the restart that loads it) with role
 /// `{name}_a` holding producer and consumer scoped to `a.`.
 fn tenant_on_0_3_0(name: &str) -> (Client, String) {
-    let mut admin = connect("postgres");
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
-    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create");
-    let mut c = connect(name);
-    c.batch_execute("CREATE EXTENSION pg_distlock VERSION '0.3.0'").expect("0.3.0's SQL");
+    let mut c = fresh_db_at_version(name, "0.3.0");
     let role = format!("{name}_a");
     c.batch_execute(&format!(
         "DROP ROLE IF EXISTS {role}; CREATE ROLE {role};

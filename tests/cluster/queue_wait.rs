@@ -602,11 +602,7 @@ fn a_look_that_locked_a_job_it_did_not_take_does_not_sleep_with_a_transaction_id
 #[test]
 fn a_consumer_waiting_across_the_update_to_0_4_0_gets_a_job_enqueued_after_it() {
     let name = "queue_wait_across_update";
-    let mut admin = connect("postgres");
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
-    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create");
-    let mut c = connect(name);
-    c.batch_execute("CREATE EXTENSION pg_distlock VERSION '0.3.0'").expect("0.3.0's SQL");
+    let mut c = fresh_db_at_version(name, "0.3.0");
     let mut waiter = connect_to(primary_port(), name, "waiter");
     // Plans prepared first: a first preparation during the wait would hold
     // its relation locks for the whole wait and so hold the update back.

@@ -252,11 +252,7 @@ fn the_lock_key_secret_is_never_rewritten() {
 #[test]
 fn the_library_on_0_3_0_sql_takes_grants_with_0_3_0s_key() {
     let name = "rl_old_sql_grants";
-    let mut admin = connect("postgres");
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
-    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create");
-    let mut c = connect(name);
-    c.batch_execute("CREATE EXTENSION pg_distlock VERSION '0.3.0'").expect("0.3.0's SQL");
+    let mut c = fresh_db_at_version(name, "0.3.0");
     assert_eq!(
         grant_lock_key(&mut c, "SELECT distlock.acquire_lease('primary-db', 'node-a', '1 hour')"),
         grant_key_0_3_0("primary-db")

@@ -71,10 +71,22 @@ pub fn fresh_db(name: &str) -> String {
 }
 
 pub fn fresh_db_on(port: u16, name: &str) -> String {
+    fresh_db_with(port, name, "CREATE EXTENSION pg_distlock")
+}
+
+/// A new database on the primary with pg_distlock created at an older
+/// release's SQL (`version`), which this library serves until the update;
+/// connected.
+pub fn fresh_db_at_version(name: &str, version: &str) -> Client {
+    fresh_db_with(primary_port(), name, &format!("CREATE EXTENSION pg_distlock VERSION '{version}'"));
+    connect(name)
+}
+
+fn fresh_db_with(port: u16, name: &str, create_extension: &str) -> String {
     let mut admin = connect_to(port, "postgres", "cluster-test");
     admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
     admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
-    connect_to(port, name, "cluster-test").batch_execute("CREATE EXTENSION pg_distlock").expect("create extension");
+    connect_to(port, name, "cluster-test").batch_execute(create_extension).expect("create extension");
     name.to_string()
 }
 
