@@ -137,7 +137,7 @@ run() {
   local target=${CARGO_TARGET_DIR:-$project/target}/pg$v-root
   local keep=() name
   while IFS= read -r name; do keep+=("$name=${!name}"); done < <(
-    compgen -e | grep -E '^(DISTLOCK_.*|PYTEST_ARGS|RUSTFLAGS|CARGO_BUILD_JOBS|CI|PG_VERSIONS|PIP_DEFAULT_TIMEOUT|https?_proxy|HTTPS?_PROXY|no_proxy|NO_PROXY)$' || true)
+    compgen -e | grep -E '^(DISTLOCK_.*|PYTEST_ARGS|RUSTFLAGS|CARGO_BUILD_JOBS|CARGO_INCREMENTAL|CI|PG_VERSIONS|PIP_DEFAULT_TIMEOUT|https?_proxy|HTTPS?_PROXY|no_proxy|NO_PROXY)$' || true)
   enter "$root" "${#mounts[@]}" "${mounts[@]}" /usr/bin/env -i \
     HOME="$home" PATH="$home/.cargo/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin" TERM="${TERM:-dumb}" \
     LANG=C.UTF-8 PG_MAJOR="$v" PGRX_HOME=/var/lib/pgrx CARGO_TARGET_DIR="$target" "${keep[@]}" \

@@ -15,6 +15,10 @@ cd "$(dirname "$0")/.."
 
 versions=${PG_VERSIONS:-"15 17 18"}
 newest=${versions##* }
+# A clean clone builds every crate once per PostgreSQL version: incremental
+# state only costs disk there (a CI run once ran out of it, in the third build).
+if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
+echo "==== disk: $(df -h --output=avail "$PWD" | tail -1 | tr -d ' ') free where the builds go"
 PG_VERSIONS=$versions scripts/setup.sh
 
 echo "==== released SQL scripts are unchanged (tests/scripts/released_scripts.sh)"
