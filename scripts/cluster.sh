@@ -27,6 +27,8 @@ cron.database_name = 'postgres'
 cron.use_background_workers = on
 max_worker_processes = 32
 max_connections = 200
+# Tests prepare transactions that claim and enqueue jobs.
+max_prepared_transactions = 10
 wal_level = replica
 max_wal_senders = 4
 # A standby that lost its connection during a crash test catches up again.

@@ -4,6 +4,7 @@
 use pgrx::prelude::*;
 
 mod access;
+mod client_connection;
 mod compat;
 mod coordination;
 mod errors;

@@ -3,7 +3,8 @@
 -- updated to 0.3.0 (no queues).
 -- When a job next becomes claimable with time alone, if at or before $2: a
 -- lease running out, or a pending or failed job's run_after coming after $1.
--- NULL when none will before $2. Only jobs whose names start with one of
+-- NULL when none will before $2. The second column, the queue in
+-- queue_next_due.sql, is NULL: 0.2.0's jobs have none. Only jobs whose names start with one of
 -- the prefixes $3 (NULL: every job) count.
 -- A lease that ran out at or before $1 belongs to a job the caller's claim
 -- just skipped (its row is locked by an open transaction): it counts as due
@@ -22,4 +23,5 @@ SELECT LEAST(
         AND run_after OPERATOR(pg_catalog.>) $1
         AND run_after OPERATOR(pg_catalog.<=) $2
         AND ($3 IS NULL OR EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
-                                    WHERE pg_catalog.starts_with(task_name, s.prefix)))))
+                                    WHERE pg_catalog.starts_with(task_name, s.prefix))))),
+       NULL::pg_catalog.text AS queue

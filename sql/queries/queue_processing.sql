@@ -1,7 +1,8 @@
--- params: text
--- How many jobs of queue $1 are processing (expired leases included: they
--- count until taken over or made dead).
-SELECT pg_catalog.count(*)
+-- params: text, timestamptz
+-- How many jobs of queue $1 are processing, and how many of them have a
+-- lease that ran out at or before $2 (they count until taken back).
+SELECT pg_catalog.count(*),
+       pg_catalog.count(*) FILTER (WHERE lease_expires_at OPERATOR(pg_catalog.<=) $2)
   FROM distlock.task_queue
  WHERE queue OPERATOR(pg_catalog.=) $1
    AND status OPERATOR(pg_catalog.=) 'processing'

@@ -24,13 +24,11 @@ pub(crate) fn timestamp(us: pg_sys::TimestampTz) -> TimestampWithTimeZone {
     TimestampWithTimeZone::try_from(us).unwrap_or_else(|_| TimestampWithTimeZone::positive_infinity())
 }
 
-/// Who claims: the worker, its lease, the scope it may take jobs from, and
-/// whether a sleep may follow its claims in the same transaction.
+/// Who claims: the worker, its lease, the scope it may take jobs from.
 pub(crate) struct Claimant<'a> {
     pub worker: &'a Text,
     pub lease: Interval,
     pub scope: &'a Scope,
-    pub may_sleep: bool,
 }
 
 /// What one claim statement reads.
@@ -64,10 +62,9 @@ pub(crate) enum Start {
 /// A claim statement can lock a row it does not return: a job claimed and
 /// committed by another consumer after the statement's snapshot is locked
 /// in its latest version before the recheck finds it no longer runnable,
-/// and that lock lasts until the transaction ends. Held through a sleep, it
-/// made the job's holder wait to settle it until the sleeper woke. So when
-/// a sleep may follow, each statement runs in a subtransaction, rolled back
-/// when it returns no row, which drops those locks.
+/// and that lock lasts until the transaction ends. A consumer that may
+/// sleep after it looks in a subtransaction rolled back when the look finds
+/// nothing (consume.rs), which drops those locks with the others.
 pub(crate) fn claim_from(
     client: &SpiClient<'_>,
     batch: i32,
@@ -105,7 +102,7 @@ pub(crate) fn claim_from(
         let now_us = clock_now();
         let now = timestamp(now_us);
         let mut made_dead = 0;
-        let Claimant { worker, lease, scope, .. } = *claimant;
+        let Claimant { worker, lease, scope } = *claimant;
         let mut arguments =
             vec![wanted.into(), worker.into(), lease.into(), role.into(), now.into(), scope.as_parameter().into()];
         if let Some((queue, limited)) = queue {
@@ -162,11 +159,7 @@ pub(crate) fn claim_from(
                 .or_raise();
             made_dead + (jobs.len() - before)
         };
-        let returned = if claimant.may_sleep {
-            crate::subtransaction::run_keeping_if(run_statement, |returned| *returned > 0)
-        } else {
-            run_statement()
-        };
+        let returned = run_statement();
         if starts_anywhere {
             claim_start::claimed(start_queue, role, from, furthest, now_us, position);
         }

@@ -10,19 +10,23 @@ use pgrx::spi::SpiClient;
 
 use super::claim::{claim_from, clock_now, timestamp, Claimant, Job, Source, Start};
 use super::place::Place;
-use super::limits::{claim_limited, limited_queues, note};
+use super::limits::{claim_limited, limited_queues, Limited, Room};
 use super::payload::Payload;
 use super::resolve_worker;
-use super::wake::{self, Sleeper, WakeUp};
+use super::wake::{self, Due, Sleeper, WakeUp};
 use crate::errors::{int_in_range, interval_micros, raise_with_hint, OrRaise};
-use crate::plans::{first_value, plan, types};
+use crate::plans::{first_two, plan, types};
 use crate::scopes::{self, Capability, Scope};
 
 pub(crate) const MAX_BATCH: i32 = 1000;
 
 /// How soon a waiting consumer looks again when a limited queue had every
-/// claim turn taken: a turn ends with its claim's commit.
-const BUSY_TURNS_RETRY_MS: i64 = 2;
+/// claim turn taken, at first and at most: a turn ends with its claim's
+/// commit, soon in a busy queue, but a claim in an open transaction holds
+/// it for as long as that stays open (looking every 2 ms then used a
+/// tenth of a core per waiting consumer).
+const BUSY_TURNS_FIRST_RETRY_MS: i64 = 2;
+const BUSY_TURNS_LAST_RETRY_MS: i64 = 250;
 
 /// How soon a waiting consumer looks again while the installed SQL is older
 /// than 0.4.0: the update changes how wakers name queues.
@@ -37,6 +41,7 @@ const FULL_QUEUE_LAST_RETRY_MS: i64 = 1000;
 
 thread_local! {
     static FULL_QUEUE_RETRY: std::cell::Cell<i64> = const { std::cell::Cell::new(FULL_QUEUE_FIRST_RETRY_MS) };
+    static BUSY_TURNS_RETRY: std::cell::Cell<i64> = const { std::cell::Cell::new(BUSY_TURNS_FIRST_RETRY_MS) };
 }
 
 /// The wait before the next look at a full limited queue: it doubles from
@@ -45,9 +50,15 @@ fn next_full_queue_retry_ms() -> i64 {
     FULL_QUEUE_RETRY.with(|retry| retry.replace((retry.get() * 2).min(FULL_QUEUE_LAST_RETRY_MS)))
 }
 
-/// A claim starts the waits at a full queue over.
-fn reset_full_queue_retry() {
+/// The same while a limited queue's claim turns stay taken.
+fn next_busy_turns_retry_ms() -> i64 {
+    BUSY_TURNS_RETRY.with(|retry| retry.replace((retry.get() * 2).min(BUSY_TURNS_LAST_RETRY_MS)))
+}
+
+/// A claim starts the waits at a full or busy queue over.
+fn reset_limited_queue_retries() {
     FULL_QUEUE_RETRY.with(|retry| retry.set(FULL_QUEUE_FIRST_RETRY_MS));
+    BUSY_TURNS_RETRY.with(|retry| retry.set(BUSY_TURNS_FIRST_RETRY_MS));
 }
 
 /// Returns up to `limit` expired leases to pending (or dead when out of attempts); how many.
@@ -78,8 +89,19 @@ pub(crate) enum Route {
 /// The route of `p_queues`: NULL for every queue (in the caller's consumer
 /// scope); otherwise at least one name, none NULL or blank, each once, in
 /// the order given, each in the caller's consumer scope (42501).
-pub(crate) fn route(p_queues: Option<TextArray>) -> Route {
+///
+/// For a consumer that will wait (`p_wait` above zero), the scopes are read
+/// in a subtransaction rolled back at once: the locks of those reads would
+/// otherwise last through the wait (see consume_after).
+pub(crate) fn route(p_queues: Option<TextArray>, p_wait: &Option<Interval>) -> Route {
     let Some(TextArray(given)) = p_queues else { return Route::Every };
+    if p_wait.is_some_and(|wait| interval_micros(&wait) > 0) {
+        return crate::subtransaction::run_keeping_if(|| named_route(given), |_| false);
+    }
+    named_route(given)
+}
+
+fn named_route(given: Vec<Option<Text>>) -> Route {
     if given.is_empty() {
         raise_with_hint(
             pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -108,28 +130,39 @@ struct Look {
     limited_queue_full: bool,
     /// A limited queue had every claim turn taken: they end within a commit.
     limited_queue_busy: bool,
+    /// It changed what must commit without claiming: took back jobs whose
+    /// lease ran out.
+    changed: bool,
+}
+
+impl Look {
+    fn note(&mut self, limited: Limited) {
+        self.limited_queue_full |= limited.room == Room::Full;
+        self.limited_queue_busy |= limited.room == Room::Busy;
+        self.changed |= limited.took_back;
+    }
 }
 
 /// One look at the queue: claims up to `batch` jobs along `route`. Queues
 /// with a concurrency limit are claimed from in their turn; a consumer of
 /// every queue takes their jobs after the others'.
 fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Route) -> Look {
-    let mut look = Look { jobs: Vec::new(), tried: 0, limited_queue_full: false, limited_queue_busy: false };
-    let jobs = &mut look.jobs;
+    let mut look =
+        Look { jobs: Vec::new(), tried: 0, limited_queue_full: false, limited_queue_busy: false, changed: false };
     match route {
         Route::Legacy => {
-            claim_from(client, batch, claimant, Source::Legacy, Start::Head, jobs);
+            claim_from(client, batch, claimant, Source::Legacy, Start::Head, &mut look.jobs);
         }
         Route::Every => {
-            claim_from(client, batch, claimant, Source::Every, Start::Remembered, jobs);
-            if (jobs.len() as i32) < batch {
+            claim_from(client, batch, claimant, Source::Every, Start::Remembered, &mut look.jobs);
+            if (look.jobs.len() as i32) < batch {
                 // A scoped consumer of every queue takes no turn of a
                 // queue outside its scope (the claim would find nothing).
                 let limited = limited_queues(client, None);
                 for (queue, max) in limited.into_iter().filter(|(queue, _)| claimant.scope.admits(queue.bytes())) {
-                    let limited = claim_limited(client, batch, claimant, &queue, max, jobs);
-                    note(&mut look.limited_queue_full, &mut look.limited_queue_busy, limited);
-                    if jobs.len() as i32 >= batch {
+                    let limited = claim_limited(client, batch, claimant, &queue, max, &mut look.jobs);
+                    look.note(limited);
+                    if look.jobs.len() as i32 >= batch {
                         break;
                     }
                 }
@@ -143,23 +176,30 @@ fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Ro
             let mut limited: Option<Vec<(Text, i32)>> = None;
             for queue in queues {
                 look.tried += 1;
-                let before = jobs.len();
-                let short =
-                    claim_from(client, batch, claimant, Source::Queue(queue, false), Start::RememberedOnly, jobs);
-                if short || jobs.len() == before {
+                let before = look.jobs.len();
+                let short = claim_from(
+                    client,
+                    batch,
+                    claimant,
+                    Source::Queue(queue, false),
+                    Start::RememberedOnly,
+                    &mut look.jobs,
+                );
+                if short || look.jobs.len() == before {
                     let limited = limited.get_or_insert_with(|| limited_queues(client, Some(queues)));
                     match limited.iter().find(|(name, _)| name == queue) {
                         Some((_, max)) => {
-                            let limited = claim_limited(client, batch, claimant, queue, *max, jobs);
-                            note(&mut look.limited_queue_full, &mut look.limited_queue_busy, limited);
+                            let limited = claim_limited(client, batch, claimant, queue, *max, &mut look.jobs);
+                            look.note(limited);
                         }
                         None if short => {
-                            claim_from(client, batch, claimant, Source::Queue(queue, false), Start::Head, jobs);
+                            let source = Source::Queue(queue, false);
+                            claim_from(client, batch, claimant, source, Start::Head, &mut look.jobs);
                         }
                         None => {}
                     }
                 }
-                if jobs.len() as i32 >= batch {
+                if look.jobs.len() as i32 >= batch {
                     break;
                 }
             }
@@ -180,14 +220,14 @@ fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Ro
 }
 
 /// When the next job becomes claimable with time alone (a lease running out
-/// or a run_after coming), if before `until`.
+/// or a run_after coming), if before `until`, and its queue.
 fn next_due(
     client: &SpiClient<'_>,
     now: pg_sys::TimestampTz,
     until: pg_sys::TimestampTz,
     scope: &Scope,
     route: &Route,
-) -> Option<pg_sys::TimestampTz> {
+) -> Option<Due> {
     let mut arguments = vec![timestamp(now).into(), timestamp(until).into(), scope.as_parameter().into()];
     let stmt = match route {
         Route::Legacy => plan(
@@ -208,11 +248,14 @@ fn next_due(
             )
         }
     };
+    // 0.2.0's statement gives no queue: any.
     client
         .select(&*stmt, None, &arguments)
-        .and_then(first_value::<TimestampWithTimeZone>)
+        .and_then(first_two::<TimestampWithTimeZone, Text>)
         .or_raise()
-        .map(|due| due.into_inner())
+        .and_then(|(due, queue)| {
+            Some(Due { at: due?.into_inner(), queue: queue.map_or(0, |queue| wake::queue_hash(queue.bytes())) })
+        })
 }
 
 /// A wait of `p_wait` in microseconds; NULL or zero means none.
@@ -281,41 +324,59 @@ pub(crate) fn consume_after(
     let mut sleeper: Option<Sleeper> = None;
     let mut woken: Option<WakeUp> = None;
     loop {
-        let (look, due) = crate::access::connect(|client| {
-            let worker = worker.get_or_insert_with(|| {
-                let resolved = resolve_worker(client, given_worker.take().flatten());
-                if before(client, &resolved) {
-                    deadline = deadline.min(clock_now());
+        let in_subtransaction = sleeper.is_some() || deadline > clock_now();
+        let mut look_once = || {
+            crate::access::connect(|client| {
+                let mut settled = false;
+                let worker = worker.get_or_insert_with(|| {
+                    let resolved = resolve_worker(client, given_worker.take().flatten());
+                    if before(client, &resolved) {
+                        deadline = deadline.min(clock_now());
+                        settled = true;
+                    }
+                    resolved
+                });
+                let scope = scopes::of_caller(Capability::Consumer);
+                // Registered before the first look of a call that may wait, so
+                // that a look that finds nothing sleeps at once and no commit
+                // between the look and the sleep goes unnoticed (registering
+                // after an empty look took a second look before every sleep).
+                if sleeper.is_none() && deadline > clock_now() {
+                    let queues = match &route {
+                        Route::Queues(queues) => Some(&queues[..]),
+                        Route::Every | Route::Legacy => None,
+                    };
+                    sleeper = Some(Sleeper::new(queues, matches!(*scope, Scope::Prefixes(_)), p_batch));
                 }
-                resolved
-            });
-            let scope = scopes::of_caller(Capability::Consumer);
-            // Registered before the first look of a call that may wait, so
-            // that a look that finds nothing sleeps at once and no commit
-            // between the look and the sleep goes unnoticed (registering
-            // after an empty look took a second look before every sleep).
-            if sleeper.is_none() && deadline > clock_now() {
-                let queues = match &route {
-                    Route::Queues(queues) => Some(&queues[..]),
-                    Route::Every | Route::Legacy => None,
+                let claimant = Claimant { worker, lease, scope: &scope };
+                let mut look = claim(client, p_batch, &claimant, &route);
+                look.changed |= settled;
+                let due = if look.jobs.is_empty() && sleeper.is_some() {
+                    next_due(client, clock_now(), deadline, &scope, &route)
+                } else {
+                    None
                 };
-                sleeper = Some(Sleeper::new(queues, matches!(*scope, Scope::Prefixes(_)), p_batch));
-            }
-            let claimant = Claimant { worker, lease, scope: &scope, may_sleep: sleeper.is_some() };
-            let look = claim(client, p_batch, &claimant, &route);
-            let due = if look.jobs.is_empty() && sleeper.is_some() {
-                next_due(client, clock_now(), deadline, &scope, &route)
-            } else {
-                None
-            };
-            (look, due)
-        });
+                (look, due)
+            })
+        };
+        // A call that may sleep looks in a subtransaction, rolled back when
+        // the look leaves nothing to keep: the locks its statements took (on
+        // the queue's tables and indexes, and on rows a claim locked but did
+        // not take) go before it sleeps, so that no DDL, TRUNCATE or settle
+        // waits for a sleeping consumer, nor every enqueue behind that DDL.
+        let (look, due) = if in_subtransaction {
+            crate::subtransaction::run_keeping_if(look_once, |(look, _)| !look.jobs.is_empty() || look.changed)
+        } else {
+            look_once()
+        };
         let now = clock_now();
         if !look.jobs.is_empty() {
-            reset_full_queue_retry();
+            reset_limited_queue_retries();
             if let (Some(sleeper), Some(woken), Route::Queues(queues)) = (&sleeper, woken, &route) {
                 sleeper.answered_without(woken, &queues[look.tried.min(queues.len())..]);
             }
+        } else if let Some(sleeper) = &sleeper {
+            sleeper.learned(due);
         }
         if !look.jobs.is_empty() || now >= deadline {
             return look.jobs;
@@ -325,8 +386,8 @@ pub(crate) fn consume_after(
         // row version that dies meanwhile. A look that found nothing can
         // have one: a job claimed by another consumer after the look's
         // snapshot is locked before the recheck turns it down, and rolling
-        // the claim's subtransaction back keeps the id. The caller calls
-        // again.
+        // the look's subtransaction back keeps the id; so does one that
+        // took back jobs whose lease ran out. The caller calls again.
         if !had_transaction_id && has_transaction_id() {
             return look.jobs;
         }
@@ -334,7 +395,7 @@ pub(crate) fn consume_after(
         // the end of a claim's turn wakes anyone (waking those who wait for
         // room made them crowd the turns): look again soon.
         let soon = match (look.limited_queue_busy, look.limited_queue_full) {
-            (true, _) => Some(BUSY_TURNS_RETRY_MS),
+            (true, _) => Some(next_busy_turns_retry_ms()),
             (false, true) => Some(next_full_queue_retry_ms()),
             (false, false) => None,
         };
@@ -344,6 +405,7 @@ pub(crate) fn consume_after(
             None if super::wake::queues_named_as_0_3_0() => Some(LEGACY_NAMES_RETRY_MS),
             soon => soon,
         };
+        let due = due.map(|due| due.at);
         let due = match soon {
             Some(ms) => Some(due.unwrap_or(deadline).min(now + ms * 1000)),
             None => due,
@@ -380,7 +442,8 @@ fn consume_task_from_queues(
         name!(worker_id, Text),
     ),
 > {
-    TableIterator::new(consume(1, p_worker_id, p_lease, p_wait, route(p_queues)))
+    let route = route(p_queues, &p_wait);
+    TableIterator::new(consume(1, p_worker_id, p_lease, p_wait, route))
 }
 
 /// Claims up to `p_batch` (1..1000) runnable jobs of the queues `p_queues`
@@ -406,5 +469,6 @@ fn consume_tasks_from_queues(
     ),
 > {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
-    TableIterator::new(consume(batch, p_worker_id, p_lease, p_wait, route(p_queues)))
+    let route = route(p_queues, &p_wait);
+    TableIterator::new(consume(batch, p_worker_id, p_lease, p_wait, route))
 }

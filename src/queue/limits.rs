@@ -6,9 +6,11 @@ use crate::text::Text;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use super::claim::{claim_from, Claimant, Job, Source, Start};
+use super::claim::{claim_from, clock_now, timestamp, Claimant, Job, Source, Start};
+use super::place::Place;
+use super::wake;
 use crate::errors::{raise_with_hint, OrRaise};
-use crate::plans::{first_value, plan, types};
+use crate::plans::{first_two, plan, types};
 
 /// The running queues with a concurrency limit among `queues` (all when None).
 pub(crate) fn limited_queues(client: &SpiClient<'_>, queues: Option<&[Text]>) -> Vec<(Text, i32)> {
@@ -55,16 +57,14 @@ pub(crate) fn claim_limited(
     // A turn this transaction already claimed in is not taken again: others
     // count each turn as at most `per_turn` jobs.
     let Some(mine) = (0..turns).find(|turn| try_lock_queue_turn(queue.bytes(), *turn) == TryLock::Acquired) else {
-        return Limited::Busy;
+        return Limited { room: Room::Busy, took_back: false };
     };
     // A turn ours from earlier in this transaction is not in flight: its
     // jobs are in our snapshot.
     let in_flight = (0..turns)
         .filter(|turn| *turn != mine && queue_turn_held_by_another(queue.bytes(), *turn))
         .count() as i64;
-    let stmt = plan(client, include_str!("../../sql/queries/queue_processing.sql"), &[types::TEXT]);
-    let processing =
-        client.select(&*stmt, None, &[queue.into()]).and_then(first_value::<i64>).or_raise().unwrap_or(0);
+    let (processing, took_back) = processing_jobs(client, queue);
     let room = (max as i64 - processing - in_flight * per_turn).clamp(0, per_turn);
     let before = jobs.len();
     if room > 0 {
@@ -74,25 +74,59 @@ pub(crate) fn claim_limited(
     if jobs.len() == before {
         unlock_queue_turn(queue.bytes(), mine);
     }
-    match room > (jobs.len() - before) as i64 {
-        true => Limited::Room,
-        false => Limited::Full,
-    }
+    let room_left = match room > (jobs.len() - before) as i64 {
+        true => Room::Left,
+        false => Room::Full,
+    };
+    Limited { room: room_left, took_back }
 }
 
-/// What a claim of a limited queue left.
+/// How many jobs of `queue` are processing, after taking back those whose
+/// lease ran out: their consumers are gone, and they would hold the
+/// queue's room until a sweep (the takeover in the claim statement comes
+/// only with room). With whether it took any back.
+fn processing_jobs(client: &SpiClient<'_>, queue: &Text) -> (i64, bool) {
+    let now = timestamp(clock_now());
+    let stmt = plan(client, include_str!("../../sql/queries/queue_processing.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
+    let (processing, expired) = client
+        .select(&*stmt, None, &[queue.into(), now.into()])
+        .and_then(first_two::<i64, i64>)
+        .or_raise()
+        .map_or((0, 0), |(processing, expired)| (processing.unwrap_or(0), expired.unwrap_or(0)));
+    if expired == 0 {
+        return (processing, false);
+    }
+    let stmt =
+        plan(client, include_str!("../../sql/queries/queue_reap_expired_queue.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
+    let (taken_back, runnable) = client
+        .select(&*stmt, None, &[queue.into(), now.into()])
+        .and_then(|rows| {
+            let mut counts = (0, 0);
+            for row in rows {
+                counts.0 += 1;
+                counts.1 += usize::from(row.get::<bool>(1)? == Some(true));
+            }
+            Ok(counts)
+        })
+        .or_raise();
+    wake::jobs_added(Some(queue.bytes()), runnable, Place::HEAD);
+    (processing - taken_back as i64, taken_back > 0)
+}
+
+/// What a claim of a limited queue left, and whether it took back jobs
+/// whose lease ran out (a change to commit, whatever it claimed).
+pub(crate) struct Limited {
+    pub room: Room,
+    pub took_back: bool,
+}
+
 #[derive(PartialEq)]
-pub(crate) enum Limited {
+pub(crate) enum Room {
     /// Room for more than it claimed.
-    Room,
+    Left,
     /// No room left (until a completion).
     Full,
     /// Every claim turn was taken (until a claim commits).
     Busy,
-}
-
-pub(crate) fn note(full: &mut bool, busy: &mut bool, limited: Limited) {
-    *full |= limited == Limited::Full;
-    *busy |= limited == Limited::Busy;
 }
 

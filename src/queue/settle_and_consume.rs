@@ -61,7 +61,7 @@ fn settle_and_consume_tasks(
             );
         }
     }
-    let route = route(p_queues);
+    let route = route(p_queues, &p_wait);
 
     let mut refused: Vec<(i64, Option<i32>, Text)> = Vec::new();
     let jobs = consume_after(batch, p_worker_id, p_lease, p_wait, route, |client, worker| {

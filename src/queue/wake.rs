@@ -98,8 +98,12 @@ struct Wake {
 
 thread_local! {
     static AT_COMMIT: RefCell<Vec<Wake>> = const { RefCell::new(Vec::new()) };
-    static AT_ABORT: RefCell<Vec<Wake>> = const { RefCell::new(Vec::new()) };
     static REGISTERED: Cell<bool> = const { Cell::new(false) };
+    /// This backend's entry while a Sleeper holds it, and the due time its
+    /// last look learned: read by the exit callback when the backend ends
+    /// without dropping the Sleeper (FATAL skips destructors).
+    static ACTIVE: Cell<Option<(&'static sleepers::Sleeper, Option<Due>)>> = const { Cell::new(None) };
+    static EXIT_CALLBACK: Cell<bool> = const { Cell::new(false) };
 }
 
 fn add(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>, wake: Wake) {
@@ -123,11 +127,9 @@ fn add(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>, wake: Wake) {
     if !REGISTERED.with(Cell::get) {
         REGISTERED.with(|r| r.set(true));
         xact::after_commit(Box::new(|| send(&AT_COMMIT)));
-        xact::on_outcome(None, Some(Box::new(|| send(&AT_ABORT))));
         xact::at_end(Box::new(|| {
             REGISTERED.with(|r| r.set(false));
             AT_COMMIT.with(|w| w.borrow_mut().clear());
-            AT_ABORT.with(|w| w.borrow_mut().clear());
         }));
     }
 }
@@ -227,23 +229,42 @@ pub(crate) fn uncommitted_earliest(queue: Option<u32>) -> Option<Place> {
 
 /// This transaction claimed `count` jobs (of `queue`, when it knows), the
 /// earliest at `earliest`, with leases running out at `lease_expiry`: at
-/// commit, wake one sleeper that would sleep past that; at abort, the jobs
-/// are claimable again.
+/// commit, wake one sleeper that would sleep past that; when the
+/// subtransaction that claimed them aborts (a savepoint rolled back too,
+/// whatever the transaction did before it), the jobs are claimable again
+/// at once: logged, and as many sleepers woken.
 pub fn jobs_claimed(queue: Option<&[u8]>, count: usize, earliest: Place, lease_expiry: pg_sys::TimestampTz) {
     let queue = queue.map_or(0, queue_hash);
     add(&AT_COMMIT, Wake { queue, count: 1, sleeping_past: Some(lease_expiry), earliest: None });
-    add(&AT_ABORT, Wake { queue, count, sleeping_past: None, earliest: None });
-    // Logged as this subtransaction aborts, a savepoint rolled back too.
-    if let Some(log) = runnable_log::log() {
-        let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
-        xact::on_outcome(None, Some(Box::new(move || log.write(database, queue, earliest.key()))));
+    if sleepers::table().is_none() && runnable_log::log().is_none() {
+        return;
     }
+    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    xact::on_outcome(
+        None,
+        Some(Box::new(move || {
+            if let Some(log) = runnable_log::log() {
+                log.write(database, queue, earliest.key());
+            }
+            wake_sleepers(Wake { queue, count, sleeping_past: None, earliest: None });
+            old_library_sleepers();
+        })),
+    );
 }
 
 /// Queue `queue` runs again (or its limit changed): wake all of its
 /// sleepers at commit; its jobs may lie anywhere in the index.
 pub fn queue_resumed(queue: &[u8]) {
     add(&AT_COMMIT, Wake { queue: queue_hash(queue), count: usize::MAX, sleeping_past: None, earliest: Some(Place::HEAD) });
+}
+
+/// When a job becomes claimable with time alone (a run_after coming, a
+/// lease running out), and its queue (hash): what a sleeper's look learned
+/// and the sleepers woken for it may not know.
+#[derive(Clone, Copy)]
+pub struct Due {
+    pub at: pg_sys::TimestampTz,
+    pub queue: u32,
 }
 
 /// A consumer between two looks at the queue. Made before the look that
@@ -286,6 +307,7 @@ impl Sleeper {
         entry.wants.store(batch.max(1) as u32, ORDER);
         entry.woken.store(false, ORDER);
         entry.until.store(LOOKING, ORDER);
+        leave_at_exit(entry);
         entry.pid.store(me, ORDER);
         table.sleeping.fetch_add(1, ORDER);
         Sleeper::in_entry(Some(entry))
@@ -306,8 +328,21 @@ impl Sleeper {
         }
     }
 
+    /// What this sleeper's last look that found nothing learned of the next
+    /// job due with time: the sleepers woken for that job (one, by the
+    /// commit that made it) may be this one alone, so whoever leaves
+    /// knowing it tells another sleeper of its queue (as the backend exits
+    /// too), or it would wait for their deadlines.
+    pub fn learned(&self, due: Option<Due>) {
+        if let Some(entry) = self.entry {
+            ACTIVE.set(Some((entry, due)));
+        }
+    }
+
     /// Sleeps up to `ms` milliseconds, less when woken (then what woke it);
-    /// raises on cancel, statement_timeout or termination.
+    /// raises on cancel, statement_timeout or termination, and ends the
+    /// backend when its client is gone (a consumer nobody waits for must
+    /// not claim).
     pub fn sleep(&self, ms: i64) -> Option<WakeUp> {
         let ms = match self.entry {
             Some(entry) => {
@@ -319,24 +354,22 @@ impl Sleeper {
             None => ms.clamp(1, POLL_INTERVAL_MS),
         };
         let releases_horizon = *self.releases_horizon.get_or_init(horizon::statement_snapshot_unused_after_wait);
-        unsafe {
-            if releases_horizon {
-                horizon::release_xmin();
-            }
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                ms as std::ffi::c_long,
-                crate::pg_compat::queue_wait_event(),
-            );
-            pg_sys::ResetLatch(pg_sys::MyLatch);
+        if releases_horizon {
+            unsafe { horizon::release_xmin() };
         }
+        let client_gone = crate::client_connection::wait_latch(ms, crate::pg_compat::queue_wait_event());
         // Looking now: a wake-up from here on is a new one.
         if let Some(entry) = self.entry {
             entry.until.store(LOOKING, ORDER);
         }
-        let woken = self.entry.filter(|entry| entry.woken.swap(false, ORDER));
+        // Before the wake-up is taken: a consumer cancelled, terminated or
+        // left by its client leaves it set, and its drop (or, for FATAL,
+        // the exit callback) passes it on.
+        if client_gone {
+            crate::client_connection::leave_as_client_lost();
+        }
         check_for_interrupts!();
+        let woken = self.entry.filter(|entry| entry.woken.swap(false, ORDER));
         woken.map(|entry| WakeUp(entry.woken_for.load(ORDER)))
     }
 }
@@ -344,14 +377,59 @@ impl Sleeper {
 impl Drop for Sleeper {
     fn drop(&mut self) {
         let Some(entry) = self.entry else { return };
-        let unanswered = entry.woken.load(ORDER).then(|| entry.woken_for.load(ORDER));
-        let wanted = entry.wants.load(ORDER).max(1) as usize;
-        entry.pid.store(0, ORDER);
-        if let Some(table) = sleepers::table() {
-            table.sleeping.fetch_sub(1, ORDER);
-        }
-        for queue in unanswered.into_iter().chain(self.pass_on.get().filter(|queue| Some(*queue) != unanswered)) {
-            wake_sleepers(Wake { queue, count: wanted, sleeping_past: None, earliest: None });
+        let due = ACTIVE.get().and_then(|(_, due)| due);
+        leave(entry, self.pass_on.get(), due);
+    }
+}
+
+/// Frees `entry`, passing on what its sleeper leaves undone: a wake-up it
+/// did not answer, one for a queue its look did not reach (`pass_on`), and
+/// a due time it knew (`due`), to another sleeper that would sleep past it.
+fn leave(entry: &'static sleepers::Sleeper, pass_on: Option<u32>, due: Option<Due>) {
+    ACTIVE.set(None);
+    let unanswered = entry.woken.load(ORDER).then(|| entry.woken_for.load(ORDER));
+    let wanted = entry.wants.load(ORDER).max(1) as usize;
+    entry.pid.store(0, ORDER);
+    if let Some(table) = sleepers::table() {
+        table.sleeping.fetch_sub(1, ORDER);
+    }
+    for queue in unanswered.into_iter().chain(pass_on.filter(|queue| Some(*queue) != unanswered)) {
+        wake_sleepers(Wake { queue, count: wanted, sleeping_past: None, earliest: None });
+    }
+    if let Some(due) = due.filter(|due| !known_by_a_sleeper(*due)) {
+        wake_sleepers(Wake { queue: due.queue, count: 1, sleeping_past: Some(due.at), earliest: None });
+    }
+}
+
+/// Whether a sleeper of this database that takes `due`'s queue looks by
+/// then anyway (and so learns of it).
+fn known_by_a_sleeper(due: Due) -> bool {
+    let Some(table) = sleepers::table() else { return true };
+    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    table.entries().iter().any(|entry| {
+        let until = entry.until.load(ORDER);
+        until != LOOKING
+            && until <= due.at
+            && entry.live_pid().is_some()
+            && entry.database.load(ORDER) == database
+            && takes(entry, due.queue)
+    })
+}
+
+/// Registers (once per backend) the callback that frees this backend's
+/// entry when it exits while it holds one, and marks `entry` as held.
+fn leave_at_exit(entry: &'static sleepers::Sleeper) {
+    ACTIVE.set(Some((entry, None)));
+    if !EXIT_CALLBACK.replace(true) {
+        unsafe { pg_sys::before_shmem_exit(Some(leave_on_exit), pg_sys::Datum::from(0)) };
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn leave_on_exit(_code: std::ffi::c_int, _arg: pg_sys::Datum) {
+    if let Some((entry, due)) = ACTIVE.get() {
+        if entry.pid.load(ORDER) == unsafe { pg_sys::MyProcPid } {
+            leave(entry, None, due);
         }
     }
 }

@@ -19,6 +19,7 @@ mod ha;
 mod history;
 mod lease_claims;
 mod library_guard;
+mod liveness;
 mod lock_tags;
 mod locks;
 mod names;

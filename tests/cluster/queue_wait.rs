@@ -8,16 +8,16 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 
 /// What a waiting consumer got, and how long its call took.
-struct Waited {
-    job: Option<i64>,
+pub(crate) struct Waited {
+    pub job: Option<i64>,
     /// How many jobs it got (a batch consumer's rows).
-    jobs: usize,
-    took: Duration,
+    pub jobs: usize,
+    pub took: Duration,
 }
 
 /// Consumers of `db` sleeping in the server right now, seen on the server
 /// itself (`server_port`), not through a pooler.
-fn sleeping(server_port: u16, db: &str) -> i64 {
+pub(crate) fn sleeping(server_port: u16, db: &str) -> i64 {
     let mut watcher = connect_to(server_port, db, "watcher");
     scalar(
         &mut watcher,
@@ -31,7 +31,7 @@ fn sleeping(server_port: u16, db: &str) -> i64 {
 /// Starts `consume_task(p_wait => wait)` through `port` and returns once one
 /// more consumer sleeps in the server, so that what the test does next
 /// happens while it waits.
-fn start_waiting(
+pub(crate) fn start_waiting(
     port: u16,
     server_port: u16,
     db: &str,
@@ -42,7 +42,7 @@ fn start_waiting(
 }
 
 /// `start_waiting` for the queues `queues` (an SQL text[] expression).
-fn start_waiting_on(
+pub(crate) fn start_waiting_on(
     port: u16,
     server_port: u16,
     db: &str,
@@ -56,7 +56,7 @@ fn start_waiting_on(
 
 /// Starts `sql`, a consume call that waits and returns job ids, as
 /// `start_waiting` does.
-fn start_waiting_with(
+pub(crate) fn start_waiting_with(
     port: u16,
     server_port: u16,
     db: &str,
@@ -83,7 +83,7 @@ fn start_waiting_with(
     handle
 }
 
-fn finish(handle: thread::JoinHandle<Result<Waited, postgres::Error>>) -> Result<Waited, postgres::Error> {
+pub(crate) fn finish(handle: thread::JoinHandle<Result<Waited, postgres::Error>>) -> Result<Waited, postgres::Error> {
     handle.join().expect("waiting thread")
 }
 
@@ -129,7 +129,7 @@ fn a_waiting_consumer_of_one_queue_takes_only_that_queues_jobs() {
     );
 }
 
-fn wakeups(c: &mut Client) -> i64 {
+pub(crate) fn wakeups(c: &mut Client) -> i64 {
     scalar(c, "SELECT wakeups FROM distlock.queue_wait_stats()").expect("wakeups").parse().expect("wakeups")
 }
 
@@ -168,7 +168,7 @@ fn a_commit_wakes_one_waiting_consumer_per_job_of_its_queue_and_a_claim_wakes_no
 
 /// Cancels the consumers of `db` still sleeping in the server, `waiters`,
 /// and checks that each one's call ended in the cancel.
-fn cancel_the_waiting(c: &mut Client, db: &str, waiters: impl IntoIterator<Item = Waiter>) {
+pub(crate) fn cancel_the_waiting(c: &mut Client, db: &str, waiters: impl IntoIterator<Item = Waiter>) {
     c.batch_execute(&format!(
         "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Extension'"
     ))
@@ -247,15 +247,15 @@ fn a_consumer_woken_for_a_queue_its_look_did_not_reach_passes_the_wake_up_on() {
     }
 }
 
-fn enqueue_into(c: &mut Client, queue: &str) -> i64 {
+pub(crate) fn enqueue_into(c: &mut Client, queue: &str) -> i64 {
     scalar(c, &format!("SELECT distlock.enqueue_task('job', p_queue => '{queue}')")).expect("id").parse().expect("id")
 }
 
-type Waiter = thread::JoinHandle<Result<Waited, postgres::Error>>;
+pub(crate) type Waiter = thread::JoinHandle<Result<Waited, postgres::Error>>;
 
 /// Waits until `returned` of `waiters` have returned; their jobs, and the
 /// waiters still waiting (the wake-up count shows that no other was woken).
-fn settle_waiters(waiters: Vec<Waiter>, returned: usize) -> (Vec<i64>, Vec<Waiter>) {
+pub(crate) fn settle_waiters(waiters: Vec<Waiter>, returned: usize) -> (Vec<i64>, Vec<Waiter>) {
     eventually("the woken consumers to return", Duration::from_secs(10), || {
         waiters.iter().filter(|w| w.is_finished()).count() >= returned
     });
@@ -379,7 +379,7 @@ fn without_preload_a_waiting_consumer_still_gets_the_job() {
 }
 
 /// CPU ticks (user + system, 1/100 s) a server process has used so far.
-fn cpu_ticks(pid: i32) -> u64 {
+pub(crate) fn cpu_ticks(pid: i32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat of the backend");
     // Fields after the command name, which is in parentheses: utime and
     // stime are the 12th and 13th of them.

@@ -1,0 +1,302 @@
+//! The queue's liveness under faults (issue 45): a runnable job is handed
+//! out within a second to a consumer of its queue that waits or claims,
+//! whatever happened to the other consumers: one that died holding a
+//! limited queue's room, one whose client is gone while it waits, one
+//! terminated just after it was woken, one that learned of a job due later
+//! and then took another; a claim rolled back to a savepoint; and a wait
+//! holds no lock that DDL waits for, nor spins.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::queue_wait::{cpu_ticks, finish, settle_waiters, sleeping, start_waiting_on, start_waiting_with, wakeups};
+use crate::support::*;
+
+fn enqueue_into(c: &mut Client, queue: &str, run_after: &str) -> i64 {
+    scalar(c, &format!("SELECT distlock.enqueue_task('job', p_queue => '{queue}', p_run_after => {run_after})"))
+        .expect("id")
+        .parse()
+        .expect("id")
+}
+
+/// A limited queue whose only room is held by a consumer that died: the
+/// job is taken over once its lease runs out, by a consumer of the queue
+/// that waits and by one of every queue that does not, with no sweep.
+#[test]
+fn a_limited_queue_whose_holder_died_hands_its_job_out_when_the_lease_runs_out() {
+    let db = fresh_db("liveness_limited_expired");
+    let mut admin = connect(&db);
+    admin.batch_execute("SELECT distlock.set_queue_limit('q', 1)").expect("limit");
+    let job = enqueue_into(&mut admin, "q", "now()");
+    let mut gone = connect(&db);
+    assert_eq!(
+        scalar(&mut gone, "SELECT task_id FROM distlock.consume_task('gone', '1 second', p_queues => ARRAY['q'])"),
+        Some(job.to_string())
+    );
+    drop(gone);
+    let claimed = Instant::now();
+
+    // A waiting consumer of the queue, itself claiming with a short lease.
+    let sql = "SELECT task_id FROM distlock.consume_task('next', '1 second', '20 seconds', ARRAY['q'])".to_string();
+    let waiter = start_waiting_with(primary_port(), primary_port(), &db, "next", sql);
+    let got = finish(waiter).expect("wait");
+    assert_eq!(got.job, Some(job), "the expired job was not taken over within the wait");
+    assert!(claimed.elapsed() < Duration::from_secs(3), "taken over {:?} after a 1 s lease began", claimed.elapsed());
+
+    // A consumer of every queue, not waiting: takes it once that lease ran out too.
+    let mut any = connect(&db);
+    let taken = Instant::now();
+    eventually("a consumer of every queue to take the expired job over", Duration::from_secs(4), || {
+        scalar(&mut any, "SELECT task_id FROM distlock.consume_task('any', '1 minute')") == Some(job.to_string())
+    });
+    assert!(taken.elapsed() < Duration::from_secs(3));
+    assert_eq!(scalar(&mut admin, &format!("SELECT attempts FROM distlock.jobs WHERE id = {job}")), Some("3".into()));
+    assert_eq!(count(&mut admin, "SELECT 1 FROM distlock.jobs WHERE status = 'processing'"), 1, "the limit still holds");
+}
+
+/// A psql whose backend waits in consume_task for `queue`'s jobs.
+fn psql_waiting(db: &str, worker: &str, queue: &str) -> Child {
+    Command::new(pg_bin("psql"))
+        .args(["-X", "-q", "-At", "-h", "127.0.0.1", "-p", &primary_port().to_string(), "-U", "postgres", "-d", db])
+        .args(["-c", &format!("SELECT * FROM distlock.consume_task('{worker}', p_wait => '30 seconds', p_queues => ARRAY['{queue}'])")])
+        .env("PGAPPNAME", worker)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("psql")
+}
+
+fn backend_of(observer: &mut Client, application: &str) -> Option<i32> {
+    scalar(observer, &format!("SELECT pid FROM pg_stat_activity WHERE application_name = '{application}'"))
+        .map(|pid| pid.parse().expect("pid"))
+}
+
+/// A consumer whose client is killed while it waits leaves at once and
+/// claims nothing: the next job goes to a consumer that is still there.
+#[test]
+fn a_waiting_consumer_whose_client_is_killed_leaves_and_claims_nothing() {
+    let db = fresh_db("liveness_client_gone");
+    let mut observer = connect(&db);
+    let mut client = psql_waiting(&db, "orphan", "q");
+    eventually("the orphan to wait", Duration::from_secs(10), || {
+        count(&mut observer, "SELECT 1 FROM pg_stat_activity WHERE application_name = 'orphan' AND wait_event_type = 'Extension'")
+            == 1
+    });
+    let pid = backend_of(&mut observer, "orphan").expect("its backend");
+    client.kill().expect("kill -9 the client");
+    client.wait().expect("reaped");
+    let killed = Instant::now();
+    eventually("the orphaned backend to leave", Duration::from_secs(3), || {
+        count(&mut observer, &format!("SELECT 1 FROM pg_stat_activity WHERE pid = {pid}")) == 0
+    });
+    assert!(killed.elapsed() < Duration::from_secs(2), "left {:?} after its client died", killed.elapsed());
+    let waiter = start_waiting_on(primary_port(), primary_port(), &db, "alive", "20 seconds", "ARRAY['q']");
+    let job = enqueue_into(&mut observer, "q", "now()");
+    assert_eq!(finish(waiter).expect("wait").job, Some(job));
+    assert_eq!(count(&mut observer, "SELECT 1 FROM distlock.jobs WHERE worker_id = 'orphan'"), 0);
+}
+
+/// Relation locks `pid` holds.
+fn relation_locks(observer: &mut Client, pid: i32) -> Vec<String> {
+    observer
+        .query(
+            "SELECT relation::regclass::text || ' ' || mode FROM pg_locks WHERE pid = $1 AND locktype = 'relation'",
+            &[&pid],
+        )
+        .expect("pg_locks")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// Consumers waiting in every way (one queue, every queue, a limited
+/// queue, a batch, a settle-and-consume) hold no relation lock while they
+/// sleep, before and after a wake-up that finds nothing: an ACCESS
+/// EXCLUSIVE lock on every table of the queue, as ALTER TABLE and TRUNCATE
+/// take, is granted at once.
+#[test]
+fn a_waiting_consumer_holds_no_lock_that_ddl_waits_for() {
+    let db = fresh_db("liveness_ddl");
+    let mut admin = connect(&db);
+    admin.batch_execute("SELECT distlock.set_queue_limit('limited', 2)").expect("limit");
+    let calls = [
+        ("named", "SELECT task_id FROM distlock.consume_task('named', p_wait => '30 seconds', p_queues => ARRAY['q'])"),
+        ("every", "SELECT task_id FROM distlock.consume_task('every', p_wait => '30 seconds')"),
+        ("limited", "SELECT task_id FROM distlock.consume_task('limited', p_wait => '30 seconds', p_queues => ARRAY['limited'])"),
+        ("batch", "SELECT task_id FROM distlock.consume_tasks(10, 'batch', p_wait => '30 seconds', p_queues => ARRAY['q', 'limited'])"),
+        (
+            "settle",
+            "SELECT task_id FROM distlock.settle_and_consume_tasks(10, 'settle', p_wait => '30 seconds', \
+             p_queues => ARRAY['q'])",
+        ),
+    ];
+    let waiters: Vec<_> = calls
+        .iter()
+        .map(|(worker, sql)| start_waiting_with(primary_port(), primary_port(), &db, worker, sql.to_string()))
+        .collect();
+    let pids: Vec<i32> = calls.iter().map(|(worker, _)| backend_of(&mut admin, worker).expect("backend")).collect();
+    let check = |admin: &mut Client, when: &str| {
+        for ((worker, _), pid) in calls.iter().zip(&pids) {
+            assert_eq!(relation_locks(admin, *pid), Vec::<String>::new(), "{worker} holds locks while it waits ({when})");
+        }
+        let mut ddl = connect(&db);
+        ddl.batch_execute(
+            "SET lock_timeout = '2s'; BEGIN; \
+             LOCK TABLE distlock.task_queue, distlock.queue_settings, distlock.completed_jobs IN ACCESS EXCLUSIVE MODE; \
+             ROLLBACK",
+        )
+        .unwrap_or_else(|e| panic!("DDL waited for the consumers ({when}): {e}"));
+    };
+    check(&mut admin, "first sleep");
+    // Jobs due in an hour wake consumers of both queues, whose looks find nothing.
+    let before = wakeups(&mut admin);
+    enqueue_into(&mut admin, "q", "now() + interval '1 hour'");
+    enqueue_into(&mut admin, "limited", "now() + interval '1 hour'");
+    eventually("the woken consumers to sleep again", Duration::from_secs(10), || {
+        wakeups(&mut admin) > before && sleeping(primary_port(), &db) == calls.len() as i64
+    });
+    check(&mut admin, "after a wake-up");
+    admin
+        .batch_execute(&format!(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Extension'"
+        ))
+        .expect("cancel");
+    for waiter in waiters {
+        assert!(finish(waiter).is_err(), "cancelled");
+    }
+}
+
+/// Two consumers wait; a job due in 2 s wakes one of them, which learns
+/// when it is due; then an immediate job: whichever takes it, the job due
+/// later is taken when it comes due, not at the other's deadline.
+#[test]
+fn a_job_due_later_is_taken_on_time_when_the_consumer_that_learned_of_it_takes_another() {
+    let db = fresh_db("liveness_due_later");
+    let mut producer = connect(&db);
+    let waiters: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|worker| start_waiting_on(primary_port(), primary_port(), &db, worker, "20 seconds", "ARRAY['q']"))
+        .collect();
+    let before = wakeups(&mut producer);
+    let enqueued = Instant::now();
+    let later = enqueue_into(&mut producer, "q", "clock_timestamp() + interval '2 seconds'");
+    eventually("the woken consumer to sleep again", Duration::from_secs(5), || {
+        wakeups(&mut producer) > before && sleeping(primary_port(), &db) == 2
+    });
+    let now = enqueue_into(&mut producer, "q", "now()");
+    let (mut jobs, _) = settle_waiters(waiters, 2);
+    jobs.sort();
+    assert_eq!(jobs, [later, now]);
+    let took = enqueued.elapsed();
+    assert!(took < Duration::from_millis(3500), "the job due in 2 s was taken after {took:?}");
+}
+
+/// A claim rolled back to a savepoint (a PL/pgSQL exception block, say)
+/// makes its job runnable at once: a waiting consumer gets it then, though
+/// the transaction had claimed before the savepoint.
+#[test]
+fn a_claim_rolled_back_to_a_savepoint_wakes_a_waiting_consumer() {
+    let db = fresh_db("liveness_savepoint");
+    let mut c = connect(&db);
+    let first = enqueue_into(&mut c, "q", "now()");
+    let second = enqueue_into(&mut c, "q", "now()");
+    let claim = "SELECT task_id FROM distlock.consume_task('worker', p_queues => ARRAY['q'])";
+    c.batch_execute("BEGIN").expect("begin");
+    assert_eq!(scalar(&mut c, claim), Some(first.to_string()));
+    c.batch_execute("SAVEPOINT s").expect("savepoint");
+    assert_eq!(scalar(&mut c, claim), Some(second.to_string()));
+    let waiter = start_waiting_on(primary_port(), primary_port(), &db, "waiter", "15 seconds", "ARRAY['q']");
+    let rolled_back = Instant::now();
+    c.batch_execute("ROLLBACK TO s; COMMIT").expect("roll the second claim back");
+    let got = finish(waiter).expect("wait");
+    assert_eq!(got.job, Some(second));
+    assert!(rolled_back.elapsed() < Duration::from_secs(2), "taken {:?} after the rollback", rolled_back.elapsed());
+}
+
+fn kill(signal: &str, pid: i32) {
+    let status = Command::new("kill").args([signal, &pid.to_string()]).status().expect("kill");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// A consumer woken for a job and terminated before it could look (frozen
+/// by SIGSTOP in between) passes the wake-up on as it exits: the other
+/// waiting consumer takes the job at once.
+#[test]
+fn a_woken_consumer_terminated_before_it_looks_passes_the_wake_up_on() {
+    let db = fresh_db("liveness_woken_terminated");
+    let mut admin = connect(&db);
+    let first = start_waiting_on(primary_port(), primary_port(), &db, "first", "30 seconds", "ARRAY['q']");
+    let second = start_waiting_on(primary_port(), primary_port(), &db, "second", "30 seconds", "ARRAY['q']");
+    let pid = backend_of(&mut admin, "first").expect("first's backend");
+    kill("-STOP", pid);
+    let before = wakeups(&mut admin);
+    let job = enqueue_into(&mut admin, "q", "now()");
+    let enqueued = Instant::now();
+    assert_eq!(wakeups(&mut admin) - before, 1, "the enqueue woke one consumer");
+    admin.batch_execute(&format!("SELECT pg_terminate_backend({pid})")).expect("terminate");
+    kill("-CONT", pid);
+    assert!(finish(first).is_err(), "the first consumer was terminated");
+    let got = finish(second).expect("the second consumer's wait");
+    assert_eq!(got.job, Some(job));
+    assert!(enqueued.elapsed() < Duration::from_secs(3), "taken {:?} after the enqueue", enqueued.elapsed());
+    eventually("the terminated consumer to leave the table", Duration::from_secs(5), || {
+        scalar(&mut admin, "SELECT sleeping FROM distlock.queue_wait_stats()").as_deref() == Some("0")
+    });
+}
+
+/// A consumer waiting on a limited queue whose only claim turn an open
+/// transaction holds looks again now and then, not every few milliseconds.
+#[test]
+fn a_consumer_waiting_for_a_turn_an_open_transaction_holds_does_not_spin() {
+    let db = fresh_db("liveness_turn_spin");
+    let mut holder = connect(&db);
+    holder.batch_execute("SELECT distlock.set_queue_limit('q', 1)").expect("limit");
+    enqueue_into(&mut holder, "q", "now()");
+    enqueue_into(&mut holder, "q", "now()");
+    holder
+        .batch_execute("BEGIN; SELECT * FROM distlock.consume_task('holder', p_queues => ARRAY['q'])")
+        .expect("claim, keeping the turn");
+    let mut waiter = connect(&db);
+    let pid = backend_pid(&mut waiter);
+    let before = cpu_ticks(pid);
+    let started = Instant::now();
+    let got = waiter
+        .query("SELECT task_id FROM distlock.consume_task('w', '1 minute', '3 seconds', ARRAY['q'])", &[])
+        .expect("wait");
+    let took = started.elapsed();
+    let used = cpu_ticks(pid) - before;
+    holder.batch_execute("ROLLBACK").expect("end the turn");
+    assert!(got.is_empty(), "the queue's room was taken while the holder's claim was in flight");
+    assert!(took >= Duration::from_millis(2900), "the wait ended early: {took:?}");
+    assert!(used <= 5, "the waiting backend used {used} CPU ticks in 3 s (looking every 2 ms used 25-45)");
+}
+
+/// What a prepared transaction did to the queue becomes runnable when
+/// another session ends it, which wakes nobody: a consumer waiting
+/// meanwhile gets a claim's job back from ROLLBACK PREPARED, and a job
+/// from COMMIT PREPARED, within a second or two.
+#[test]
+fn jobs_that_a_prepared_transaction_claimed_or_enqueued_are_handed_out_when_it_ends() {
+    let db = fresh_db("liveness_prepared");
+    let mut c = connect(&db);
+    let job = enqueue_into(&mut c, "q", "now()");
+    c.batch_execute("BEGIN; SELECT * FROM distlock.consume_task('prepared', p_queues => ARRAY['q']); PREPARE TRANSACTION 'liveness-claim'")
+        .expect("a prepared claim");
+    let waiter = start_waiting_on(primary_port(), primary_port(), &db, "waiter", "15 seconds", "ARRAY['q']");
+    let ended = Instant::now();
+    c.batch_execute("ROLLBACK PREPARED 'liveness-claim'").expect("rollback prepared");
+    let got = finish(waiter).expect("wait");
+    assert_eq!(got.job, Some(job));
+    assert!(ended.elapsed() < Duration::from_millis(2500), "taken {:?} after ROLLBACK PREPARED", ended.elapsed());
+
+    c.batch_execute(
+        "BEGIN; SELECT distlock.enqueue_task('job', p_queue => 'q'); PREPARE TRANSACTION 'liveness-enqueue'",
+    )
+    .expect("a prepared enqueue");
+    let waiter = start_waiting_on(primary_port(), primary_port(), &db, "waiter-2", "15 seconds", "ARRAY['q']");
+    let ended = Instant::now();
+    c.batch_execute("COMMIT PREPARED 'liveness-enqueue'").expect("commit prepared");
+    let got = finish(waiter).expect("wait");
+    assert!(got.job.is_some(), "the prepared enqueue's job was handed out");
+    assert!(ended.elapsed() < Duration::from_millis(2500), "taken {:?} after COMMIT PREPARED", ended.elapsed());
+}
