@@ -120,6 +120,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.retry_dead_jobs(text, bigint[])'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.delete_dead_jobs(text, bigint[])'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.requeue_jobs(text, bigint[])'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.purge_queue(text, boolean)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_leases(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),
     ('admin',    'SELECT, DELETE', 'distlock.scheduled_tasks'),

@@ -108,6 +108,41 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'requeue_jobs_wrapper';
 REVOKE ALL ON FUNCTION distlock.requeue_jobs(text, bigint[]) FROM PUBLIC;
 
+-- A queue is emptied without reusing job ids (issue 45, item 1).
+CREATE FUNCTION distlock.purge_queue(
+    p_queue text,
+    p_processing boolean DEFAULT false
+) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'purge_queue_wrapper';
+REVOKE ALL ON FUNCTION distlock.purge_queue(text, boolean) FROM PUBLIC;
+
+-- TRUNCATE distlock.task_queue RESTART IDENTITY starts job ids over, at ids
+-- that completed_jobs already holds: each completion of such a job failed
+-- (23505) and the job ran again until it was dead. After any TRUNCATE of
+-- the queue, ids go on above the highest one completed_jobs holds.
+-- (distlock.purge_queue empties one queue and reuses no id.)
+CREATE FUNCTION distlock.keep_job_ids_unique() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    highest bigint;
+    next_id bigint;
+BEGIN
+    SELECT pg_catalog.max(c.id) INTO highest FROM distlock.completed_jobs c;
+    SELECT CASE WHEN s.is_called THEN s.last_value OPERATOR(pg_catalog.+) 1 ELSE s.last_value END
+      INTO next_id FROM distlock.task_queue_id_seq s;
+    IF highest OPERATOR(pg_catalog.>=) next_id THEN
+        PERFORM pg_catalog.setval('distlock.task_queue_id_seq'::pg_catalog.regclass, highest);
+    END IF;
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION distlock.keep_job_ids_unique() FROM PUBLIC;
+CREATE TRIGGER keep_job_ids_unique AFTER TRUNCATE ON distlock.task_queue
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.keep_job_ids_unique();
+
 -- Rate-limit keys can be listed (monitors, scoped) and reset by prefix
 -- (admins): issue 44, item 3.
 CREATE FUNCTION distlock.rate_limit_keys() RETURNS TABLE (
@@ -259,6 +294,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.retry_dead_jobs(text, bigint[])'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.delete_dead_jobs(text, bigint[])'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.requeue_jobs(text, bigint[])'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.purge_queue(text, boolean)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_leases(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),
     ('admin',    'SELECT, DELETE', 'distlock.scheduled_tasks'),

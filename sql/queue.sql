@@ -108,6 +108,32 @@ COMMENT ON TABLE distlock.completed_jobs IS
 -- a BRIN index summarises in a few pages.
 CREATE INDEX completed_jobs_completed_at_idx ON distlock.completed_jobs USING brin (completed_at);
 
+-- TRUNCATE distlock.task_queue RESTART IDENTITY starts job ids over, at ids
+-- that completed_jobs already holds: each completion of such a job failed
+-- (23505) and the job ran again until it was dead. After any TRUNCATE of
+-- the queue, ids go on above the highest one completed_jobs holds.
+-- (distlock.purge_queue empties one queue and reuses no id.)
+CREATE FUNCTION distlock.keep_job_ids_unique() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    highest bigint;
+    next_id bigint;
+BEGIN
+    SELECT pg_catalog.max(c.id) INTO highest FROM distlock.completed_jobs c;
+    SELECT CASE WHEN s.is_called THEN s.last_value OPERATOR(pg_catalog.+) 1 ELSE s.last_value END
+      INTO next_id FROM distlock.task_queue_id_seq s;
+    IF highest OPERATOR(pg_catalog.>=) next_id THEN
+        PERFORM pg_catalog.setval('distlock.task_queue_id_seq'::pg_catalog.regclass, highest);
+    END IF;
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION distlock.keep_job_ids_unique() FROM PUBLIC;
+CREATE TRIGGER keep_job_ids_unique AFTER TRUNCATE ON distlock.task_queue
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.keep_job_ids_unique();
+
 -- Every job, queued or finished, in one relation with its status.
 CREATE VIEW distlock.jobs AS
 SELECT id, queue, task_name, payload, status, worker_id, created_at, started_at,

@@ -1,13 +1,18 @@
--- params: bigint, timestamptz
+-- params: bigint, timestamptz, text
 -- Jobs whose consumer's lease ran out go back to pending (their next claim
--- counts another attempt), or to dead when no attempt is left. Rows another
--- consumer is touching are skipped. $2 is the time (a parameter, so that
--- it is an index condition).
+-- counts another attempt), or to dead when no attempt is left; up to $1 of
+-- them, of queue $3 (NULL: any). Rows another consumer is touching
+-- (settling, extending) are skipped. $2 is the time (a parameter, so that
+-- it is an index condition). The sweep runs it for every queue, and a claim
+-- of a queue with a concurrency limit for that queue, whose room the
+-- expired jobs still take.
+-- A processing job with no lease (a row set by hand) counts as expired.
 WITH expired AS (
     SELECT id
       FROM distlock.task_queue
      WHERE status OPERATOR(pg_catalog.=) 'processing'
-       AND lease_expires_at OPERATOR(pg_catalog.<=) $2
+       AND (lease_expires_at OPERATOR(pg_catalog.<=) $2 OR lease_expires_at IS NULL)
+       AND ($3::pg_catalog.text IS NULL OR queue OPERATOR(pg_catalog.=) $3)
      ORDER BY lease_expires_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
@@ -20,3 +25,4 @@ UPDATE distlock.task_queue q
                     OPERATOR(pg_catalog.||) ')'
   FROM expired
  WHERE q.id OPERATOR(pg_catalog.=) expired.id
+RETURNING q.status OPERATOR(pg_catalog.=) 'pending'

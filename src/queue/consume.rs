@@ -61,21 +61,6 @@ fn reset_limited_queue_retries() {
     BUSY_TURNS_RETRY.with(|retry| retry.set(BUSY_TURNS_FIRST_RETRY_MS));
 }
 
-/// Returns up to `limit` expired leases to pending (or dead when out of attempts); how many.
-pub fn reap_expired_leases(client: &SpiClient<'_>, limit: i64) -> usize {
-    let stmt = plan(
-        client,
-        include_str!("../../sql/queries/queue_reap_expired.sql"),
-        &[types::INT8, types::TIMESTAMPTZ],
-    );
-    let reaped = client
-        .select(&*stmt, None, &[limit.into(), timestamp(clock_now()).into()])
-        .map(|rows| rows.len())
-        .or_raise();
-    wake::jobs_added(None, reaped, Place::HEAD);
-    reaped
-}
-
 /// Where a consumer takes jobs from.
 pub(crate) enum Route {
     /// 0.2.0's functions, on a database whose SQL may predate queues.

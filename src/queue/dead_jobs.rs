@@ -1,6 +1,6 @@
 //! What an admin does to jobs, one by one, by queue, or all at once: dead
 //! jobs (their attempts used up) are retried or deleted; processing jobs are
-//! taken back from their consumers.
+//! taken back from their consumers; a queue is emptied.
 
 use pgrx::prelude::*;
 
@@ -58,4 +58,18 @@ fn requeue_jobs(p_queue: default!(Option<Text>, "NULL"), p_job_ids: default!(Opt
         super::wake::jobs_added(Some(queue.bytes()), 1, super::place::Place::HEAD);
     }
     queues.len() as i64
+}
+
+/// Deletes the jobs of queue `p_queue` that wait (pending, failed) or are
+/// dead, and with `p_processing` also those being processed (their
+/// consumers' later settles find no job: P0002); how many. Rows being settled at
+/// that moment are skipped. Unlike `TRUNCATE ... RESTART IDENTITY`, it
+/// leaves other queues alone and job ids are never handed out twice.
+#[pg_extern]
+fn purge_queue(p_queue: Option<Text>, p_processing: default!(Option<bool>, "false")) -> i64 {
+    let queue = text::name(p_queue, "p_queue");
+    crate::access::connect_mut(|client| {
+        let stmt = plan(client, include_str!("../../sql/queries/queue_purge.sql"), &[types::TEXT, types::BOOL]);
+        client.update(&*stmt, None, &[queue.into(), p_processing.unwrap_or(false).into()]).map(|rows| rows.len() as i64).or_raise()
+    })
 }

@@ -7,8 +7,6 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use super::claim::{claim_from, clock_now, timestamp, Claimant, Job, Source, Start};
-use super::place::Place;
-use super::wake;
 use crate::errors::{raise_with_hint, OrRaise};
 use crate::plans::{first_two, plan, types};
 
@@ -96,20 +94,7 @@ fn processing_jobs(client: &SpiClient<'_>, queue: &Text) -> (i64, bool) {
     if expired == 0 {
         return (processing, false);
     }
-    let stmt =
-        plan(client, include_str!("../../sql/queries/queue_reap_expired_queue.sql"), &[types::TEXT, types::TIMESTAMPTZ]);
-    let (taken_back, runnable) = client
-        .select(&*stmt, None, &[queue.into(), now.into()])
-        .and_then(|rows| {
-            let mut counts = (0, 0);
-            for row in rows {
-                counts.0 += 1;
-                counts.1 += usize::from(row.get::<bool>(1)? == Some(true));
-            }
-            Ok(counts)
-        })
-        .or_raise();
-    wake::jobs_added(Some(queue.bytes()), runnable, Place::HEAD);
+    let taken_back = super::reap::reap_expired_leases_of(client, expired, Some(queue));
     (processing - taken_back as i64, taken_back > 0)
 }
 

@@ -11,6 +11,7 @@ mod horizon;
 mod limits;
 mod payload;
 mod place;
+mod reap;
 mod retention;
 mod settings;
 mod settle;
@@ -23,7 +24,7 @@ mod plan_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod queue_tests;
 
-pub use consume::reap_expired_leases;
+pub use reap::reap_expired_leases;
 pub(crate) use consume::{consume, Route, MAX_BATCH};
 pub(crate) use enqueue::enqueue;
 pub(crate) use payload::Payload;

@@ -9,7 +9,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::queue_wait::{cpu_ticks, finish, settle_waiters, sleeping, start_waiting_on, start_waiting_with, wakeups};
+use crate::queue_wait::{cancel_the_waiting, cpu_ticks, finish, settle_waiters, sleeping, start_waiting_on, start_waiting_with, wakeups};
 use crate::support::*;
 
 fn enqueue_into(c: &mut Client, queue: &str, run_after: &str) -> i64 {
@@ -156,14 +156,7 @@ fn a_waiting_consumer_holds_no_lock_that_ddl_waits_for() {
         wakeups(&mut admin) > before && sleeping(primary_port(), &db) == calls.len() as i64
     });
     check(&mut admin, "after a wake-up");
-    admin
-        .batch_execute(&format!(
-            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Extension'"
-        ))
-        .expect("cancel");
-    for waiter in waiters {
-        assert!(finish(waiter).is_err(), "cancelled");
-    }
+    cancel_the_waiting(&mut admin, &db, waiters);
 }
 
 /// Two consumers wait; a job due in 2 s wakes one of them, which learns

@@ -107,3 +107,73 @@ fn after_requeue_a_settle_with_the_old_attempt_is_refused() {
     let done: bool = new.query_one("SELECT distlock.complete_task($1, NULL, $2)", &[&job, &second]).expect("complete").get(0);
     assert!(done, "the live attempt completes");
 }
+
+/// An admin empties one queue: its waiting and dead jobs go, its processing
+/// ones only when asked (their consumers' completions then return false),
+/// other queues keep theirs, and the next job's id is new. A consumer may
+/// not purge.
+#[test]
+fn an_admin_purges_one_queue_and_ids_stay_unique() {
+    let db = fresh_db("queue_admin_purge");
+    let mut c = connect(&db);
+    c.batch_execute(
+        "DROP ROLE IF EXISTS queue_purge_consumer; CREATE ROLE queue_purge_consumer; \
+         DROP ROLE IF EXISTS queue_purge_admin; CREATE ROLE queue_purge_admin; \
+         SELECT distlock.grant_capability('queue_purge_consumer', 'consumer'); \
+         SELECT distlock.grant_capability('queue_purge_admin', 'admin'); \
+         SELECT distlock.enqueue_task('job', p_queue => 'q') FROM generate_series(1, 4); \
+         SELECT distlock.enqueue_task('job', p_queue => 'other');",
+    )
+    .expect("jobs");
+    let held: i64 = c
+        .query_one("SELECT task_id FROM distlock.consume_task('holder', '1 hour', p_queues => ARRAY['q'])", &[])
+        .expect("claim")
+        .get(0);
+    // One job dead: claimed with its last attempt and failed.
+    c.batch_execute(
+        "UPDATE distlock.task_queue SET max_attempts = 1 WHERE queue = 'q' AND status = 'pending'; \
+         SELECT distlock.fail_task(task_id, 'no', 'dying') FROM distlock.consume_task('dying', p_queues => ARRAY['q'])",
+    )
+    .expect("a dead job");
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.jobs WHERE queue = 'q' AND status = 'dead'"), 1);
+    refused(&mut c, "queue_purge_consumer", "SELECT distlock.purge_queue('q')");
+    let purged = as_role(&mut c, "queue_purge_admin", |c| scalar(c, "SELECT distlock.purge_queue('q')"));
+    assert_eq!(purged, Some("3".into()), "two pending jobs and the dead one");
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE queue = 'q'"), 1, "the held job stays");
+    assert_eq!(scalar(&mut c, "SELECT distlock.purge_queue('q', p_processing => true)"), Some("1".into()));
+    assert_eq!(
+        sqlstate(c.simple_query(&format!("SELECT distlock.complete_task({held}, 'holder')"))),
+        "P0002",
+        "the purged job's completion finds no job"
+    );
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE queue = 'other'"), 1, "the other queue keeps its job");
+    let before: i64 = c.query_one("SELECT max(id) FROM distlock.jobs", &[]).expect("max").get(0);
+    let next: i64 = c.query_one("SELECT distlock.enqueue_task('job', p_queue => 'q')", &[]).expect("enqueue").get(0);
+    assert!(next > before, "id {next} after a purge is not above {before}");
+    assert_eq!(sqlstate(c.simple_query("SELECT distlock.purge_queue(NULL)")), "22004");
+}
+
+/// TRUNCATE ... RESTART IDENTITY of the queue starts ids over where
+/// completed_jobs already has them; the ids go on above those instead, so
+/// the next job completes rather than failing each completion with 23505.
+#[test]
+fn after_truncate_restart_identity_new_jobs_complete() {
+    let db = fresh_db("queue_admin_truncate");
+    let mut c = connect(&db);
+    c.batch_execute(
+        "SELECT distlock.enqueue_task('job') FROM generate_series(1, 3); \
+         SELECT distlock.complete_task(task_id, 'w') FROM distlock.consume_tasks(3, 'w'); \
+         TRUNCATE distlock.task_queue RESTART IDENTITY;",
+    )
+    .expect("three completed jobs, then the queue truncated");
+    let next: i64 = c.query_one("SELECT distlock.enqueue_task('job')", &[]).expect("enqueue").get(0);
+    assert!(next > 3, "the id {next} is one completed_jobs holds");
+    assert_eq!(
+        scalar(&mut c, "SELECT distlock.complete_task(task_id, 'w') FROM distlock.consume_task('w')"),
+        Some("t".into())
+    );
+    // A plain TRUNCATE never moves ids back.
+    c.batch_execute("TRUNCATE distlock.task_queue").expect("truncate");
+    let after: i64 = c.query_one("SELECT distlock.enqueue_task('job')", &[]).expect("enqueue").get(0);
+    assert!(after > next, "{after} after {next}");
+}

@@ -529,6 +529,7 @@ const CALLS: &[(&str, &str)] = &[
     ("distlock.retry_dead_jobs(text,bigint[])", "SELECT distlock.retry_dead_jobs('q', ARRAY[1]::bigint[])"),
     ("distlock.delete_dead_jobs(text,bigint[])", "SELECT distlock.delete_dead_jobs('q', ARRAY[1]::bigint[])"),
     ("distlock.requeue_jobs(text,bigint[])", "SELECT distlock.requeue_jobs('q', ARRAY[1]::bigint[])"),
+    ("distlock.purge_queue(text,boolean)", "SELECT distlock.purge_queue('q-purged', true)"),
 ];
 
 /// Functions only the extension's owner may call; called by the owner with
@@ -542,6 +543,8 @@ const OWNER_CALLS: &[(&str, &str)] = &[
     ("distlock.role_capabilities_changed()", "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor')"),
     // Fired by every statement that writes a table.
     ("distlock.library_guard()", "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor')"),
+    // Fired by a TRUNCATE of the queue.
+    ("distlock.keep_job_ids_unique()", "TRUNCATE distlock.task_queue"),
     // Fired by a change of the lock-key secret, which it refuses.
     ("distlock.refuse_lock_key_secret_change()",
      "DO $$ BEGIN UPDATE distlock.lock_key_secret SET secret = secret; \
