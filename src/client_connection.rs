@@ -26,22 +26,28 @@ pub fn wait_latch(ms: i64, wait_event: u32) -> bool {
         pg_sys::ResetLatch(pg_sys::MyLatch);
         happened as u32
     };
-    let Some(socket) = socket else { return false };
     if happened & pg_sys::WL_SOCKET_CLOSED != 0 {
         return true;
     }
     // A wait that ends with the latch set and the close pending reports
     // the latch alone: look at the socket once more, without waiting.
-    let closed = unsafe {
+    socket.is_some() && happened & pg_sys::WL_LATCH_SET != 0 && client_gone()
+}
+
+/// Whether the client's connection has closed, looked at without waiting
+/// (false when this backend has no client socket to watch).
+pub fn client_gone() -> bool {
+    let Some(socket) = client_socket() else { return false };
+    let happened = unsafe {
         pg_sys::WaitLatchOrSocket(
             std::ptr::null_mut(),
             (pg_sys::WL_SOCKET_CLOSED | pg_sys::WL_TIMEOUT) as i32,
             socket,
             0,
-            wait_event,
+            pg_sys::PG_WAIT_CLIENT,
         ) as u32
     };
-    closed & pg_sys::WL_SOCKET_CLOSED != 0
+    happened & pg_sys::WL_SOCKET_CLOSED != 0
 }
 
 /// Ends the backend as PostgreSQL does when it finds its client gone:

@@ -5,7 +5,8 @@
 -- this transaction, so no session claim of the task is alive; the task is
 -- taken when it is enabled (and due, when $2) and has no live lease. Running
 -- log rows of the task (an expired lease, a session claim whose holder is
--- gone) are superseded: marked abandoned, so their slot runs again here.
+-- gone) are superseded: marked abandoned, so their slot runs again here;
+-- the third column says how many (the caller counts them in runs_abandoned).
 -- The token is drawn under the task row's lock, after every earlier claim's.
 WITH claimed AS (
     SELECT pg_catalog.clock_timestamp() AS at
@@ -32,10 +33,11 @@ superseded AS (
       FROM task t
      WHERE l.task_id OPERATOR(pg_catalog.=) t.id
        AND l.status OPERATOR(pg_catalog.=) 'running'
+    RETURNING l.id
 )
 INSERT INTO distlock.task_execution_log
        (task_id, worker_id, status, started_at, fencing_token, attempt, scheduled_for, holder_role)
 SELECT id, $3, 'running', last_run_at, current_token,
        consecutive_failures OPERATOR(pg_catalog.+) 1, next_run_at, $5
   FROM task
-RETURNING id, fencing_token
+RETURNING id, fencing_token, (SELECT pg_catalog.count(*) FROM superseded)

@@ -15,7 +15,9 @@
 --                           max_retries retries have failed, the next cron slot
 --   abandoned            -> unchanged: the holder vanished, run the slot again
 -- and counts the run in the task's runs_<status> (the counters that metrics
--- turn into rates: they only grow, and only when the release commits).
+-- turn into rates: they only grow, and only when the release commits). A
+-- replaced claim that the sweep ends as abandoned is counted too, though
+-- nothing else of the task row changes: its run was abandoned all the same.
 WITH released AS (
     SELECT pg_catalog.clock_timestamp() AS at
 ),
@@ -66,5 +68,14 @@ task AS (
      WHERE t.id OPERATOR(pg_catalog.=) f.task_id
        AND t.current_token OPERATOR(pg_catalog.=) f.fencing_token
     RETURNING t.id
+),
+replaced_abandoned AS (
+    -- Exclusive of task's row: the token differs.
+    UPDATE distlock.scheduled_tasks t
+       SET runs_abandoned = t.runs_abandoned OPERATOR(pg_catalog.+) 1
+      FROM finished f
+     WHERE $2 OPERATOR(pg_catalog.=) 'abandoned'
+       AND t.id OPERATOR(pg_catalog.=) f.task_id
+       AND (t.current_token IS NULL OR t.current_token OPERATOR(pg_catalog.<>) f.fencing_token)
 )
 SELECT EXISTS (SELECT 1 FROM task) FROM finished

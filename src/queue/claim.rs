@@ -52,12 +52,22 @@ pub(crate) enum Start {
     Head,
 }
 
+/// What a claim left to know besides the jobs it claimed.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ClaimEnd {
+    /// It started after the head and found fewer jobs than wanted with jobs
+    /// possibly left before its start (with `Start::RememberedOnly`: the
+    /// head may hold more).
+    pub short: bool,
+    /// It made jobs dead (expired leases with no attempt left): a change to
+    /// commit, whether or not it claimed any.
+    pub made_dead: bool,
+}
+
 /// Claims into `jobs` until it holds `batch`, from `source`, starting at
 /// `start`. Rows the statement made dead (an expired lease with no attempt
 /// left) are not handed out; while any were, it looks again for the jobs
-/// they displaced. True when it started after the head and found fewer
-/// jobs than wanted with jobs possibly left before its start (with
-/// `Start::RememberedOnly`: the head may hold more).
+/// they displaced.
 ///
 /// A claim statement can lock a row it does not return: a job claimed and
 /// committed by another consumer after the statement's snapshot is locked
@@ -72,7 +82,7 @@ pub(crate) fn claim_from(
     source: Source<'_>,
     start: Start,
     jobs: &mut Vec<Job>,
-) -> bool {
+) -> ClaimEnd {
     const LEGACY: [pgrx::PgOid; 6] =
         [types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY];
     const EVERY: [pgrx::PgOid; 9] = [
@@ -94,6 +104,7 @@ pub(crate) fn claim_from(
     let start_queue = queue.map(|(queue, _)| queue);
     let mut from_head = !starts_anywhere || start == Start::Head;
     let role = crate::access::caller();
+    let mut end = ClaimEnd::default();
     loop {
         let wanted = batch as i64 - jobs.len() as i64;
         if wanted <= 0 {
@@ -160,13 +171,15 @@ pub(crate) fn claim_from(
             made_dead + (jobs.len() - before)
         };
         let returned = run_statement();
+        end.made_dead |= made_dead > 0;
         if starts_anywhere {
             claim_start::claimed(start_queue, role, from, furthest, now_us, position);
         }
         if !from.complete && (returned as i64) < wanted {
             // The index may hold runnable jobs before where this claim started.
             if start == Start::RememberedOnly {
-                return true;
+                end.short = true;
+                return end;
             }
             from_head = true;
             continue;
@@ -175,6 +188,6 @@ pub(crate) fn claim_from(
             break;
         }
     }
-    false
+    end
 }
 

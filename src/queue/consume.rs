@@ -116,7 +116,8 @@ struct Look {
     /// A limited queue had every claim turn taken: they end within a commit.
     limited_queue_busy: bool,
     /// It changed what must commit without claiming: took back jobs whose
-    /// lease ran out.
+    /// lease ran out, or made such jobs dead (a waiting call that rolled
+    /// that back would find them again at once, and never wait).
     changed: bool,
 }
 
@@ -124,7 +125,7 @@ impl Look {
     fn note(&mut self, limited: Limited) {
         self.limited_queue_full |= limited.room == Room::Full;
         self.limited_queue_busy |= limited.room == Room::Busy;
-        self.changed |= limited.took_back;
+        self.changed |= limited.changed;
     }
 }
 
@@ -136,10 +137,11 @@ fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Ro
         Look { jobs: Vec::new(), tried: 0, limited_queue_full: false, limited_queue_busy: false, changed: false };
     match route {
         Route::Legacy => {
-            claim_from(client, batch, claimant, Source::Legacy, Start::Head, &mut look.jobs);
+            look.changed |= claim_from(client, batch, claimant, Source::Legacy, Start::Head, &mut look.jobs).made_dead;
         }
         Route::Every => {
-            claim_from(client, batch, claimant, Source::Every, Start::Remembered, &mut look.jobs);
+            let end = claim_from(client, batch, claimant, Source::Every, Start::Remembered, &mut look.jobs);
+            look.changed |= end.made_dead;
             if (look.jobs.len() as i32) < batch {
                 // A scoped consumer of every queue takes no turn of a
                 // queue outside its scope (the claim would find nothing).
@@ -162,7 +164,7 @@ fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Ro
             for queue in queues {
                 look.tried += 1;
                 let before = look.jobs.len();
-                let short = claim_from(
+                let end = claim_from(
                     client,
                     batch,
                     claimant,
@@ -170,6 +172,8 @@ fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Ro
                     Start::RememberedOnly,
                     &mut look.jobs,
                 );
+                look.changed |= end.made_dead;
+                let short = end.short;
                 if short || look.jobs.len() == before {
                     let limited = limited.get_or_insert_with(|| limited_queues(client, Some(queues)));
                     match limited.iter().find(|(name, _)| name == queue) {
@@ -179,7 +183,7 @@ fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Ro
                         }
                         None if short => {
                             let source = Source::Queue(queue, false);
-                            claim_from(client, batch, claimant, source, Start::Head, &mut look.jobs);
+                            look.changed |= claim_from(client, batch, claimant, source, Start::Head, &mut look.jobs).made_dead;
                         }
                         None => {}
                     }
@@ -308,6 +312,7 @@ pub(crate) fn consume_after(
     let mut worker: Option<Text> = None;
     let mut sleeper: Option<Sleeper> = None;
     let mut woken: Option<WakeUp> = None;
+    let mut slept = false;
     loop {
         let in_subtransaction = sleeper.is_some() || deadline > clock_now();
         let mut look_once = || {
@@ -355,6 +360,12 @@ pub(crate) fn consume_after(
             look_once()
         };
         let now = clock_now();
+        // A client that died while this call slept, just before or during
+        // the look that claimed, must not get jobs it will never settle:
+        // ending the backend rolls the claims back, which wakes others.
+        if !look.jobs.is_empty() && slept && crate::client_connection::client_gone() {
+            crate::client_connection::leave_as_client_lost();
+        }
         if !look.jobs.is_empty() {
             reset_limited_queue_retries();
             if let (Some(sleeper), Some(woken), Route::Queues(queues)) = (&sleeper, woken, &route) {
@@ -399,6 +410,7 @@ pub(crate) fn consume_after(
             require_read_committed();
             let until = due.map_or(deadline, |due| due.min(deadline));
             woken = sleeper.sleep((until - now + 999) / 1000);
+            slept = true;
         }
     }
 }

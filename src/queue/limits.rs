@@ -55,7 +55,7 @@ pub(crate) fn claim_limited(
     // A turn this transaction already claimed in is not taken again: others
     // count each turn as at most `per_turn` jobs.
     let Some(mine) = (0..turns).find(|turn| try_lock_queue_turn(queue.bytes(), *turn) == TryLock::Acquired) else {
-        return Limited { room: Room::Busy, took_back: false };
+        return Limited { room: Room::Busy, changed: false };
     };
     // A turn ours from earlier in this transaction is not in flight: its
     // jobs are in our snapshot.
@@ -65,9 +65,10 @@ pub(crate) fn claim_limited(
     let (processing, took_back) = processing_jobs(client, queue);
     let room = (max as i64 - processing - in_flight * per_turn).clamp(0, per_turn);
     let before = jobs.len();
+    let mut made_dead = false;
     if room > 0 {
         let upto = (before as i64 + room).min(batch as i64) as i32;
-        claim_from(client, upto, claimant, Source::Queue(queue, true), Start::Remembered, jobs);
+        made_dead = claim_from(client, upto, claimant, Source::Queue(queue, true), Start::Remembered, jobs).made_dead;
     }
     if jobs.len() == before {
         unlock_queue_turn(queue.bytes(), mine);
@@ -76,7 +77,7 @@ pub(crate) fn claim_limited(
         true => Room::Left,
         false => Room::Full,
     };
-    Limited { room: room_left, took_back }
+    Limited { room: room_left, changed: took_back || made_dead }
 }
 
 /// How many jobs of `queue` are processing, after taking back those whose
@@ -98,11 +99,12 @@ fn processing_jobs(client: &SpiClient<'_>, queue: &Text) -> (i64, bool) {
     (processing - taken_back as i64, taken_back > 0)
 }
 
-/// What a claim of a limited queue left, and whether it took back jobs
-/// whose lease ran out (a change to commit, whatever it claimed).
+/// What a claim of a limited queue left, and whether it changed what must
+/// commit whatever it claimed (took back jobs whose lease ran out, or made
+/// such jobs dead).
 pub(crate) struct Limited {
     pub room: Room,
-    pub took_back: bool,
+    pub changed: bool,
 }
 
 #[derive(PartialEq)]

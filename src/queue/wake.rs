@@ -288,6 +288,9 @@ impl Sleeper {
     /// per look; `restricted` when a scope limits which jobs it may take.
     pub fn new(queues: Option<&[Text]>, restricted: bool, batch: i32) -> Self {
         let Some(table) = sleepers::table() else { return Sleeper::in_entry(None) };
+        // Before an entry is taken: registering can fail (too many exit
+        // callbacks), and must not leave the entry held.
+        register_exit_callback();
         let me = unsafe { pg_sys::MyProcPid };
         // A free entry, or one whose backend is gone without clearing it.
         let entry = table.entries().iter().find(|entry| {
@@ -307,7 +310,7 @@ impl Sleeper {
         entry.wants.store(batch.max(1) as u32, ORDER);
         entry.woken.store(false, ORDER);
         entry.until.store(LOOKING, ORDER);
-        leave_at_exit(entry);
+        ACTIVE.set(Some((entry, None)));
         entry.pid.store(me, ORDER);
         table.sleeping.fetch_add(1, ORDER);
         Sleeper::in_entry(Some(entry))
@@ -417,11 +420,11 @@ fn known_by_a_sleeper(due: Due) -> bool {
 }
 
 /// Registers (once per backend) the callback that frees this backend's
-/// entry when it exits while it holds one, and marks `entry` as held.
-fn leave_at_exit(entry: &'static sleepers::Sleeper) {
-    ACTIVE.set(Some((entry, None)));
-    if !EXIT_CALLBACK.replace(true) {
+/// entry (ACTIVE) when it exits while it holds one.
+fn register_exit_callback() {
+    if !EXIT_CALLBACK.get() {
         unsafe { pg_sys::before_shmem_exit(Some(leave_on_exit), pg_sys::Datum::from(0)) };
+        EXIT_CALLBACK.set(true);
     }
 }
 

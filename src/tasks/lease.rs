@@ -46,15 +46,34 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: b
                 crate::access::caller().into(),
             ],
         )
-        .and_then(first_two::<i64, i64>)
+        .and_then(|rows| {
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let row = rows.first();
+            Ok(Some((row.get::<i64>(2)?, row.get::<i64>(3)?.unwrap_or(0))))
+        })
         .or_raise();
     match claimed {
-        Some((Some(_), Some(fencing_token))) => Claim::Claimed { fencing_token },
+        Some((Some(fencing_token), superseded)) => {
+            count_abandoned(client, task_id, superseded);
+            Claim::Claimed { fencing_token }
+        }
         _ => {
             unlock_task_for_transaction(task_id);
             Claim::NotEligible
         }
     }
+}
+
+/// Counts `superseded` runs of `task_id` as abandoned (the run counters
+/// came with the update to 0.3.0).
+fn count_abandoned(client: &SpiClient<'_>, task_id: i32, superseded: i64) {
+    if superseded == 0 || !crate::version::has_column(c"scheduled_tasks", c"runs_abandoned") {
+        return;
+    }
+    let stmt = plan(client, include_str!("../../sql/queries/task_count_abandoned.sql"), &[types::INT4, types::INT8]);
+    client.select(&*stmt, None, &[task_id.into(), superseded.into()]).or_raise();
 }
 
 fn raise_lease_lost(task_id: i32, token: i64) -> ! {

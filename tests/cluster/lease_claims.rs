@@ -186,3 +186,71 @@ fn the_sweep_abandons_expired_leases_and_times_out_overdue_ones() {
         "a timed-out claim's lease is revoked"
     );
 }
+
+fn runs_abandoned(c: &mut Client, task_id: i32) -> i64 {
+    scalar(c, &format!("SELECT runs_abandoned FROM distlock.task_schedule WHERE task_id = {task_id}"))
+        .expect("counter")
+        .parse()
+        .expect("a number")
+}
+
+/// A worker killed with its lease-mode claim (kill -9 of its client): the
+/// claim that takes the task over once the lease ran out counts the run as
+/// abandoned, as the sweep's recovery does, so the documented alert on
+/// abandoned runs (docs/metrics.md) fires for crashed workers too.
+#[test]
+fn a_crashed_workers_run_counts_as_abandoned_whether_taken_over_or_swept() {
+    let db = fresh_db("lease_claim_crash_counted");
+    tasks(&db, 2, "");
+    let mut observer = connect(&db);
+    for task_id in [1, 2] {
+        let mut client = std::process::Command::new(pg_bin("psql"))
+            .args(["-X", "-q", "-At", "-h", "127.0.0.1", "-p", &primary_port().to_string(), "-U", "postgres", "-d", &db])
+            // Two commands, two transactions: the claim commits, then the worker "works".
+            .args(["-c", &format!("SELECT distlock.try_acquire_task_lease({task_id}, 'doomed', '1 second')")])
+            .args(["-c", "SELECT pg_sleep(60)"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("psql");
+        eventually("the doomed worker to claim", Duration::from_secs(10), || {
+            count(&mut observer, &format!("SELECT 1 FROM distlock.running_tasks WHERE task_id = {task_id} AND worker_id = 'doomed'"))
+                == 1
+        });
+        client.kill().expect("kill -9");
+        client.wait().expect("reaped");
+    }
+    eventually("both leases to run out", Duration::from_secs(5), || {
+        count(&mut observer, "SELECT 1 FROM distlock.running_tasks WHERE NOT holder_alive") == 2
+    });
+    // Task 1: taken over by the next worker's claim.
+    assert!(lease_claim(&mut observer, 1, "next", "1 minute").is_some(), "taken over");
+    assert_eq!(runs_abandoned(&mut observer, 1), 1, "the takeover counts the crashed run");
+    // Task 2: nobody claims it; the sweep recovers it.
+    observer.batch_execute("SELECT * FROM distlock.check_and_recover_timeout_tasks()").expect("sweep");
+    assert_eq!(runs_abandoned(&mut observer, 2), 1, "the sweep counts the crashed run");
+    assert_eq!(count(&mut observer, "SELECT 1 FROM distlock.task_execution_log WHERE worker_id = 'doomed' AND status = 'abandoned'"), 2);
+}
+
+/// A session claim whose holder lost its lock (a pooler's DISCARD ALL) and
+/// that another claim replaced is ended as abandoned by the sweep: counted,
+/// though the task row, which the live claim owns, is otherwise untouched.
+#[test]
+fn a_replaced_session_claim_ended_by_the_sweep_counts_as_abandoned() {
+    let db = fresh_db("lease_claim_replaced_counted");
+    tasks(&db, 1, "");
+    let mut holder = connect(&db);
+    let mut second = connect(&db);
+    crate::fencing_identity::claim(&mut holder, 1, "holder");
+    holder.batch_execute("DISCARD ALL").expect("the pooler resets the session");
+    let live = crate::fencing_identity::claim(&mut second, 1, "second");
+    let before = scalar(&mut second, "SELECT row(last_status, current_token)::text FROM distlock.scheduled_tasks WHERE id = 1");
+    second.batch_execute("SELECT * FROM distlock.check_and_recover_timeout_tasks()").expect("sweep");
+    assert_eq!(count(&mut second, "SELECT 1 FROM distlock.task_execution_log WHERE worker_id = 'holder' AND status = 'abandoned'"), 1);
+    assert_eq!(runs_abandoned(&mut second, 1), 1);
+    assert_eq!(
+        scalar(&mut second, "SELECT row(last_status, current_token)::text FROM distlock.scheduled_tasks WHERE id = 1"),
+        before,
+        "the live claim's state is left alone"
+    );
+    assert!(crate::fencing_identity::valid(&mut second, 1, live));
+}

@@ -293,3 +293,37 @@ fn jobs_that_a_prepared_transaction_claimed_or_enqueued_are_handed_out_when_it_e
     assert!(got.job.is_some(), "the prepared enqueue's job was handed out");
     assert!(ended.elapsed() < Duration::from_millis(2500), "taken {:?} after COMMIT PREPARED", ended.elapsed());
 }
+
+/// A waiting consumer that finds a job whose lease ran out with no attempt
+/// left makes it dead, keeps that, and then waits: it neither hands the
+/// job out nor returns at once again and again (each such return used a
+/// transaction id, thousands a second, while the job stayed processing).
+#[test]
+fn a_waiting_consumer_makes_an_expired_job_out_of_attempts_dead_and_then_waits() {
+    let db = fresh_db("liveness_made_dead");
+    let mut c = connect(&db);
+    let job: i64 = c
+        .query_one("SELECT distlock.enqueue_task('job', '{}', now(), 0, 1, 'q')", &[])
+        .expect("a job with one attempt")
+        .get(0);
+    c.batch_execute("SELECT * FROM distlock.consume_task('gone', '1 second', p_queues => ARRAY['q'])")
+        .expect("claimed, then never settled");
+    eventually("the lease to run out", Duration::from_secs(5), || {
+        count(&mut c, &format!("SELECT 1 FROM distlock.jobs WHERE id = {job} AND lease_expires_at < now()")) == 1
+    });
+    let mut waiter = connect(&db);
+    let xid_before: i64 = scalar(&mut waiter, "SELECT pg_current_xact_id()::text::bigint").expect("xid").parse().expect("xid");
+    let started = Instant::now();
+    let mut calls = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        let got = waiter
+            .query("SELECT task_id FROM distlock.consume_task('w', '1 minute', '2 seconds', ARRAY['q'])", &[])
+            .expect("wait");
+        assert!(got.is_empty(), "the job out of attempts was handed out");
+        calls += 1;
+    }
+    assert_eq!(scalar(&mut c, &format!("SELECT status FROM distlock.jobs WHERE id = {job}")), Some("dead".into()));
+    assert!(calls <= 3, "{calls} calls in 3 s: the waits ended at once");
+    let xid_after: i64 = scalar(&mut waiter, "SELECT pg_current_xact_id()::text::bigint").expect("xid").parse().expect("xid");
+    assert!(xid_after - xid_before < 10, "{} transaction ids used", xid_after - xid_before);
+}

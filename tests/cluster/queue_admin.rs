@@ -177,3 +177,21 @@ fn after_truncate_restart_identity_new_jobs_complete() {
     let after: i64 = c.query_one("SELECT distlock.enqueue_task('job')", &[]).expect("enqueue").get(0);
     assert!(after > next, "{after} after {next}");
 }
+
+/// Nor does TRUNCATE ... RESTART IDENTITY hand out again the id of a job a
+/// consumer still held: that consumer's stale completion would settle the
+/// new job of the same id.
+#[test]
+fn truncate_restart_identity_never_reuses_an_id_that_was_in_flight() {
+    let db = fresh_db("queue_admin_truncate_in_flight");
+    let mut c = connect(&db);
+    c.batch_execute(
+        "SELECT distlock.enqueue_task('job') FROM generate_series(1, 2); \
+         SELECT distlock.complete_task(task_id, 'app') FROM distlock.consume_task('app');",
+    )
+    .expect("job 1 completed");
+    let held: i64 = c.query_one("SELECT task_id FROM distlock.consume_task('app')", &[]).expect("job 2 held").get(0);
+    c.batch_execute("TRUNCATE distlock.task_queue RESTART IDENTITY").expect("truncate");
+    let next: i64 = c.query_one("SELECT distlock.enqueue_task('job')", &[]).expect("enqueue").get(0);
+    assert!(next > held, "id {next} again after the truncate (job {held} was held)");
+}
