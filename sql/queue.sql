@@ -112,39 +112,32 @@ CREATE INDEX completed_jobs_completed_at_idx ON distlock.completed_jobs USING br
 -- that completed_jobs still holds (each completion of such a job failed with
 -- 23505 and the job ran again until it was dead) and at ids of jobs that
 -- consumers may still hold (whose stale settles would then settle another
--- job). So no id is handed out twice: before any TRUNCATE of the queue, the
--- highest id in use is noted for the transaction; after it, ids go on above
--- that. (distlock.purge_queue empties one queue and reuses no id either.)
+-- job). So before any TRUNCATE of the queue, the id sequence's start moves
+-- above the highest id in use, which is where RESTART IDENTITY restarts it:
+-- no id is handed out twice. It fires ALWAYS, also where
+-- session_replication_role is replica (a logical-replication subscriber
+-- applying a TRUNCATE). (distlock.purge_queue empties one queue and reuses
+-- no id either.)
 CREATE FUNCTION distlock.keep_job_ids_unique() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     in_use bigint;
-    next_id bigint;
 BEGIN
-    SELECT CASE WHEN s.is_called THEN s.last_value OPERATOR(pg_catalog.+) 1 ELSE s.last_value END
-      INTO next_id FROM distlock.task_queue_id_seq s;
-    IF TG_WHEN OPERATOR(pg_catalog.=) 'BEFORE' THEN
-        SELECT GREATEST((SELECT pg_catalog.max(q.id) FROM distlock.task_queue q),
-                        (SELECT pg_catalog.max(c.id) FROM distlock.completed_jobs c),
-                        next_id OPERATOR(pg_catalog.-) 1)
-          INTO in_use;
-        PERFORM pg_catalog.set_config('pg_distlock.job_ids_in_use', COALESCE(in_use, 0)::pg_catalog.text, true);
-        RETURN NULL;
-    END IF;
-    in_use := NULLIF(pg_catalog.current_setting('pg_distlock.job_ids_in_use', true), '')::bigint;
-    IF in_use OPERATOR(pg_catalog.>=) next_id THEN
-        PERFORM pg_catalog.setval('distlock.task_queue_id_seq'::pg_catalog.regclass, in_use);
-    END IF;
+    SELECT GREATEST((SELECT pg_catalog.max(q.id) FROM distlock.task_queue q),
+                    (SELECT pg_catalog.max(c.id) FROM distlock.completed_jobs c),
+                    (SELECT s.last_value FROM distlock.task_queue_id_seq s))
+      INTO in_use;
+    EXECUTE pg_catalog.format('ALTER SEQUENCE distlock.task_queue_id_seq START WITH %s',
+                              in_use OPERATOR(pg_catalog.+) 1);
     RETURN NULL;
 END
 $$;
 REVOKE ALL ON FUNCTION distlock.keep_job_ids_unique() FROM PUBLIC;
-CREATE TRIGGER keep_job_ids_unique_before BEFORE TRUNCATE ON distlock.task_queue
+CREATE TRIGGER keep_job_ids_unique BEFORE TRUNCATE ON distlock.task_queue
     FOR EACH STATEMENT EXECUTE FUNCTION distlock.keep_job_ids_unique();
-CREATE TRIGGER keep_job_ids_unique AFTER TRUNCATE ON distlock.task_queue
-    FOR EACH STATEMENT EXECUTE FUNCTION distlock.keep_job_ids_unique();
+ALTER TABLE distlock.task_queue ENABLE ALWAYS TRIGGER keep_job_ids_unique;
 
 -- Every job, queued or finished, in one relation with its status.
 CREATE VIEW distlock.jobs AS

@@ -16,8 +16,8 @@
 --   abandoned            -> unchanged: the holder vanished, run the slot again
 -- and counts the run in the task's runs_<status> (the counters that metrics
 -- turn into rates: they only grow, and only when the release commits). A
--- replaced claim that the sweep ends as abandoned is counted too, though
--- nothing else of the task row changes: its run was abandoned all the same.
+-- replaced claim that the sweep ends is counted too, though nothing else of
+-- the task row changes: its run ended all the same.
 WITH released AS (
     SELECT pg_catalog.clock_timestamp() AS at
 ),
@@ -69,13 +69,18 @@ task AS (
        AND t.current_token OPERATOR(pg_catalog.=) f.fencing_token
     RETURNING t.id
 ),
-replaced_abandoned AS (
-    -- Exclusive of task's row: the token differs.
+replaced AS (
+    -- A claim that another claim has replaced: only the run is counted.
+    -- Decided after task, from what task did (it rechecks the token on the
+    -- row's latest version, after waiting for a claim that replaced this
+    -- one meanwhile), so that each run is counted exactly once.
     UPDATE distlock.scheduled_tasks t
-       SET runs_abandoned = t.runs_abandoned OPERATOR(pg_catalog.+) 1
+       SET runs_completed = t.runs_completed OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'completed')::int,
+           runs_failed    = t.runs_failed    OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'failed')::int,
+           runs_timed_out = t.runs_timed_out OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'timed_out')::int,
+           runs_abandoned = t.runs_abandoned OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'abandoned')::int
       FROM finished f
-     WHERE $2 OPERATOR(pg_catalog.=) 'abandoned'
-       AND t.id OPERATOR(pg_catalog.=) f.task_id
-       AND (t.current_token IS NULL OR t.current_token OPERATOR(pg_catalog.<>) f.fencing_token)
+     WHERE t.id OPERATOR(pg_catalog.=) f.task_id
+       AND NOT EXISTS (SELECT FROM task)
 )
 SELECT EXISTS (SELECT 1 FROM task) FROM finished

@@ -374,7 +374,10 @@ pub(crate) fn consume_after(
         } else if let Some(sleeper) = &sleeper {
             sleeper.learned(due);
         }
-        if !look.jobs.is_empty() || now >= deadline {
+        // A look that changed what must commit (made jobs dead, took them
+        // back) without claiming returns for its caller to commit: its
+        // changes are invisible and its locks held until then.
+        if !look.jobs.is_empty() || look.changed || now >= deadline {
             return look.jobs;
         }
         // Never sleep with a transaction id this call was given: it would
@@ -382,8 +385,8 @@ pub(crate) fn consume_after(
         // row version that dies meanwhile. A look that found nothing can
         // have one: a job claimed by another consumer after the look's
         // snapshot is locked before the recheck turns it down, and rolling
-        // the look's subtransaction back keeps the id; so does one that
-        // took back jobs whose lease ran out. The caller calls again.
+        // the look's subtransaction back keeps the id. The caller calls
+        // again.
         if !had_transaction_id && has_transaction_id() {
             return look.jobs;
         }

@@ -327,3 +327,32 @@ fn a_waiting_consumer_makes_an_expired_job_out_of_attempts_dead_and_then_waits()
     let xid_after: i64 = scalar(&mut waiter, "SELECT pg_current_xact_id()::text::bigint").expect("xid").parse().expect("xid");
     assert!(xid_after - xid_before < 10, "{} transaction ids used", xid_after - xid_before);
 }
+
+/// The same inside a transaction that already has a transaction id: the
+/// call returns rather than sleep holding the locks and the uncommitted
+/// change of the look (the dead job stayed processing for everyone else,
+/// and TRUNCATE waited for the whole wait).
+#[test]
+fn a_waiting_call_in_a_transaction_with_an_id_does_not_sleep_on_jobs_it_made_dead() {
+    let db = fresh_db("liveness_made_dead_in_xact");
+    let mut c = connect(&db);
+    c.batch_execute(
+        "CREATE TABLE scratch (i int); \
+         SELECT distlock.enqueue_task('job', '{}', now(), 0, 1, 'q'); \
+         SELECT * FROM distlock.consume_task('gone', '1 second', p_queues => ARRAY['q']);",
+    )
+    .expect("a job with one attempt, claimed and never settled");
+    eventually("the lease to run out", Duration::from_secs(5), || {
+        count(&mut c, "SELECT 1 FROM distlock.jobs WHERE lease_expires_at < now()") == 1
+    });
+    let mut waiter = connect(&db);
+    waiter.batch_execute("BEGIN; INSERT INTO scratch VALUES (1)").expect("a transaction with an id");
+    let started = Instant::now();
+    let got = waiter
+        .query("SELECT task_id FROM distlock.consume_task('w', '1 minute', '8 seconds', ARRAY['q'])", &[])
+        .expect("wait");
+    assert!(got.is_empty());
+    assert!(started.elapsed() < Duration::from_secs(2), "slept {:?} on the uncommitted change", started.elapsed());
+    waiter.batch_execute("COMMIT").expect("commit");
+    assert_eq!(scalar(&mut c, "SELECT status FROM distlock.jobs"), Some("dead".into()));
+}

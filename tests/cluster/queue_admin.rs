@@ -195,3 +195,64 @@ fn truncate_restart_identity_never_reuses_an_id_that_was_in_flight() {
     let next: i64 = c.query_one("SELECT distlock.enqueue_task('job')", &[]).expect("enqueue").get(0);
     assert!(next > held, "id {next} again after the truncate (job {held} was held)");
 }
+
+/// The id floor holds whatever else the TRUNCATE does: with another table
+/// whose trigger runs in between, and with session_replication_role =
+/// replica (as a logical-replication subscriber applies a TRUNCATE).
+#[test]
+fn truncate_restart_identity_keeps_ids_unique_beside_other_tables_and_in_replica_role() {
+    let db = fresh_db("queue_admin_truncate_others");
+    let mut c = connect(&db);
+    c.batch_execute(
+        "CREATE TABLE other (i int); \
+         CREATE FUNCTION other_trigger() RETURNS trigger LANGUAGE plpgsql AS \
+           $$ BEGIN PERFORM set_config('pg_distlock.job_ids_in_use', '0', true); RETURN NULL; END $$; \
+         CREATE TRIGGER other_trigger BEFORE TRUNCATE ON other FOR EACH STATEMENT EXECUTE FUNCTION other_trigger(); \
+         SELECT distlock.enqueue_task('job') FROM generate_series(1, 3);",
+    )
+    .expect("three jobs");
+    let held: i64 = c.query_one("SELECT task_id FROM distlock.consume_task('app')", &[]).expect("held").get(0);
+    c.batch_execute("TRUNCATE distlock.task_queue, other RESTART IDENTITY").expect("truncate with another table");
+    let next: i64 = c.query_one("SELECT distlock.enqueue_task('job')", &[]).expect("enqueue").get(0);
+    assert!(next > 3, "id {next} again after truncating beside another table (job {held} was held)");
+    c.batch_execute(
+        "BEGIN; SET LOCAL session_replication_role = replica; TRUNCATE distlock.task_queue RESTART IDENTITY; COMMIT",
+    )
+    .expect("truncate as a replica");
+    let after: i64 = c.query_one("SELECT distlock.enqueue_task('job')", &[]).expect("enqueue").get(0);
+    assert!(after > next, "id {after} again after a truncate in replica role");
+}
+
+/// A sweep that ends a claim while a session claim replaces it (the sweep's
+/// statement waits for the new claim's commit) counts the run once.
+#[test]
+fn a_sweep_racing_a_session_claim_counts_the_abandoned_run_once() {
+    let db = fresh_db("queue_admin_sweep_race_counts");
+    let mut c = connect(&db);
+    c.batch_execute(
+        "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at) \
+         VALUES ('t', 'job', '0 0 1 1 *', now())",
+    )
+    .expect("a task");
+    c.batch_execute("SELECT distlock.try_acquire_task_lease(1, 'L', '1 second')").expect("lease claim");
+    eventually("the lease to run out", std::time::Duration::from_secs(5), || {
+        count(&mut c, "SELECT 1 FROM distlock.running_tasks WHERE NOT holder_alive") == 1
+    });
+    let mut claimer = connect(&db);
+    claimer.batch_execute("BEGIN; SELECT distlock.try_acquire_task_lock(1, 'S')").expect("session claim, open");
+    let sweep_db = db.clone();
+    let sweep = std::thread::spawn(move || {
+        connect_to(primary_port(), &sweep_db, "racing-sweep")
+            .batch_execute("SELECT * FROM distlock.check_and_recover_timeout_tasks()")
+            .expect("sweep")
+    });
+    eventually("the sweep to wait for the open claim", std::time::Duration::from_secs(10), || {
+        count(&mut c, "SELECT 1 FROM pg_stat_activity WHERE application_name = 'racing-sweep' AND wait_event_type = 'Lock'") == 1
+    });
+    claimer.batch_execute("COMMIT").expect("commit the session claim");
+    sweep.join().expect("sweep thread");
+    assert_eq!(
+        scalar(&mut c, "SELECT concat_ws('/', runs_completed, runs_failed, runs_timed_out, runs_abandoned) FROM distlock.task_schedule"),
+        Some("0/0/0/1".into())
+    );
+}
