@@ -10,6 +10,7 @@
 #   PG_VERSIONS   the versions to test, oldest first (default "15 17 18"):
 #                 PG_VERSIONS=15 for a quick local run
 #   DISTLOCK_SOAK_SECONDS   length of the soak (default 120)
+#   DISTLOCK_QUEUE_SOAK_SECONDS   length of the queue's soak (default 75)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -13,8 +13,11 @@
 # and with `all` as the argument also
 #   3. isolation specs (pg_isolation_regress): deterministic interleavings;
 #   4. the Python client's tests (clients/python), against clusters of its own;
-#   5. failover on a Patroni + etcd stack (scripts/ha.sh) and a nemesis soak
-#      against the primary (DISTLOCK_SOAK_SECONDS, default 120).
+#   5. failover on a Patroni + etcd stack (scripts/ha.sh), a nemesis soak
+#      of claims, leases and elections against the primary
+#      (DISTLOCK_SOAK_SECONDS, default 120) and one of the queue
+#      (DISTLOCK_QUEUE_SOAK_SECONDS, default 75; DISTLOCK_QUEUE_SOAK_SEED
+#      replays a run's choices).
 # With `cluster` as the argument, only step 2, for the tests whose names
 # contain the arguments that follow (all without any).
 #   scripts/test_version.sh core|all|cluster [FILTER...]
@@ -34,7 +37,8 @@ pooler_port=$((primary_port + 3))
 ha_base=${DISTLOCK_TEST_HA_BASE_PORT:-55440}
 # Read here and kept from the cluster-test step, which must skip the soak.
 soak_seconds=${DISTLOCK_SOAK_SECONDS:-120}
-unset DISTLOCK_SOAK_SECONDS
+queue_soak_seconds=${DISTLOCK_QUEUE_SOAK_SECONDS:-75}
+unset DISTLOCK_SOAK_SECONDS DISTLOCK_QUEUE_SOAK_SECONDS
 
 cleanup() {
   scripts/cluster.sh stop "$work/primary" || true
@@ -108,3 +112,6 @@ DISTLOCK_TEST_HA_PORTS=$((ha_base + 2)),$((ha_base + 3)) \
 DISTLOCK_TEST_HA_API_PORTS=$((ha_base + 4)),$((ha_base + 5)) \
 DISTLOCK_SOAK_SECONDS=$soak_seconds \
   cluster_tests failover:: replication_modes:: nemesis::
+
+echo "== PostgreSQL $v: queue nemesis soak ($queue_soak_seconds s)"
+DISTLOCK_QUEUE_SOAK_SECONDS=$queue_soak_seconds cluster_tests queue_nemesis::

@@ -28,6 +28,7 @@ mod operations;
 mod pooler;
 mod queue_admin;
 mod queue_limits;
+mod queue_nemesis;
 mod queue_scopes;
 mod queue_wait;
 mod rate_limit_keys;
