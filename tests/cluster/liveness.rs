@@ -54,10 +54,10 @@ fn a_limited_queue_whose_holder_died_hands_its_job_out_when_the_lease_runs_out()
     assert_eq!(count(&mut admin, "SELECT 1 FROM distlock.jobs WHERE status = 'processing'"), 1, "the limit still holds");
 }
 
-/// A psql whose backend waits in consume_task for `queue`'s jobs.
-fn psql_waiting(db: &str, worker: &str, queue: &str) -> Child {
+/// A psql whose backend, on the server at `port`, waits in consume_task for `queue`'s jobs.
+fn psql_waiting(port: u16, db: &str, worker: &str, queue: &str) -> Child {
     Command::new(pg_bin("psql"))
-        .args(["-X", "-q", "-At", "-h", "127.0.0.1", "-p", &primary_port().to_string(), "-U", "postgres", "-d", db])
+        .args(["-X", "-q", "-At", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", db])
         .args(["-c", &format!("SELECT * FROM distlock.consume_task('{worker}', p_wait => '30 seconds', p_queues => ARRAY['{queue}'])")])
         .env("PGAPPNAME", worker)
         .stdout(Stdio::null())
@@ -72,12 +72,20 @@ fn backend_of(observer: &mut Client, application: &str) -> Option<i32> {
 }
 
 /// A consumer whose client is killed while it waits leaves at once and
-/// claims nothing: the next job goes to a consumer that is still there.
+/// claims nothing: the next job goes to a consumer that is still there. In
+/// both storage modes (without shared memory a consumer polls, and watches
+/// its client the same way).
 #[test]
 fn a_waiting_consumer_whose_client_is_killed_leaves_and_claims_nothing() {
-    let db = fresh_db("liveness_client_gone");
-    let mut observer = connect(&db);
-    let mut client = psql_waiting(&db, "orphan", "q");
+    for (mode, port) in storage_modes() {
+        client_killed_while_waiting(mode, port);
+    }
+}
+
+fn client_killed_while_waiting(mode: &str, port: u16) {
+    let db = fresh_db_on(port, &format!("liveness_client_gone_{mode}"));
+    let mut observer = connect_to(port, &db, "observer");
+    let mut client = psql_waiting(port, &db, "orphan", "q");
     eventually("the orphan to wait", Duration::from_secs(10), || {
         count(&mut observer, "SELECT 1 FROM pg_stat_activity WHERE application_name = 'orphan' AND wait_event_type = 'Extension'")
             == 1
@@ -89,8 +97,8 @@ fn a_waiting_consumer_whose_client_is_killed_leaves_and_claims_nothing() {
     eventually("the orphaned backend to leave", Duration::from_secs(3), || {
         count(&mut observer, &format!("SELECT 1 FROM pg_stat_activity WHERE pid = {pid}")) == 0
     });
-    assert!(killed.elapsed() < Duration::from_secs(2), "left {:?} after its client died", killed.elapsed());
-    let waiter = start_waiting_on(primary_port(), primary_port(), &db, "alive", "20 seconds", "ARRAY['q']");
+    assert!(killed.elapsed() < Duration::from_secs(2), "{mode}: left {:?} after its client died", killed.elapsed());
+    let waiter = start_waiting_on(port, port, &db, "alive", "20 seconds", "ARRAY['q']");
     let job = enqueue_into(&mut observer, "q", "now()");
     assert_eq!(finish(waiter).expect("wait").job, Some(job));
     assert_eq!(count(&mut observer, "SELECT 1 FROM distlock.jobs WHERE worker_id = 'orphan'"), 0);
@@ -113,11 +121,17 @@ fn relation_locks(observer: &mut Client, pid: i32) -> Vec<String> {
 /// queue, a batch, a settle-and-consume) hold no relation lock while they
 /// sleep, before and after a wake-up that finds nothing: an ACCESS
 /// EXCLUSIVE lock on every table of the queue, as ALTER TABLE and TRUNCATE
-/// take, is granted at once.
+/// take, is granted at once. In both storage modes.
 #[test]
 fn a_waiting_consumer_holds_no_lock_that_ddl_waits_for() {
-    let db = fresh_db("liveness_ddl");
-    let mut admin = connect(&db);
+    for (mode, port) in storage_modes() {
+        no_lock_held_while_waiting(mode, port);
+    }
+}
+
+fn no_lock_held_while_waiting(mode: &str, port: u16) {
+    let db = fresh_db_on(port, &format!("liveness_ddl_{mode}"));
+    let mut admin = connect_to(port, &db, "admin");
     admin.batch_execute("SELECT distlock.set_queue_limit('limited', 2)").expect("limit");
     let calls = [
         ("named", "SELECT task_id FROM distlock.consume_task('named', p_wait => '30 seconds', p_queues => ARRAY['q'])"),
@@ -132,30 +146,37 @@ fn a_waiting_consumer_holds_no_lock_that_ddl_waits_for() {
     ];
     let waiters: Vec<_> = calls
         .iter()
-        .map(|(worker, sql)| start_waiting_with(primary_port(), primary_port(), &db, worker, sql.to_string()))
+        .map(|(worker, sql)| start_waiting_with(port, port, &db, worker, sql.to_string()))
         .collect();
     let pids: Vec<i32> = calls.iter().map(|(worker, _)| backend_of(&mut admin, worker).expect("backend")).collect();
     let check = |admin: &mut Client, when: &str| {
         for ((worker, _), pid) in calls.iter().zip(&pids) {
-            assert_eq!(relation_locks(admin, *pid), Vec::<String>::new(), "{worker} holds locks while it waits ({when})");
+            assert_eq!(relation_locks(admin, *pid), Vec::<String>::new(), "{mode}: {worker} holds locks while it waits ({when})");
         }
-        let mut ddl = connect(&db);
+        let mut ddl = connect_to(port, &db, "ddl");
         ddl.batch_execute(
             "SET lock_timeout = '2s'; BEGIN; \
              LOCK TABLE distlock.task_queue, distlock.queue_settings, distlock.completed_jobs IN ACCESS EXCLUSIVE MODE; \
              ROLLBACK",
         )
-        .unwrap_or_else(|e| panic!("DDL waited for the consumers ({when}): {e}"));
+        .unwrap_or_else(|e| panic!("{mode}: DDL waited for the consumers ({when}): {e}"));
     };
     check(&mut admin, "first sleep");
-    // Jobs due in an hour wake consumers of both queues, whose looks find nothing.
-    let before = wakeups(&mut admin);
+    // Jobs due in an hour: they wake consumers of both queues (in table
+    // mode, consumers look every 100 ms anyway), whose looks find nothing.
+    let before = (mode == "memory").then(|| wakeups(&mut admin));
     enqueue_into(&mut admin, "q", "now() + interval '1 hour'");
     enqueue_into(&mut admin, "limited", "now() + interval '1 hour'");
-    eventually("the woken consumers to sleep again", Duration::from_secs(10), || {
-        wakeups(&mut admin) > before && sleeping(primary_port(), &db) == calls.len() as i64
-    });
-    check(&mut admin, "after a wake-up");
+    match before {
+        Some(before) => {
+            eventually("the woken consumers to sleep again", Duration::from_secs(10), || {
+                wakeups(&mut admin) > before && sleeping(port, &db) == calls.len() as i64
+            });
+            check(&mut admin, "after a wake-up");
+        }
+        // Checked again and again across many looks.
+        None => (0..10).for_each(|_| check(&mut admin, "between looks")),
+    }
     cancel_the_waiting(&mut admin, &db, waiters);
 }
 
