@@ -17,10 +17,15 @@
 //! the next one is due and sleeps until then.
 //!
 //! A woken sleeper clears its flag when it looks; one that leaves with a
-//! wake-up it did not act on (cancelled, or a wake-up that came during its
-//! last look) passes it to another sleeper of the same queue, so that no
-//! job waits for a sleeper that is gone; so does one woken for a queue that
-//! its look did not reach (its batch filled from queues named before it).
+//! wake-up it did not act on (cancelled, terminated, or a wake-up that came
+//! during its last look) passes it to another sleeper of the same queue, so
+//! that no job waits for a sleeper that is gone; so does one woken for a
+//! queue that its look did not reach (its batch filled from queues named
+//! before it), and one that leaves knowing when a job comes due (it may be
+//! the only one woken to learn it). A backend that exits while it sleeps
+//! (FATAL skips destructors) does the same from an exit callback. A sleeper
+//! also watches its client's socket and ends the backend when the client
+//! is gone (client_connection.rs), so that it never claims for nobody.
 //! Sleepers whose scope limits the jobs they may take are woken for every
 //! job of their queues.
 //!

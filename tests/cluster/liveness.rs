@@ -346,7 +346,8 @@ fn a_waiting_consumer_makes_an_expired_job_out_of_attempts_dead_and_then_waits()
     assert_eq!(scalar(&mut c, &format!("SELECT status FROM distlock.jobs WHERE id = {job}")), Some("dead".into()));
     assert!(calls <= 3, "{calls} calls in 3 s: the waits ended at once");
     let xid_after: i64 = scalar(&mut waiter, "SELECT pg_current_xact_id()::text::bigint").expect("xid").parse().expect("xid");
-    assert!(xid_after - xid_before < 10, "{} transaction ids used", xid_after - xid_before);
+    // Global: other sessions of the server use some too; the loop it replaced used thousands.
+    assert!(xid_after - xid_before < 200, "{} transaction ids used", xid_after - xid_before);
 }
 
 /// The same inside a transaction that already has a transaction id: the
@@ -376,4 +377,21 @@ fn a_waiting_call_in_a_transaction_with_an_id_does_not_sleep_on_jobs_it_made_dea
     assert!(started.elapsed() < Duration::from_secs(2), "slept {:?} on the uncommitted change", started.elapsed());
     waiter.batch_execute("COMMIT").expect("commit");
     assert_eq!(scalar(&mut c, "SELECT status FROM distlock.jobs"), Some("dead".into()));
+}
+
+/// A processing row without a lease (only a hand-made one can be) no longer
+/// holds a limited queue's room for ever: it counts as expired, so the next
+/// claim takes it back and hands the queue's jobs out.
+#[test]
+fn a_processing_job_without_a_lease_does_not_hold_a_limited_queue_for_ever() {
+    let db = fresh_db("liveness_leaseless");
+    let mut c = connect(&db);
+    c.batch_execute("SELECT distlock.set_queue_limit('q', 1)").expect("limit");
+    let stuck = enqueue_into(&mut c, "q", "now()");
+    c.batch_execute(&format!(
+        "UPDATE distlock.task_queue SET status = 'processing', worker_id = 'by-hand', attempts = 1 WHERE id = {stuck}"
+    ))
+    .expect("a processing row set by hand, without a lease");
+    let got = scalar(&mut c, "SELECT task_id FROM distlock.consume_task('w', p_queues => ARRAY['q'])");
+    assert_eq!(got, Some(stuck.to_string()), "the lease-less job was taken back and handed out");
 }
