@@ -206,6 +206,53 @@ CREATE TRIGGER drawn_once BEFORE UPDATE OR DELETE OR TRUNCATE ON distlock.lock_k
 -- privileges written out, nobody else's.
 REVOKE ALL ON distlock.lock_key_secret FROM PUBLIC;
 
+-- A lease-mode claim records the backend that made or last renewed it, and
+-- running_tasks shows whether that backend is still connected (issue 45,
+-- item 2: a worker killed with its claim showed as alive until its lease
+-- ran out).
+ALTER TABLE distlock.task_execution_log
+    ADD COLUMN lease_backend_pid int,
+    ADD COLUMN lease_backend_start timestamptz;
+CREATE OR REPLACE VIEW distlock.running_tasks WITH (security_barrier) AS
+SELECT r.id AS log_id,
+       r.task_id,
+       t.task_name,
+       r.worker_id,
+       r.fencing_token,
+       r.attempt,
+       r.started_at,
+       pg_catalog.now() - r.started_at AS running_for,
+       r.holder_pid,
+       r.holder_backend_start,
+       -- Alive: this claim is the task's current one and its backend still
+       -- holds the task lock (a dead or restarted backend holds nothing), or,
+       -- for a lease-mode claim (no holder backend), its lease has not run out.
+       (r.fencing_token IS NOT DISTINCT FROM t.current_token
+        AND CASE WHEN r.holder_pid IS NULL THEN t.lease_expires_at > pg_catalog.clock_timestamp()
+                 ELSE EXISTS (SELECT 1 FROM distlock.task_lock_holders h
+                               WHERE h.task_id = r.task_id AND h.pid = r.holder_pid) END) AS holder_alive,
+       t.timeout,
+       (t.timeout IS NOT NULL AND pg_catalog.now() - r.started_at > t.timeout) AS past_timeout,
+       CASE WHEN r.fencing_token IS NOT DISTINCT FROM t.current_token THEN t.lease_expires_at END AS lease_expires_at,
+       -- A lease-mode claim: whether the backend that made it or last
+       -- renewed it is still connected (a worker killed with its claim shows
+       -- false while its lease runs on). By pid alone where the caller may
+       -- not see other roles' backend_start.
+       CASE WHEN r.holder_pid IS NULL AND r.lease_backend_pid IS NOT NULL THEN
+           EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                    WHERE a.pid = r.lease_backend_pid
+                      AND (a.backend_start IS NULL OR a.backend_start = r.lease_backend_start))
+       END AS lease_backend_alive
+  FROM distlock.task_execution_log r
+  JOIN distlock.scheduled_tasks t ON t.id = r.task_id
+ WHERE r.status = 'running'
+   AND distlock.in_monitor_scope(t.task_name, t.task_type);
+COMMENT ON VIEW distlock.running_tasks IS
+    'Running claims, whether their holder (backend, or lease for a lease-mode claim) is alive, whether a lease-mode claim''s backend is still connected, and whether they are past their timeout.';
+
+COMMENT ON VIEW distlock.running_tasks IS
+    'Running claims, whether their holder (backend, or lease for a lease-mode claim) is alive, whether a lease-mode claim''s backend is still connected, and whether they are past their timeout.';
+
 -- The capability model gains them: the list replaced, every admin and
 -- monitor granted them.
 CREATE OR REPLACE FUNCTION distlock.capability_privileges(p_capability text)

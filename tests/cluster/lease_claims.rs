@@ -254,3 +254,52 @@ fn a_replaced_session_claim_ended_by_the_sweep_counts_as_abandoned() {
     );
     assert!(crate::fencing_identity::valid(&mut second, 1, live));
 }
+
+/// A lease-mode claim shows whether the backend that made it, or last
+/// renewed it, is still connected: a worker killed with its claim shows
+/// `lease_backend_alive` false while its lease runs on (holder_alive stays
+/// true: a worker that reconnects may renew from elsewhere), and a renewal
+/// from another connection shows that one.
+#[test]
+fn a_killed_lease_workers_claim_shows_its_backend_gone_and_a_renewal_the_new_one() {
+    use std::io::Write;
+    let db = fresh_db("lease_claim_backend_shown");
+    tasks(&db, 2, "");
+    let mut observer = connect(&db);
+    let mut worker = std::process::Command::new(pg_bin("psql"))
+        .args(["-X", "-q", "-At", "-h", "127.0.0.1", "-p", &primary_port().to_string(), "-U", "postgres", "-d", &db])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("psql");
+    // Claims, then sits idle at its prompt, as a worker does between renewals.
+    worker
+        .stdin
+        .as_mut()
+        .expect("stdin")
+        .write_all(b"SELECT distlock.try_acquire_task_lease(1, 'doomed', '1 minute');\n")
+        .expect("claim");
+    let shown = |c: &mut Client| {
+        scalar(c, "SELECT concat_ws('/', holder_alive, lease_backend_alive) FROM distlock.running_tasks WHERE task_id = 1")
+    };
+    eventually("the claim to show with its backend connected", Duration::from_secs(10), || {
+        shown(&mut observer).as_deref() == Some("t/t")
+    });
+    worker.kill().expect("kill -9");
+    worker.wait().expect("reaped");
+    eventually("the killed worker's backend to show as gone", Duration::from_secs(5), || {
+        shown(&mut observer).as_deref() == Some("t/f")
+    });
+    let token: i64 = observer
+        .query_one("SELECT fencing_token FROM distlock.running_tasks WHERE task_id = 1", &[])
+        .expect("token")
+        .get(0);
+    observer.execute("SELECT distlock.renew_task_lease(1, $1, '1 minute')", &[&token]).expect("renew from here");
+    assert_eq!(shown(&mut observer).as_deref(), Some("t/t"), "the renewing backend is the one shown");
+    // A session claim has its holder backend instead: nothing to show here.
+    crate::fencing_identity::claim(&mut observer, 2, "session");
+    assert_eq!(
+        scalar(&mut observer, "SELECT lease_backend_alive IS NULL FROM distlock.running_tasks WHERE task_id = 2").as_deref(),
+        Some("t")
+    );
+}
