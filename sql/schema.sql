@@ -73,12 +73,7 @@ CREATE TABLE distlock.task_execution_log (
     -- sets both; finish_claim.sql relies on it).
     scheduled_for        timestamptz,
     -- The role that claimed the run (an OID, see lease_state).
-    holder_role          oid,
-    -- For a lease-mode claim (no holder backend): the backend that made it
-    -- or last renewed it, and when that backend started (running_tasks
-    -- shows whether it is still connected).
-    lease_backend_pid    int,
-    lease_backend_start  timestamptz
+    holder_role          oid
 );
 
 COMMENT ON TABLE distlock.task_execution_log IS

@@ -1,4 +1,4 @@
--- params: integer, boolean, text, interval, oid, integer, timestamptz
+-- params: integer, boolean, text, interval, oid
 -- Claims task $1 in lease mode for worker $3 of role $5: the claim is the
 -- task row's lease, $4 from now, rather than a session lock, so any
 -- connection may renew or release it. The caller holds the task's lock for
@@ -8,9 +8,6 @@
 -- gone) are superseded: marked abandoned, so their slot runs again here;
 -- the third column says how many (the caller counts them in runs_abandoned).
 -- The token is drawn under the task row's lock, after every earlier claim's.
--- The log row records the claiming backend, $6 started at $7: whether it is
--- still connected tells a crashed worker from a live one before its lease
--- runs out (distlock.running_tasks).
 WITH claimed AS (
     SELECT pg_catalog.clock_timestamp() AS at
 ),
@@ -39,9 +36,8 @@ superseded AS (
     RETURNING l.id
 )
 INSERT INTO distlock.task_execution_log
-       (task_id, worker_id, status, started_at, fencing_token, attempt, scheduled_for, holder_role,
-        lease_backend_pid, lease_backend_start)
+       (task_id, worker_id, status, started_at, fencing_token, attempt, scheduled_for, holder_role)
 SELECT id, $3, 'running', last_run_at, current_token,
-       consecutive_failures OPERATOR(pg_catalog.+) 1, next_run_at, $5, $6, $7
+       consecutive_failures OPERATOR(pg_catalog.+) 1, next_run_at, $5
   FROM task
 RETURNING id, fencing_token, (SELECT pg_catalog.count(*) FROM superseded)

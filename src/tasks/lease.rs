@@ -29,24 +29,23 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: b
         unlock_task_for_transaction(task_id);
         return Claim::Busy;
     }
-    let mut arguments: Vec<pgrx::datum::DatumWithOid> =
-        vec![task_id.into(), only_if_due.into(), worker.into(), lease.into(), crate::access::caller().into()];
-    let stmt = if records_lease_backends() {
-        arguments.extend([unsafe { pgrx::pg_sys::MyProcPid }.into(), super::backend_start().into()]);
-        plan(
-            client,
-            include_str!("../../sql/queries/claim_task_lease.sql"),
-            &[types::INT4, types::BOOL, types::TEXT, types::INTERVAL, types::OID, types::INT4, types::TIMESTAMPTZ],
-        )
-    } else {
-        plan(
-            client,
-            include_str!("../../sql/queries/claim_task_lease_0_3_0.sql"),
-            &[types::INT4, types::BOOL, types::TEXT, types::INTERVAL, types::OID],
-        )
-    };
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/claim_task_lease.sql"),
+        &[types::INT4, types::BOOL, types::TEXT, types::INTERVAL, types::OID],
+    );
     let claimed = client
-        .select(&*stmt, None, &arguments)
+        .select(
+            &*stmt,
+            None,
+            &[
+                task_id.into(),
+                only_if_due.into(),
+                worker.into(),
+                lease.into(),
+                crate::access::caller().into(),
+            ],
+        )
         .and_then(|rows| {
             if rows.is_empty() {
                 return Ok(None);
@@ -65,12 +64,6 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: b
             Claim::NotEligible
         }
     }
-}
-
-/// Whether the installed SQL records the backend that made or renewed a
-/// lease-mode claim (from 0.4.0 on).
-fn records_lease_backends() -> bool {
-    crate::version::has_column(c"task_execution_log", c"lease_backend_pid")
 }
 
 /// Counts `superseded` runs of `task_id` as abandoned (the run counters
@@ -126,23 +119,13 @@ fn renew_task_lease(
     crate::access::connect(|client| {
         // Before anything is read: the answer must not depend on the token.
         crate::scopes::require_task(client, task_id);
-        let mut arguments: Vec<pgrx::datum::DatumWithOid> = vec![task_id.into(), token.into(), lease.into()];
-        let stmt = if records_lease_backends() {
-            arguments.extend([unsafe { pgrx::pg_sys::MyProcPid }.into(), super::backend_start().into()]);
-            plan(
-                client,
-                include_str!("../../sql/queries/task_lease_renew.sql"),
-                &[types::INT4, types::INT8, types::INTERVAL, types::INT4, types::TIMESTAMPTZ],
-            )
-        } else {
-            plan(
-                client,
-                include_str!("../../sql/queries/task_lease_renew_0_3_0.sql"),
-                &[types::INT4, types::INT8, types::INTERVAL],
-            )
-        };
+        let stmt = plan(
+            client,
+            include_str!("../../sql/queries/task_lease_renew.sql"),
+            &[types::INT4, types::INT8, types::INTERVAL],
+        );
         let renewed = client
-            .select(&*stmt, None, &arguments)
+            .select(&*stmt, None, &[task_id.into(), token.into(), lease.into()])
             .and_then(first_two::<TimestampWithTimeZone, pgrx::pg_sys::Oid>)
             .or_raise();
         match renewed {

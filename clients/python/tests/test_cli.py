@@ -76,31 +76,6 @@ def test_status_check_fails_for_a_claim_past_its_timeout(db: Db) -> None:
         assert task["fencing_token"] is not None
 
 
-def test_a_killed_lease_workers_claim_shows_its_connection_gone_then_its_lease_expired(db: Db) -> None:
-    db.admin.execute(
-        "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at)"
-        " VALUES ('nightly', 'etl', '@daily', now())"
-    )
-    # A worker process holding a lease-mode claim, killed with kill -9.
-    worker = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, psycopg\n"
-         "c = psycopg.connect(sys.argv[1], autocommit=True)\n"
-         "c.execute(\"SELECT distlock.try_acquire_task_lease(1, 'doomed', '3 seconds')\")\n"
-         "print('claimed', flush=True)\n"
-         "sys.stdin.read()\n",
-         db.dsn],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert worker.stdout is not None and worker.stdout.readline().strip() == "claimed"
-    assert cli_json(db, "tasks")["tasks"][0]["holder"] == "alive"
-    worker.kill()
-    worker.wait()
-    eventually(lambda: cli_json(db, "tasks")["tasks"][0]["holder"] == "lease live, connection gone",
-               what="the killed worker's claim to show its connection gone")
-    assert "1 with their holder gone" in cli(db, "status")[1]
-    eventually(lambda: cli_json(db, "tasks")["tasks"][0]["holder"] == "lease expired", what="the lease to run out")
-
-
 def test_retry_dead_asks_first_and_makes_the_job_runnable(db: Db) -> None:
     job = dead_job(db, "mail")
     other = dead_job(db, "thumbs")
