@@ -178,14 +178,19 @@ pub fn superseded(ops: &[Op], granted: impl Fn(&Op) -> bool) -> Vec<(String, i64
 
 /// Operations per kind and outcome, for the test's output.
 pub fn summary(ops: &[Op]) -> String {
+    summary_of(ops.iter().map(|op| (op.kind.as_str(), &op.outcome)))
+}
+
+/// The same for any history's (kind, outcome) pairs (the queue's has operations of its own).
+pub fn summary_of<'a>(ops: impl Iterator<Item = (&'a str, &'a Outcome)>) -> String {
     let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
-    for op in ops {
-        let outcome = match &op.outcome {
+    for (kind, outcome) in ops {
+        let outcome = match outcome {
             Outcome::Ok => "ok".to_string(),
             Outcome::Refused(code) => code.clone(),
             Outcome::Unknown => "unknown".to_string(),
         };
-        *counts.entry((op.kind.clone(), outcome)).or_default() += 1;
+        *counts.entry((kind.to_string(), outcome)).or_default() += 1;
     }
     counts.iter().map(|((k, o), n)| format!("{k} {o}: {n}")).collect::<Vec<_>>().join(", ")
 }

@@ -582,14 +582,5 @@ fn runnable_jobs_handed_out(ops: &[Op], claims: &[Claim], run: &Run, v: &mut Vec
 
 /// Operations per kind and outcome, for the test's output.
 pub fn summary(ops: &[Op]) -> String {
-    let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
-    for op in ops {
-        let outcome = match &op.outcome {
-            Outcome::Ok => "ok".to_string(),
-            Outcome::Refused(code) => code.clone(),
-            Outcome::Unknown => "unknown".to_string(),
-        };
-        *counts.entry((op.kind.clone(), outcome)).or_default() += 1;
-    }
-    counts.iter().map(|((k, o), n)| format!("{k} {o}: {n}")).collect::<Vec<_>>().join(", ")
+    crate::checker::summary_of(ops.iter().map(|op| (op.kind.as_str(), &op.outcome)))
 }
