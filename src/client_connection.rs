@@ -41,7 +41,8 @@ pub fn client_gone() -> bool {
     let happened = unsafe {
         pg_sys::WaitLatchOrSocket(
             std::ptr::null_mut(),
-            (pg_sys::WL_SOCKET_CLOSED | pg_sys::WL_TIMEOUT) as i32,
+            // PostgreSQL asserts that a backend's wait names postmaster death.
+            (pg_sys::WL_SOCKET_CLOSED | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
             socket,
             0,
             pg_sys::PG_WAIT_CLIENT,
