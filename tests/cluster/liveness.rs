@@ -151,7 +151,16 @@ fn no_lock_held_while_waiting(mode: &str, port: u16) {
     let pids: Vec<i32> = calls.iter().map(|(worker, _)| backend_of(&mut admin, worker).expect("backend")).collect();
     let check = |admin: &mut Client, when: &str| {
         for ((worker, _), pid) in calls.iter().zip(&pids) {
-            assert_eq!(relation_locks(admin, *pid), Vec::<String>::new(), "{mode}: {worker} holds locks while it waits ({when})");
+            // In table mode a consumer looks every 100 ms, holding its
+            // statements' locks for the few milliseconds of a look: one of a
+            // few samples must find it asleep, holding none.
+            let samples = if mode == "memory" { 1 } else { 10 };
+            let mut held = Vec::new();
+            let asleep_once = (0..samples).any(|_| {
+                held = relation_locks(admin, *pid);
+                held.is_empty()
+            });
+            assert!(asleep_once, "{mode}: {worker} holds locks while it waits ({when}): {held:?}");
         }
         let mut ddl = connect_to(port, &db, "ddl");
         ddl.batch_execute(
