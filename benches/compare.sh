@@ -6,12 +6,23 @@
 # installed by turns into a private copy of PostgreSQL 15 (it finds its
 # lib/ and share/ next to its bin/), never into the system's.
 #   benches/compare.sh REV [ROUNDS]      (ROUNDS pairs, default 2)
+# BENCH_SCRIPT=queue.sh or queue_fleet.sh compares those benchmarks instead
+# of run.sh (their environment, say BENCH_SECONDS, passes through).
 # Output: $BENCH_DIR/compare/{old,new}_N.txt and a table of means.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rev=${1:?usage: benches/compare.sh REV [ROUNDS]}
 rounds=${2:-2}
+script=${BENCH_SCRIPT:-run.sh}
+# Which field, counted from a row's end, holds pg_distlock's figure: run.sh
+# and queue.sh print "name  baseline  pg_distlock  ratio", the fleet
+# "workload  jobs/s  enqueue-ms  dead/job".
+case $script in
+  run.sh | queue.sh) from_end=1 ;;
+  queue_fleet.sh) from_end=2 ;;
+  *) echo "compare.sh: BENCH_SCRIPT must be run.sh, queue.sh or queue_fleet.sh, not $script" >&2; exit 2 ;;
+esac
 out=${BENCH_DIR:-/tmp/pg_distlock_bench}/compare
 pg_config=/usr/lib/postgresql/15/bin/pg_config
 mkdir -p "$out"
@@ -33,17 +44,17 @@ for i in $(seq 1 "$rounds"); do
   for build in old new; do
     echo "== round $i: $build"
     install_package "$out/pkg-$build" "$private"
-    BENCH_INSTALL=0 benches/run.sh >"$out/${build}_$i.txt" 2>&1
+    BENCH_INSTALL=0 "benches/$script" >"$out/${build}_$i.txt" 2>&1
   done
 done
 
 # Rows are "name  baseline  pg_distlock  ratio"; compare the pg_distlock column.
-awk '
-  FNR == 1 { build = (FILENAME ~ /\/old_/) ? "old" : "new" }
-  /^benchmark/ { table = 1; next }
-  table && NF >= 4 && $(NF) ~ /x$/ {
+awk -v k="$from_end" '
+  FNR == 1 { build = (FILENAME ~ /\/old_/) ? "old" : "new"; table = 0 }
+  /^(benchmark|workload)/ { table = 1; next }
+  table && NF >= 4 && (k != 1 || $(NF) ~ /x$/) && $(NF - k) ~ /^[0-9.]+(\/s)?$/ {
     name = $0; sub(/[[:space:]]+[^[:space:]]+[[:space:]]+[^[:space:]]+[[:space:]]+[^[:space:]]+$/, "", name)
-    value = $(NF - 1); sub(/\/s$/, "", value)
+    value = $(NF - k); sub(/\/s$/, "", value)
     sum[build, name] += value; n[build, name]++; names[name] = 1
   }
   /^$/ { table = 0 }

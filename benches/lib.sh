@@ -44,11 +44,12 @@ bench_client_venv() {
 }
 
 # The queue benchmarks' setup: the toolchain, this checkout installed into
-# PostgreSQL $bin, and one cluster "memory" on port $2 with pg_distlock
+# PostgreSQL $bin (unless BENCH_INSTALL=0), and one cluster "memory" on port $2 with pg_distlock
 # preloaded, under directory $1.
 start_preloaded_bench_cluster() {
   local dir=$1 port=$2
   scripts/setup.sh
-  PG_CONFIG="$bin/pg_config" scripts/install.sh >/dev/null 2>&1
+  # benches/compare.sh installs the build under test itself.
+  [ "${BENCH_INSTALL:-1}" = 0 ] || PG_CONFIG="$bin/pg_config" scripts/install.sh >/dev/null 2>&1
   start_bench_clusters "$dir" "memory:$port:pg_distlock"
 }
