@@ -206,6 +206,58 @@ CREATE TRIGGER drawn_once BEFORE UPDATE OR DELETE OR TRUNCATE ON distlock.lock_k
 -- privileges written out, nobody else's.
 REVOKE ALL ON distlock.lock_key_secret FROM PUBLIC;
 
+-- A lease-mode claim records in the task row the backend that made it or
+-- last renewed it, and running_tasks shows whether that backend is still
+-- connected (issue 45, item 10: a worker killed with its claim showed as
+-- alive until its lease ran out). The claim and the renewal already lock the
+-- task row, so recording it takes no lock in a new order.
+ALTER TABLE distlock.scheduled_tasks
+    ADD COLUMN lease_backend_pid int,
+    ADD COLUMN lease_backend_start timestamptz;
+CREATE FUNCTION distlock.backend_is_connected(
+    p_pid integer,
+    p_backend_start timestamptz
+) RETURNS boolean
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'backend_is_connected_wrapper';
+REVOKE ALL ON FUNCTION distlock.backend_is_connected(integer, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION distlock.backend_is_connected(integer, timestamptz) TO pg_monitor;
+CREATE OR REPLACE VIEW distlock.running_tasks WITH (security_barrier) AS
+SELECT r.id AS log_id,
+       r.task_id,
+       t.task_name,
+       r.worker_id,
+       r.fencing_token,
+       r.attempt,
+       r.started_at,
+       pg_catalog.now() - r.started_at AS running_for,
+       r.holder_pid,
+       r.holder_backend_start,
+       -- Alive: this claim is the task's current one and its backend still
+       -- holds the task lock (a dead or restarted backend holds nothing), or,
+       -- for a lease-mode claim (no holder backend), its lease has not run out.
+       (r.fencing_token IS NOT DISTINCT FROM t.current_token
+        AND CASE WHEN r.holder_pid IS NULL THEN t.lease_expires_at > pg_catalog.clock_timestamp()
+                 ELSE EXISTS (SELECT 1 FROM distlock.task_lock_holders h
+                               WHERE h.task_id = r.task_id AND h.pid = r.holder_pid) END) AS holder_alive,
+       t.timeout,
+       (t.timeout IS NOT NULL AND pg_catalog.now() - r.started_at > t.timeout) AS past_timeout,
+       CASE WHEN r.fencing_token IS NOT DISTINCT FROM t.current_token THEN t.lease_expires_at END AS lease_expires_at,
+       -- A lease-mode claim that is the task's current one: whether the
+       -- backend that made it or last renewed it is still connected (a
+       -- worker killed with its claim reads false while its lease runs on).
+       -- NULL when that backend is unknown (a claim made before 0.4.0) and
+       -- on a standby.
+       CASE WHEN r.holder_pid IS NULL AND r.fencing_token IS NOT DISTINCT FROM t.current_token
+            THEN distlock.backend_is_connected(t.lease_backend_pid, t.lease_backend_start) END AS lease_backend_alive
+  FROM distlock.task_execution_log r
+  JOIN distlock.scheduled_tasks t ON t.id = r.task_id
+ WHERE r.status = 'running'
+   AND distlock.in_monitor_scope(t.task_name, t.task_type);
+
+COMMENT ON VIEW distlock.running_tasks IS
+    'Running claims, whether their holder (backend, or lease for a lease-mode claim) is alive, whether a lease-mode claim''s backend is still connected, and whether they are past their timeout.';
+
 -- The capability model gains them: the list replaced, every admin and
 -- monitor granted them.
 CREATE OR REPLACE FUNCTION distlock.capability_privileges(p_capability text)
@@ -285,6 +337,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_wait_stats()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.rate_limit_keys()'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.backend_is_connected(integer, timestamptz)'),
     -- Recovery, retention and resets; defining tasks.
     ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),

@@ -32,7 +32,15 @@ CREATE TABLE distlock.scheduled_tasks (
     runs_completed       bigint NOT NULL DEFAULT 0,
     runs_failed          bigint NOT NULL DEFAULT 0,
     runs_timed_out       bigint NOT NULL DEFAULT 0,
-    runs_abandoned       bigint NOT NULL DEFAULT 0
+    runs_abandoned       bigint NOT NULL DEFAULT 0,
+    -- For a claim in lease mode: the backend that made the claim or last
+    -- renewed its lease, and when that backend started (pid and start name
+    -- one session even after the pid is reused). running_tasks shows
+    -- whether it is still connected: a worker killed with its claim leaves
+    -- a live lease and a gone backend. Written by the statements that
+    -- already lock this row (claim, renewal), so no new lock order.
+    lease_backend_pid    int,
+    lease_backend_start  timestamptz
     -- Validated by the trigger below rather than CHECK constraints: PostgreSQL
     -- re-reads every CHECK on each claim's and release's UPDATE, which made
     -- them a fifth of a claim's cost; the trigger runs only when a user edits

@@ -128,14 +128,21 @@ SELECT r.id AS log_id,
                                WHERE h.task_id = r.task_id AND h.pid = r.holder_pid) END) AS holder_alive,
        t.timeout,
        (t.timeout IS NOT NULL AND pg_catalog.now() - r.started_at > t.timeout) AS past_timeout,
-       CASE WHEN r.fencing_token IS NOT DISTINCT FROM t.current_token THEN t.lease_expires_at END AS lease_expires_at
+       CASE WHEN r.fencing_token IS NOT DISTINCT FROM t.current_token THEN t.lease_expires_at END AS lease_expires_at,
+       -- A lease-mode claim that is the task's current one: whether the
+       -- backend that made it or last renewed it is still connected (a
+       -- worker killed with its claim reads false while its lease runs on).
+       -- NULL when that backend is unknown (a claim made before 0.4.0) and
+       -- on a standby.
+       CASE WHEN r.holder_pid IS NULL AND r.fencing_token IS NOT DISTINCT FROM t.current_token
+            THEN distlock.backend_is_connected(t.lease_backend_pid, t.lease_backend_start) END AS lease_backend_alive
   FROM distlock.task_execution_log r
   JOIN distlock.scheduled_tasks t ON t.id = r.task_id
  WHERE r.status = 'running'
    AND distlock.in_monitor_scope(t.task_name, t.task_type);
 
 COMMENT ON VIEW distlock.running_tasks IS
-    'Running claims, whether their holder (backend, or lease for a lease-mode claim) is alive, and whether they are past their timeout.';
+    'Running claims, whether their holder (backend, or lease for a lease-mode claim) is alive, whether a lease-mode claim''s backend is still connected, and whether they are past their timeout.';
 
 CREATE VIEW distlock.task_stats WITH (security_barrier) AS
 SELECT t.id AS task_id,

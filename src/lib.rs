@@ -4,6 +4,7 @@
 use pgrx::prelude::*;
 
 mod access;
+mod backend_status;
 mod client_connection;
 mod compat;
 mod coordination;
@@ -47,7 +48,13 @@ pgrx::extension_sql_file!(
 pgrx::extension_sql_file!(
     "../sql/views.sql",
     name = "views",
-    requires = ["schema", "locks", lock_keys::task_lock_class, scopes::in_monitor_scope]
+    requires = [
+        "schema",
+        "locks",
+        lock_keys::task_lock_class,
+        scopes::in_monitor_scope,
+        backend_status::backend_is_connected
+    ]
 );
 pgrx::extension_sql_file!("../sql/queue.sql", name = "queue", requires = ["schema", scopes::in_monitor_scope]);
 pgrx::extension_sql_file!("../sql/ratelimit.sql", name = "ratelimit", requires = ["schema"]);

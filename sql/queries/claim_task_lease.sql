@@ -1,4 +1,4 @@
--- params: integer, boolean, text, interval, oid
+-- params: integer, boolean, text, interval, oid, integer, timestamptz
 -- Claims task $1 in lease mode for worker $3 of role $5: the claim is the
 -- task row's lease, $4 from now, rather than a session lock, so any
 -- connection may renew or release it. The caller holds the task's lock for
@@ -8,6 +8,9 @@
 -- gone) are superseded: marked abandoned, so their slot runs again here;
 -- the third column says how many (the caller counts them in runs_abandoned).
 -- The token is drawn under the task row's lock, after every earlier claim's.
+-- The task row records the claiming backend, $6 started at $7: whether it
+-- is still connected tells a crashed worker from a live one before its
+-- lease runs out (distlock.running_tasks).
 WITH claimed AS (
     SELECT pg_catalog.clock_timestamp() AS at
 ),
@@ -15,7 +18,9 @@ task AS (
     UPDATE distlock.scheduled_tasks t
        SET last_run_at = c.at,
            current_token = pg_catalog.nextval('distlock.fencing_token_seq'),
-           lease_expires_at = c.at OPERATOR(pg_catalog.+) $4
+           lease_expires_at = c.at OPERATOR(pg_catalog.+) $4,
+           lease_backend_pid = $6,
+           lease_backend_start = $7
       FROM claimed c
      WHERE t.id OPERATOR(pg_catalog.=) $1
        AND t.is_enabled

@@ -29,23 +29,24 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: b
         unlock_task_for_transaction(task_id);
         return Claim::Busy;
     }
-    let stmt = plan(
-        client,
-        include_str!("../../sql/queries/claim_task_lease.sql"),
-        &[types::INT4, types::BOOL, types::TEXT, types::INTERVAL, types::OID],
-    );
-    let claimed = client
-        .select(
-            &*stmt,
-            None,
-            &[
-                task_id.into(),
-                only_if_due.into(),
-                worker.into(),
-                lease.into(),
-                crate::access::caller().into(),
-            ],
+    let mut arguments: Vec<pgrx::datum::DatumWithOid> =
+        vec![task_id.into(), only_if_due.into(), worker.into(), lease.into(), crate::access::caller().into()];
+    let stmt = if records_lease_backends() {
+        arguments.extend(this_backend());
+        plan(
+            client,
+            include_str!("../../sql/queries/claim_task_lease.sql"),
+            &[types::INT4, types::BOOL, types::TEXT, types::INTERVAL, types::OID, types::INT4, types::TIMESTAMPTZ],
         )
+    } else {
+        plan(
+            client,
+            include_str!("../../sql/queries/claim_task_lease_0_3_0.sql"),
+            &[types::INT4, types::BOOL, types::TEXT, types::INTERVAL, types::OID],
+        )
+    };
+    let claimed = client
+        .select(&*stmt, None, &arguments)
         .and_then(|rows| {
             if rows.is_empty() {
                 return Ok(None);
@@ -64,6 +65,17 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: b
             Claim::NotEligible
         }
     }
+}
+
+/// Whether the installed SQL records the backend that made or renewed a
+/// lease-mode claim in the task row (from 0.4.0 on).
+fn records_lease_backends() -> bool {
+    crate::version::has_column(c"scheduled_tasks", c"lease_backend_pid")
+}
+
+/// This backend as a claim records it: its pid and start time.
+fn this_backend() -> [pgrx::datum::DatumWithOid<'static>; 2] {
+    [unsafe { pgrx::pg_sys::MyProcPid }.into(), super::backend_start().into()]
 }
 
 /// Counts `superseded` runs of `task_id` as abandoned (the run counters
@@ -119,13 +131,23 @@ fn renew_task_lease(
     crate::access::connect(|client| {
         // Before anything is read: the answer must not depend on the token.
         crate::scopes::require_task(client, task_id);
-        let stmt = plan(
-            client,
-            include_str!("../../sql/queries/task_lease_renew.sql"),
-            &[types::INT4, types::INT8, types::INTERVAL],
-        );
+        let mut arguments: Vec<pgrx::datum::DatumWithOid> = vec![task_id.into(), token.into(), lease.into()];
+        let stmt = if records_lease_backends() {
+            arguments.extend(this_backend());
+            plan(
+                client,
+                include_str!("../../sql/queries/task_lease_renew.sql"),
+                &[types::INT4, types::INT8, types::INTERVAL, types::INT4, types::TIMESTAMPTZ],
+            )
+        } else {
+            plan(
+                client,
+                include_str!("../../sql/queries/task_lease_renew_0_3_0.sql"),
+                &[types::INT4, types::INT8, types::INTERVAL],
+            )
+        };
         let renewed = client
-            .select(&*stmt, None, &[task_id.into(), token.into(), lease.into()])
+            .select(&*stmt, None, &arguments)
             .and_then(first_two::<TimestampWithTimeZone, pgrx::pg_sys::Oid>)
             .or_raise();
         match renewed {

@@ -254,3 +254,140 @@ fn a_replaced_session_claim_ended_by_the_sweep_counts_as_abandoned() {
     );
     assert!(crate::fencing_identity::valid(&mut second, 1, live));
 }
+
+/// `running_tasks.lease_backend_alive` of task `task_id`'s running claim,
+/// as `role` reads it (NULL as "null").
+fn lease_backend_alive(c: &mut Client, role: &str, task_id: i32) -> String {
+    as_role(c, role, |c| {
+        scalar(
+            c,
+            &format!("SELECT coalesce(lease_backend_alive::text, 'null') FROM distlock.running_tasks WHERE task_id = {task_id}"),
+        )
+        .expect("a running claim")
+    })
+}
+
+/// The pid of the session whose application_name is `name`, once connected.
+fn pid_of(c: &mut Client, name: &str) -> i32 {
+    let mut pid = None;
+    eventually(&format!("session {name} to connect"), Duration::from_secs(10), || {
+        pid = scalar(c, &format!("SELECT pid FROM pg_stat_activity WHERE application_name = '{name}'"))
+            .and_then(|p| p.parse().ok());
+        pid.is_some()
+    });
+    pid.expect("pid")
+}
+
+fn gone(c: &mut Client, pid: i32) -> bool {
+    count(c, &format!("SELECT 1 FROM pg_stat_activity WHERE pid = {pid}")) == 0
+}
+
+/// A worker killed with its lease-mode claim (kill -9 of its client) shows
+/// as such while its lease runs on: running_tasks says the backend that made
+/// the claim is gone, to a monitor that may not read other roles'
+/// backend_start as to a superuser, while holder_alive (the lease) stays
+/// true. A renewal from another connection makes that connection the claim's
+/// backend. Before, only the lease's expiry told a crashed worker.
+#[test]
+fn a_killed_lease_workers_backend_shows_gone_while_its_lease_runs_on() {
+    let db = fresh_db("lease_backend_gone");
+    tasks(&db, 2, "");
+    let mut observer = connect(&db);
+    observer
+        .batch_execute(
+            "DROP ROLE IF EXISTS lease_gone_worker; CREATE ROLE lease_gone_worker LOGIN; \
+             DROP ROLE IF EXISTS lease_gone_monitor; CREATE ROLE lease_gone_monitor; \
+             SELECT distlock.grant_capability('lease_gone_worker', 'worker'); \
+             SELECT distlock.grant_capability('lease_gone_monitor', 'monitor')",
+        )
+        .expect("roles");
+    let mut worker = std::process::Command::new(pg_bin("psql"))
+        .args(["-X", "-q", "-At", "-h", "127.0.0.1", "-p", &primary_port().to_string(), "-U", "lease_gone_worker", "-d", &db])
+        .env("PGAPPNAME", "lease-gone-worker")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("psql");
+    // The claim commits; then the worker works with its connection idle, as
+    // a worker between calls does (its backend sees the connection close).
+    let mut commands = worker.stdin.take().expect("stdin");
+    std::io::Write::write_all(&mut commands, b"SELECT distlock.try_acquire_task_lease(1, 'doomed', '10 minutes');\n")
+        .expect("claim sent");
+    eventually("the worker to claim", Duration::from_secs(10), || {
+        count(&mut observer, "SELECT 1 FROM distlock.running_tasks WHERE task_id = 1") == 1
+    });
+    let worker_pid = pid_of(&mut observer, "lease-gone-worker");
+    for role in ["postgres", "lease_gone_monitor"] {
+        assert_eq!(lease_backend_alive(&mut observer, role, 1), "true", "{role} sees the live worker");
+    }
+    worker.kill().expect("kill -9");
+    worker.wait().expect("reaped");
+    drop(commands);
+    eventually("the killed worker's backend to exit", Duration::from_secs(10), || gone(&mut observer, worker_pid));
+    for role in ["postgres", "lease_gone_monitor"] {
+        assert_eq!(lease_backend_alive(&mut observer, role, 1), "false", "{role} sees the worker gone");
+    }
+    assert_eq!(
+        scalar(&mut observer, "SELECT holder_alive::text FROM distlock.running_tasks WHERE task_id = 1").as_deref(),
+        Some("true"),
+        "the lease itself runs on"
+    );
+
+    // Claimed on one connection, renewed on another: the renewing one counts.
+    let mut claimer = connect_to(primary_port(), &db, "lease-claimer");
+    let token = lease_claim(&mut claimer, 2, "moving", "10 minutes").expect("claimed");
+    let claimer_pid = backend_pid(&mut claimer);
+    let mut renewer = connect_to(primary_port(), &db, "lease-renewer");
+    renewer
+        .execute("SELECT distlock.renew_task_lease(2, $1, '10 minutes')", &[&token])
+        .expect("renewed from another connection");
+    let renewer_pid = backend_pid(&mut renewer);
+    drop(claimer);
+    eventually("the claiming connection to close", Duration::from_secs(10), || gone(&mut observer, claimer_pid));
+    assert_eq!(lease_backend_alive(&mut observer, "lease_gone_monitor", 2), "true", "the renewing backend lives");
+    drop(renewer);
+    eventually("the renewing connection to close", Duration::from_secs(10), || gone(&mut observer, renewer_pid));
+    assert_eq!(lease_backend_alive(&mut observer, "lease_gone_monitor", 2), "false");
+
+    // A session is its pid and its start: the same pid with another start
+    // (a reused pid) is not it.
+    assert_eq!(
+        scalar(
+            &mut observer,
+            "SELECT row(distlock.backend_is_connected(pid, backend_start), \
+                        distlock.backend_is_connected(pid, backend_start + interval '1 microsecond'), \
+                        distlock.backend_is_connected(NULL, backend_start))::text \
+               FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        )
+        .as_deref(),
+        Some("(t,f,)")
+    );
+}
+
+/// A standby does not guess: the pids in replicated rows are the primary's.
+#[test]
+fn a_standby_answers_null_for_whether_a_backend_is_connected() {
+    let db = fresh_db("lease_backend_standby");
+    let mut standby = None;
+    eventually("the standby to replay the database", Duration::from_secs(30), || {
+        standby = Client::connect(&format!("host=127.0.0.1 port={} user=postgres dbname={db}", standby_port()), NoTls).ok();
+        // Until CREATE EXTENSION is replayed the query fails: "not yet".
+        standby.as_mut().is_some_and(|c| {
+            c.query_one(
+                "SELECT distlock.backend_is_connected(pid, backend_start) IS NULL \
+                   FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .is_ok()
+        })
+    });
+    let mut standby = standby.expect("standby");
+    assert_eq!(
+        scalar(
+            &mut standby,
+            "SELECT distlock.backend_is_connected(pid, backend_start) IS NULL FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        )
+        .as_deref(),
+        Some("t")
+    );
+}

@@ -477,6 +477,7 @@ const CALLS: &[(&str, &str)] = &[
     ("distlock.rate_limit_status(text)", "SELECT * FROM distlock.rate_limit_status('k')"),
     ("distlock.reset_rate_limit(text)", "SELECT distlock.reset_rate_limit('k')"),
     ("distlock.rate_limit_keys()", "SELECT * FROM distlock.rate_limit_keys()"),
+    ("distlock.backend_is_connected(integer,timestamp with time zone)", "SELECT distlock.backend_is_connected(1, '2026-01-01')"),
     ("distlock.reset_rate_limits(text)", "SELECT distlock.reset_rate_limits('k'), distlock.reset_rate_limits()"),
     ("distlock.generate_snowflake_id(integer)", "SELECT distlock.generate_snowflake_id(1)"),
     ("distlock.snowflake_timestamp(bigint)", "SELECT distlock.snowflake_timestamp(distlock.generate_snowflake_id(1))"),

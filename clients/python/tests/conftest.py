@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -26,6 +28,23 @@ def dsn(port: int = PRIMARY, dbname: str = "postgres", **extra: object) -> str:
 
 def connect(conninfo: str) -> psycopg.Connection:
     return psycopg.connect(conninfo, autocommit=True, prepare_threshold=None)
+
+
+def lease_worker(dsn: str, task: int, lease: str) -> subprocess.Popen[str]:
+    """A worker process that holds a lease-mode claim of `task` and then
+    works with its connection idle (as a worker between calls does), until
+    it is killed; returns once the claim is committed."""
+    worker = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, psycopg\n"
+         "c = psycopg.connect(sys.argv[1], autocommit=True)\n"
+         "c.execute(\"SELECT distlock.try_acquire_task_lease(%s, 'doomed', %s::interval)\", (int(sys.argv[2]), sys.argv[3]))\n"
+         "print('claimed', flush=True)\n"
+         "sys.stdin.read()\n",
+         dsn, str(task), lease],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert worker.stdout is not None and worker.stdout.readline().strip() == "claimed"
+    return worker
 
 
 def eventually(check: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> object:

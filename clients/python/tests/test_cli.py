@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Db, connect, eventually, lock_wait_chain
+from conftest import Db, connect, eventually, lease_worker, lock_wait_chain
 from pg_distlock.cli import main
 
 
@@ -74,6 +74,20 @@ def test_status_check_fails_for_a_claim_past_its_timeout(db: Db) -> None:
         task = cli_json(db, "tasks")["tasks"][0]
         assert (task["task_name"], task["running_worker"], task["past_timeout"]) == ("slow", "w1", True)
         assert task["fencing_token"] is not None
+
+
+def test_a_killed_lease_workers_claim_shows_its_connection_gone_then_its_lease_expired(db: Db) -> None:
+    (task,) = db.add_tasks(1, "nightly")
+    # A worker process holding a lease-mode claim, killed with kill -9. The
+    # lease is long enough for the two readings before it runs out.
+    worker = lease_worker(db.dsn, task, "6 seconds")
+    assert cli_json(db, "tasks")["tasks"][0]["holder"] == "alive"
+    worker.kill()
+    worker.wait()
+    eventually(lambda: cli_json(db, "tasks")["tasks"][0]["holder"] == "lease live, connection gone",
+               what="the killed worker's claim to show its connection gone")
+    assert "1 with their holder gone" in cli(db, "status")[1]
+    eventually(lambda: cli_json(db, "tasks")["tasks"][0]["holder"] == "lease expired", timeout=20, what="the lease to run out")
 
 
 def test_retry_dead_asks_first_and_makes_the_job_runnable(db: Db) -> None:

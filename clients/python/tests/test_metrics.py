@@ -4,6 +4,7 @@ against a database with real activity, scraped by a real Prometheus server
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,7 +21,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import Db, connect, eventually, free_port, lock_wait_chain
+from conftest import Db, connect, eventually, free_port, lease_worker, lock_wait_chain
 from pg_distlock import metrics
 from test_cli import cli, dead_job
 from test_console import console
@@ -157,18 +158,26 @@ def promql(port: int, query: str) -> list[dict[str, Any]]:
     return list(answer["data"]["result"])
 
 
-def test_prometheus_scrapes_the_exporter_and_answers_promql(db: Db, prometheus_dir: str) -> None:
-    activity(db)
+@contextlib.contextmanager
+def prometheus(db: Db, directory: str, rules: str = "") -> Iterator[int]:
+    """`pg-distlock metrics --listen` scraped each second by a Prometheus
+    server (evaluating `rules`, a rule file's text, each second), until it
+    has scraped once; yields the server's port."""
     exporter_port, prometheus_port = free_port(), free_port()
     exporter = subprocess.Popen(
         [sys.executable, "-m", "pg_distlock", "--dsn", db.dsn, "metrics", "--listen", f"127.0.0.1:{exporter_port}"],
         stderr=subprocess.PIPE, text=True)
-    config = os.path.join(prometheus_dir, "prometheus.yml")
+    config = os.path.join(directory, "prometheus.yml")
     with open(config, "w", encoding="utf-8") as f:
-        f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n"
+        f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n")
+        if rules:
+            with open(os.path.join(directory, "rules.yml"), "w", encoding="utf-8") as r:
+                r.write(rules)
+            f.write(f"rule_files: ['{directory}/rules.yml']\n")
+        f.write("scrape_configs:\n"
                 f"  - job_name: pg_distlock\n    static_configs:\n      - targets: ['127.0.0.1:{exporter_port}']\n")
     server = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={prometheus_dir}/data",
+        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={directory}/data",
          f"--web.listen-address=127.0.0.1:{prometheus_port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -178,13 +187,7 @@ def test_prometheus_scrapes_the_exporter_and_answers_promql(db: Db, prometheus_d
             except OSError:
                 return False
         eventually(scraped, timeout=60, what="Prometheus to scrape the exporter")
-        completed = promql(prometheus_port, 'sum(pg_distlock_task_releases_total{status="completed"})')
-        assert float(completed[0]["value"][1]) == 1
-        dead = promql(prometheus_port, 'pg_distlock_queue_jobs{queue="mail", status="dead"}')
-        assert float(dead[0]["value"][1]) == 1
-        # The last hour's waits of queue images: one job, 3 s: its median lies in the 2.5-5 s bucket.
-        median = promql(prometheus_port, 'histogram_quantile(0.5, pg_distlock_queue_wait_seconds_bucket{queue="images"})')
-        assert 2.5 <= float(median[0]["value"][1]) <= 5
+        yield prometheus_port
     finally:
         server.terminate()
         exporter.terminate()
@@ -192,6 +195,57 @@ def test_prometheus_scrapes_the_exporter_and_answers_promql(db: Db, prometheus_d
         exporter.wait(timeout=10)
     assert exporter.stderr is not None
     assert f"http://127.0.0.1:{exporter_port}/metrics" in exporter.stderr.read()
+
+
+def test_prometheus_scrapes_the_exporter_and_answers_promql(db: Db, prometheus_dir: str) -> None:
+    activity(db)
+    with prometheus(db, prometheus_dir) as port:
+        completed = promql(port, 'sum(pg_distlock_task_releases_total{status="completed"})')
+        assert float(completed[0]["value"][1]) == 1
+        dead = promql(port, 'pg_distlock_queue_jobs{queue="mail", status="dead"}')
+        assert float(dead[0]["value"][1]) == 1
+        # The last hour's waits of queue images: one job, 3 s: its median lies in the 2.5-5 s bucket.
+        median = promql(port, 'histogram_quantile(0.5, pg_distlock_queue_wait_seconds_bucket{queue="images"})')
+        assert 2.5 <= float(median[0]["value"][1]) <= 5
+
+
+def documented_alert(comment: str) -> str:
+    """The PromQL that docs/metrics.md's "Queries worth alerting on" gives
+    under `# <comment>`: the test checks what users copy."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "metrics.md"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    return lines[lines.index(f"# {comment}") + 1]
+
+
+def test_the_documented_alert_fires_for_a_worker_killed_with_its_lease_mode_claim(
+        db: Db, prometheus_dir: str) -> None:
+    """A worker killed with kill -9 while it holds a lease-mode claim (the
+    Python client's default): once its lease has run out and the next worker
+    took the task over, the documented alert on failing task runs fires in a
+    real Prometheus."""
+    (task,) = db.add_tasks(1, "nightly")
+    alert = documented_alert("Failing task runs.")
+    rules = ("groups:\n  - name: pg_distlock\n    rules:\n      - alert: TaskRunsFailing\n"
+             f"        expr: {json.dumps(alert)}\n")
+    with prometheus(db, prometheus_dir, rules) as port:
+        def firing() -> list[dict[str, Any]]:
+            url = f"http://127.0.0.1:{port}/api/v1/alerts"
+            with urllib.request.urlopen(url, timeout=5) as response:
+                alerts = json.load(response)["data"]["alerts"]
+            return [a for a in alerts if a["labels"]["alertname"] == "TaskRunsFailing" and a["state"] == "firing"]
+        # The counter is scraped at zero first, so the increase is seen as one.
+        eventually(lambda: promql(port, 'pg_distlock_task_releases_total{status="abandoned"} == 0'),
+                   timeout=30, what="the abandoned-runs counter at zero")
+        worker = lease_worker(db.dsn, task, "2 seconds")
+        worker.kill()
+        worker.wait()
+        assert not firing()
+        # The next worker takes the task over once the lease ran out (0.3.0
+        # counted that nowhere; the sweep's recovery it did count).
+        eventually(lambda: db.value("SELECT distlock.try_acquire_task_lease(%s, 'next', '1 minute')", task),
+                   timeout=15, what="the next worker to take the task over once the lease ran out")
+        alerts = eventually(firing, timeout=30, what="the alert to fire")
+        assert isinstance(alerts, list) and alerts[0]["labels"]["status"] == "abandoned"
 
 
 def test_listen_wants_a_free_port(db: Db) -> None:

@@ -92,8 +92,9 @@ def status(conn: psycopg.Connection[Any], queue_rows: Optional[Rows] = None) -> 
         "claims": _one(conn, """
             SELECT count(*) AS running,
                    count(*) FILTER (WHERE past_timeout) AS past_timeout,
-                   count(*) FILTER (WHERE NOT holder_alive) AS holder_gone
-              FROM distlock.running_tasks"""),
+                   count(*) FILTER (WHERE NOT holder_alive
+                                      OR (pg_catalog.to_jsonb(r) ->> 'lease_backend_alive') = 'false') AS holder_gone
+              FROM distlock.running_tasks r"""),
         "waits": _one(conn, "SELECT count(DISTINCT blocked_pid) AS waiting_sessions FROM distlock.lock_waits"),
         "queues": queue_totals(queues(conn) if queue_rows is None else queue_rows),
         "leases": _one(conn, "SELECT count(*) FILTER (WHERE is_held) AS held, count(*) AS known FROM distlock.leases"),
@@ -102,12 +103,29 @@ def status(conn: psycopg.Connection[Any], queue_rows: Optional[Rows] = None) -> 
     }
 
 
+# A running claim's holder in words: alive; a lease-mode claim whose lease
+# runs on while the backend that made or last renewed it is gone (a crashed
+# worker, until its lease runs out); a lease that ran out; gone. The columns
+# that older servers' running_tasks lacks (lease_expires_at before 0.2.0,
+# lease_backend_alive before 0.4.0) are read through to_jsonb, so every
+# server answers.
+HOLDER_STATE = """
+    CASE WHEN r.task_id IS NULL THEN NULL
+         WHEN r.holder_alive AND (pg_catalog.to_jsonb(r) ->> 'lease_backend_alive') = 'false'
+              THEN 'lease live, connection gone'
+         WHEN r.holder_alive THEN 'alive'
+         WHEN r.holder_pid IS NULL
+              AND (pg_catalog.to_jsonb(r) ->> 'lease_expires_at')::timestamptz <= pg_catalog.clock_timestamp()
+              THEN 'lease expired'
+         ELSE 'gone' END"""
+
+
 def tasks(conn: psycopg.Connection[Any]) -> Optional[Rows]:
     # task_schedule, not task_stats: nothing here needs each task's log counted.
     return _rows(conn, """
         SELECT s.task_id, s.task_name, s.task_type, s.is_enabled AS enabled, s.next_run_at, s.last_status,
                s.last_run_at, r.worker_id AS running_worker, r.running_for, r.fencing_token,
-               r.holder_alive, r.past_timeout
+               r.holder_alive, """ + HOLDER_STATE + """ AS holder, r.past_timeout
           FROM distlock.task_schedule s
           LEFT JOIN distlock.running_tasks r ON r.task_id = s.task_id
          ORDER BY s.task_name, r.started_at""")
@@ -192,8 +210,8 @@ def next_tasks(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
 def running_claims(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
     return _rows(conn, """
         SELECT task_id, task_name, worker_id, fencing_token, attempt, started_at, running_for, holder_alive,
-               past_timeout, timeout
-          FROM distlock.running_tasks ORDER BY started_at LIMIT %s""", (limit,))
+               """ + HOLDER_STATE + """ AS holder, past_timeout, timeout
+          FROM distlock.running_tasks r ORDER BY started_at LIMIT %s""", (limit,))
 
 
 def throughput(conn: psycopg.Connection[Any]) -> Optional[Rows]:
