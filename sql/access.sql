@@ -106,7 +106,8 @@ SELECT g.privilege, g.object FROM (VALUES
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_wait_stats()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.rate_limit_keys()'),
-    ('monitor',  'EXECUTE', 'FUNCTION distlock.backend_is_connected(integer, timestamptz)'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.lease_backend_connected(integer)'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.lease_backend_alive(integer)'),
     -- Recovery, retention and resets; defining tasks.
     ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),

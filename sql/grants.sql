@@ -18,7 +18,8 @@ GRANT EXECUTE ON FUNCTION distlock.task_lock_class() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.lock_stats_entries() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.rate_limit_keys() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.in_monitor_scope(text, text) TO pg_monitor;
-GRANT EXECUTE ON FUNCTION distlock.backend_is_connected(integer, timestamptz) TO pg_monitor;
+GRANT EXECUTE ON FUNCTION distlock.lease_backend_connected(integer) TO pg_monitor;
+GRANT EXECUTE ON FUNCTION distlock.lease_backend_alive(integer) TO pg_monitor;
 
 -- User data survives pg_dump / pg_restore, including the sequences, so
 -- fencing tokens keep increasing after a restore.

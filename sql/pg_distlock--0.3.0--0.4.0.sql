@@ -214,14 +214,32 @@ REVOKE ALL ON distlock.lock_key_secret FROM PUBLIC;
 ALTER TABLE distlock.scheduled_tasks
     ADD COLUMN lease_backend_pid int,
     ADD COLUMN lease_backend_start timestamptz;
-CREATE FUNCTION distlock.backend_is_connected(
-    p_pid integer,
-    p_backend_start timestamptz
+CREATE FUNCTION distlock.lease_backend_connected(
+    p_task_id integer
 ) RETURNS boolean
 LANGUAGE c
-AS 'MODULE_PATHNAME', 'backend_is_connected_wrapper';
-REVOKE ALL ON FUNCTION distlock.backend_is_connected(integer, timestamptz) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION distlock.backend_is_connected(integer, timestamptz) TO pg_monitor;
+AS 'MODULE_PATHNAME', 'lease_backend_connected_wrapper';
+REVOKE ALL ON FUNCTION distlock.lease_backend_connected(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION distlock.lease_backend_connected(integer) TO pg_monitor;
+-- Whether the backend holding task p_task_id's lease-mode claim is still
+-- connected (distlock.lease_backend_connected, in the caller's monitor
+-- scope). running_tasks calls it through this wrapper so that a session
+-- still running an older release's library after ALTER EXTENSION ... UPDATE,
+-- which lacks that C function, reads the view with NULL here instead of
+-- failing to read it (such sessions may read, see docs/upgrading.md).
+CREATE FUNCTION distlock.lease_backend_alive(p_task_id integer) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN distlock.lease_backend_connected(p_task_id);
+EXCEPTION WHEN undefined_function THEN
+    RETURN NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION distlock.lease_backend_alive(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION distlock.lease_backend_alive(integer) TO pg_monitor;
 CREATE OR REPLACE VIEW distlock.running_tasks WITH (security_barrier) AS
 SELECT r.id AS log_id,
        r.task_id,
@@ -249,7 +267,7 @@ SELECT r.id AS log_id,
        -- NULL when that backend is unknown (a claim made before 0.4.0) and
        -- on a standby.
        CASE WHEN r.holder_pid IS NULL AND r.fencing_token IS NOT DISTINCT FROM t.current_token
-            THEN distlock.backend_is_connected(t.lease_backend_pid, t.lease_backend_start) END AS lease_backend_alive
+            THEN distlock.lease_backend_alive(t.id) END AS lease_backend_alive
   FROM distlock.task_execution_log r
   JOIN distlock.scheduled_tasks t ON t.id = r.task_id
  WHERE r.status = 'running'
@@ -337,7 +355,8 @@ SELECT g.privilege, g.object FROM (VALUES
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_wait_stats()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.rate_limit_keys()'),
-    ('monitor',  'EXECUTE', 'FUNCTION distlock.backend_is_connected(integer, timestamptz)'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.lease_backend_connected(integer)'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.lease_backend_alive(integer)'),
     -- Recovery, retention and resets; defining tasks.
     ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),

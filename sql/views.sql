@@ -108,6 +108,23 @@ SELECT w.pid AS blocked_pid,
 COMMENT ON VIEW distlock.lock_waits IS
     'Who waits for whom (pg_blocking_pids), with the advisory key and task when there is one.';
 
+-- Whether the backend holding task p_task_id's lease-mode claim is still
+-- connected (distlock.lease_backend_connected, in the caller's monitor
+-- scope). running_tasks calls it through this wrapper so that a session
+-- still running an older release's library after ALTER EXTENSION ... UPDATE,
+-- which lacks that C function, reads the view with NULL here instead of
+-- failing to read it (such sessions may read, see docs/upgrading.md).
+CREATE FUNCTION distlock.lease_backend_alive(p_task_id integer) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN distlock.lease_backend_connected(p_task_id);
+EXCEPTION WHEN undefined_function THEN
+    RETURN NULL;
+END
+$$;
+
 CREATE VIEW distlock.running_tasks WITH (security_barrier) AS
 SELECT r.id AS log_id,
        r.task_id,
@@ -135,7 +152,7 @@ SELECT r.id AS log_id,
        -- NULL when that backend is unknown (a claim made before 0.4.0) and
        -- on a standby.
        CASE WHEN r.holder_pid IS NULL AND r.fencing_token IS NOT DISTINCT FROM t.current_token
-            THEN distlock.backend_is_connected(t.lease_backend_pid, t.lease_backend_start) END AS lease_backend_alive
+            THEN distlock.lease_backend_alive(t.id) END AS lease_backend_alive
   FROM distlock.task_execution_log r
   JOIN distlock.scheduled_tasks t ON t.id = r.task_id
  WHERE r.status = 'running'

@@ -53,7 +53,7 @@ pgrx::extension_sql_file!(
         "locks",
         lock_keys::task_lock_class,
         scopes::in_monitor_scope,
-        backend_status::backend_is_connected
+        backend_status::lease_backend_connected
     ]
 );
 pgrx::extension_sql_file!("../sql/queue.sql", name = "queue", requires = ["schema", scopes::in_monitor_scope]);

@@ -107,6 +107,18 @@ pub fn first_value<T: FromDatum + IntoDatum>(rows: SpiTupleTable<'_>) -> SpiResu
     }
 }
 
+/// `read` of the first row, or None when there is no row.
+pub fn first_row<'a, T>(
+    rows: SpiTupleTable<'a>,
+    read: impl FnOnce(&SpiTupleTable<'a>) -> SpiResult<T>,
+) -> SpiResult<Option<T>> {
+    if rows.is_empty() {
+        Ok(None)
+    } else {
+        read(&rows.first()).map(Some)
+    }
+}
+
 /// The first two columns of the first row, or None when there is no row.
 pub fn first_two<A: FromDatum + IntoDatum, B: FromDatum + IntoDatum>(
     rows: SpiTupleTable<'_>,

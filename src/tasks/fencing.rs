@@ -5,7 +5,7 @@ use pgrx::prelude::*;
 
 use crate::errors::{required, OrRaise};
 use crate::lock_keys::{backend_holds_any_claim, backend_holds_claim, backend_holds_task_lock, holds_claim_lock, task_lock_id, TASK_LOCK_CLASS};
-use crate::plans::{plan, types};
+use crate::plans::{first_row, plan, types};
 
 /// True only for the token of the claim that currently runs the task, and,
 /// for a session claim, only while the backend that made it still holds the
@@ -28,17 +28,15 @@ fn check_fencing_token(p_task_id: Option<i32>, p_token: Option<i64>) -> bool {
         client
             .select(&*stmt, None, &[task_id.into()])
             .and_then(|rows| {
-                if rows.is_empty() {
-                    return Ok(None);
-                }
-                let row = rows.first();
-                Ok(Some(CurrentClaim {
-                    token: row.get::<i64>(1)?,
-                    session_claim: row.get::<bool>(2)?.unwrap_or(false),
-                    holder_pid: row.get::<i32>(3)?,
-                    same_backend: row.get::<bool>(4)?.unwrap_or(false),
-                    lock_id: row.get::<i64>(5)?,
-                }))
+                first_row(rows, |row| {
+                    Ok(CurrentClaim {
+                        token: row.get::<i64>(1)?,
+                        session_claim: row.get::<bool>(2)?.unwrap_or(false),
+                        holder_pid: row.get::<i32>(3)?,
+                        same_backend: row.get::<bool>(4)?.unwrap_or(false),
+                        lock_id: row.get::<i64>(5)?,
+                    })
+                })
             })
             .or_raise()
     });

@@ -298,7 +298,9 @@ fn a_killed_lease_workers_backend_shows_gone_while_its_lease_runs_on() {
             "DROP ROLE IF EXISTS lease_gone_worker; CREATE ROLE lease_gone_worker LOGIN; \
              DROP ROLE IF EXISTS lease_gone_monitor; CREATE ROLE lease_gone_monitor; \
              SELECT distlock.grant_capability('lease_gone_worker', 'worker'); \
-             SELECT distlock.grant_capability('lease_gone_monitor', 'monitor')",
+             SELECT distlock.grant_capability('lease_gone_monitor', 'monitor'); \
+             DROP ROLE IF EXISTS lease_gone_stranger; CREATE ROLE lease_gone_stranger; \
+             SELECT distlock.grant_capability('lease_gone_stranger', 'monitor', 'other.')",
         )
         .expect("roles");
     let mut worker = std::process::Command::new(pg_bin("psql"))
@@ -320,6 +322,16 @@ fn a_killed_lease_workers_backend_shows_gone_while_its_lease_runs_on() {
     for role in ["postgres", "lease_gone_monitor"] {
         assert_eq!(lease_backend_alive(&mut observer, role, 1), "true", "{role} sees the live worker");
     }
+    // A monitor whose scope leaves the task out learns nothing of it.
+    assert_eq!(
+        as_role(&mut observer, "lease_gone_stranger", |c| scalar(
+            c,
+            "SELECT row(distlock.lease_backend_connected(1), distlock.lease_backend_alive(1), \
+                        (SELECT count(*) FROM distlock.running_tasks))::text"
+        ))
+        .as_deref(),
+        Some("(,,0)")
+    );
     worker.kill().expect("kill -9");
     worker.wait().expect("reaped");
     drop(commands);
@@ -349,45 +361,30 @@ fn a_killed_lease_workers_backend_shows_gone_while_its_lease_runs_on() {
     eventually("the renewing connection to close", Duration::from_secs(10), || gone(&mut observer, renewer_pid));
     assert_eq!(lease_backend_alive(&mut observer, "lease_gone_monitor", 2), "false");
 
-    // A session is its pid and its start: the same pid with another start
-    // (a reused pid) is not it.
-    assert_eq!(
-        scalar(
-            &mut observer,
-            "SELECT row(distlock.backend_is_connected(pid, backend_start), \
-                        distlock.backend_is_connected(pid, backend_start + interval '1 microsecond'), \
-                        distlock.backend_is_connected(NULL, backend_start))::text \
-               FROM pg_stat_activity WHERE pid = pg_backend_pid()"
-        )
-        .as_deref(),
-        Some("(t,f,)")
-    );
 }
 
-/// A standby does not guess: the pids in replicated rows are the primary's.
+/// A standby does not guess: the backends recorded in replicated rows are
+/// the primary's.
 #[test]
-fn a_standby_answers_null_for_whether_a_backend_is_connected() {
+fn a_standby_answers_null_for_whether_a_lease_backend_is_connected() {
     let db = fresh_db("lease_backend_standby");
+    tasks(&db, 1, "");
+    let mut holder = connect(&db);
+    lease_claim(&mut holder, 1, "alive", "10 minutes").expect("claimed");
+    assert_eq!(lease_backend_alive(&mut holder, "postgres", 1), "true", "the primary knows its backend");
     let mut standby = None;
-    eventually("the standby to replay the database", Duration::from_secs(30), || {
+    eventually("the standby to replay the claim", Duration::from_secs(30), || {
         standby = Client::connect(&format!("host=127.0.0.1 port={} user=postgres dbname={db}", standby_port()), NoTls).ok();
-        // Until CREATE EXTENSION is replayed the query fails: "not yet".
+        // Until the database and the claim are replayed the query fails or counts 0: "not yet".
         standby.as_mut().is_some_and(|c| {
-            c.query_one(
-                "SELECT distlock.backend_is_connected(pid, backend_start) IS NULL \
-                   FROM pg_stat_activity WHERE pid = pg_backend_pid()",
-                &[],
-            )
-            .is_ok()
+            c.query_one("SELECT count(*) FROM distlock.running_tasks WHERE task_id = 1", &[])
+                .is_ok_and(|row| row.get::<_, i64>(0) == 1)
         })
     });
     let mut standby = standby.expect("standby");
+    assert_eq!(lease_backend_alive(&mut standby, "postgres", 1), "null");
     assert_eq!(
-        scalar(
-            &mut standby,
-            "SELECT distlock.backend_is_connected(pid, backend_start) IS NULL FROM pg_stat_activity WHERE pid = pg_backend_pid()"
-        )
-        .as_deref(),
-        Some("t")
+        scalar(&mut standby, "SELECT row(distlock.lease_backend_connected(1), distlock.lease_backend_alive(1))::text").as_deref(),
+        Some("(,)")
     );
 }

@@ -336,6 +336,20 @@ fn upgrade_in_place(
             "the old library still reads"
         );
         assert_eq!(sqlstate(worker.batch_execute(release)), "42883", "the old library's release is refused");
+        // It reads running_tasks too, where a claim made through the new
+        // library names its backend: the view's check of that backend is a C
+        // function the old library lacks, so it answers NULL there.
+        c.batch_execute(
+            "INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) VALUES ('upgrade-lease', 'x', now()); \
+             SELECT distlock.try_acquire_task_lease(id, 'w3', '1 hour') FROM distlock.scheduled_tasks \
+              WHERE task_name = 'upgrade-lease'",
+        )
+        .expect("a lease-mode claim through the new library");
+        let lease_backend = "SELECT coalesce(lease_backend_alive::text, 'null') FROM distlock.running_tasks \
+                              WHERE task_name = 'upgrade-lease'";
+        assert_eq!(lines(&mut c, lease_backend), ["true"]);
+        assert_eq!(lines(&mut worker, lease_backend), ["null"], "the old library reads running_tasks");
+        c.batch_execute("DELETE FROM distlock.scheduled_tasks WHERE task_name = 'upgrade-lease'").expect("cleanup");
         drop(worker);
         worker = connect_to(port, db, "upgrade-worker");
         eventually("the old worker's session ends", std::time::Duration::from_secs(10), || {
