@@ -28,19 +28,13 @@ cd "$(dirname "$0")/.."
 seconds=${BENCH_SECONDS:-10}
 fleets=${BENCH_FLEETS:-16 64}
 dir=${BENCH_DIR:-/tmp/pg_distlock_fleet_bench}
-port=55533
+port=${BENCH_PORT:-55533}
 naptime=${BENCH_AUTOVACUUM_NAPTIME:-10s}
 
 source benches/lib.sh
 start_preloaded_bench_cluster "$dir" "$port"
 psql_on "$port" -c "ALTER SYSTEM SET autovacuum_naptime = '$naptime'" -c "SELECT pg_reload_conf()" >/dev/null
-if [ -n "${PGMQ_SQL:-}" ]; then
-  psql_on "$port" -f "$PGMQ_SQL" >/dev/null
-  psql_on "$port" -c "SELECT pgmq.create('bench')" >/dev/null
-fi
-if [ -n "${PGQUE_SQL:-}" ]; then
-  psql_on "$port" -f "$PGQUE_SQL" >/dev/null 2>&1
-fi
+install_peers "$port"
 
 pgbench_on() { "$bin/pgbench" -n -M prepared -h 127.0.0.1 -p "$port" -U postgres "$@" bench 2>&1; }
 # Completed jobs: archived, or left in place by fleet_in_place.sql.
@@ -54,16 +48,8 @@ finished_by_pgque() { psql_on "$port" -c "SELECT coalesce(sum(n), 0) FROM public
 # sub_0.., each with a row counting the events it finished.
 pgque_queue() {
   local subconsumers=$1
-  psql_on "$port" -c "SELECT pgque.unregister_subconsumer('bench', 'bench', substr(consumer_name, 7))
-                        FROM pgque.get_consumer_info('bench') WHERE consumer_name LIKE 'bench.%'" \
-    -c "SELECT pgque.drop_queue('bench', true) FROM pgque.queue WHERE queue_name = 'bench'" \
-    -c "SELECT pgque.create_queue('bench')" \
-    -c "SELECT pgque.set_queue_config('bench', 'ticker_max_count', '200')" \
-    -c "SELECT pgque.set_queue_config('bench', 'ticker_max_lag', '100 milliseconds')" \
-    -c "SELECT pgque.set_queue_config('bench', 'ticker_idle_period', '500 milliseconds')" \
-    -c "SELECT pgque.ticker('bench')" \
-    -c "SELECT pgque.register_subconsumer('bench', 'bench', 'sub_' || g) FROM generate_series(0, $subconsumers - 1) g" \
-    -c "DROP TABLE IF EXISTS public.pgque_done" \
+  pgque_bench_queue "$port" "$subconsumers"
+  psql_on "$port" -c "DROP TABLE IF EXISTS public.pgque_done" \
     -c "CREATE TABLE public.pgque_done (client int PRIMARY KEY, n bigint NOT NULL DEFAULT 0)" \
     -c "INSERT INTO public.pgque_done (client) SELECT g FROM generate_series(0, $subconsumers - 1) g" >/dev/null
 }
@@ -148,8 +134,7 @@ done
 
 echo
 echo "pg_distlock fleet benchmark, $(date -u +%Y-%m-%d)"
-echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(free -g | awk '/Mem:/ { print $2 }') GiB"
-echo "postgres: $("$bin/postgres" --version), fsync on, synchronous_commit on, autovacuum_naptime $naptime"
+bench_machine "autovacuum_naptime $naptime"
 echo
 printf '%-58s %10s %14s %12s\n' "workload" "jobs/s" "enqueue ms/128" "dead/job"
 printf '%s\n' "${rows[@]}"
