@@ -26,7 +26,8 @@
 # benches/queue_pressure.png). BENCH_STATEMENTS=1 preloads
 # pg_stat_statements (track = all, so the extension's own statements are
 # counted) and writes each phase's top statements to pressure_statements.csv:
-# it costs throughput, so not for the figures.
+# it costs throughput, so not for the figures. BENCH_SYSTEMS="pgque pgmq"
+# runs only those (their SQL still named by PGMQ_SQL, PGQUE_SQL).
 # Measurements, not pass/fail tests.
 #   PGMQ_SQL=... PGQUE_SQL=... benches/queue_pressure.sh
 #   BENCH_PRESSURE_SECONDS=30 BENCH_UNPRESSURED_SECONDS=20 BENCH_AFTER_SECONDS=20 \
@@ -63,6 +64,8 @@ bench_client_venv "$dir" binary matplotlib
 systems=(pg_distlock)
 [ -z "${PGMQ_SQL:-}" ] || systems+=(pgmq)
 [ -z "${PGQUE_SQL:-}" ] || systems+=(pgque)
+# BENCH_SYSTEMS="pgque" runs only those of them.
+[ -z "${BENCH_SYSTEMS:-}" ] || read -r -a systems <<<"$BENCH_SYSTEMS"
 rm -f "$dir"/pressure_windows.csv "$dir"/pressure_summary.csv "$dir"/pressure_statements.csv
 
 for system in "${systems[@]}"; do
