@@ -348,7 +348,15 @@ fn upgrade_in_place(
         let lease_backend = "SELECT coalesce(lease_backend_alive::text, 'null') FROM distlock.running_tasks \
                               WHERE task_name = 'upgrade-lease'";
         assert_eq!(lines(&mut c, lease_backend), ["true"]);
-        assert_eq!(lines(&mut worker, lease_backend), ["null"], "the old library reads running_tasks");
+        if suffix == "0_3_0" {
+            assert_eq!(lines(&mut worker, lease_backend), ["null"], "the old library reads running_tasks");
+        } else {
+            // Older libraries predate scopes: the view's in_monitor_scope,
+            // a C function since 0.3.0, is not in them either.
+            let error = worker.simple_query(lease_backend).expect_err("0.1.0's and 0.2.0's libraries lack in_monitor_scope");
+            let message = error.as_db_error().map(|e| e.message().to_string()).unwrap_or_default();
+            assert!(message.contains("in_monitor_scope"), "{message}");
+        }
         c.batch_execute("DELETE FROM distlock.scheduled_tasks WHERE task_name = 'upgrade-lease'").expect("cleanup");
         drop(worker);
         worker = connect_to(port, db, "upgrade-worker");
