@@ -54,20 +54,31 @@ fn lease_backend_connected(p_task_id: Option<i32>) -> Option<bool> {
     Some(connected(pid, started.into()))
 }
 
-/// Whether backend `pid`, started at `started`, is in this transaction's
-/// snapshot of the backend status array (PostgreSQL takes it once per
-/// transaction, as for pg_stat_activity).
+/// Whether backend `pid`, started at `started`, is connected to this
+/// database. PostgreSQL snapshots the backend status array once per
+/// transaction (at its first read, as pg_stat_activity does), so a backend
+/// that started after this transaction began may be missing from it: for
+/// such a one the process table answers (a live backend with that pid in
+/// this database; a pid reused within this one transaction would pass).
 fn connected(pid: i32, started: pg_sys::TimestampTz) -> bool {
+    let database = unsafe { pg_sys::MyDatabaseId };
     let backends = unsafe { pg_sys::pgstat_fetch_stat_numbackends() };
-    (1..=backends).any(|index| {
+    let in_snapshot = (1..=backends).any(|index| {
         let entry = local_entry(index);
         // SAFETY: a non-null entry points into the snapshot, valid until the
         // transaction ends.
-        !entry.is_null()
-            && unsafe {
-                (*entry).backendStatus.st_procpid == pid && (*entry).backendStatus.st_proc_start_timestamp == started
-            }
-    })
+        !entry.is_null() && {
+            let status = unsafe { &(*entry).backendStatus };
+            status.st_procpid == pid && status.st_proc_start_timestamp == started && status.st_databaseid == database
+        }
+    });
+    in_snapshot
+        || (started > unsafe { pg_sys::GetCurrentTransactionStartTimestamp() } && {
+            // SAFETY: BackendPidGetProc takes ProcArrayLock; the PGPROC it
+            // returns stays in shared memory (only its contents may change).
+            let proc = unsafe { pg_sys::BackendPidGetProc(pid) };
+            !proc.is_null() && unsafe { (*proc).databaseId } == database
+        })
 }
 
 #[cfg(feature = "pg15")]
@@ -91,7 +102,7 @@ mod tests {
     fn backend_status_a_session_is_its_pid_and_its_start() {
         let (pid, started) = unsafe { (pg_sys::MyProcPid, pg_sys::MyStartTimestamp) };
         assert!(connected(pid, started));
-        assert!(!connected(pid, started + 1));
+        assert!(!connected(pid, started + 1), "a start within the snapshot's reach is checked");
         assert!(!connected(pid + 1_000_000, started));
     }
 }

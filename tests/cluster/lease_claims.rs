@@ -388,3 +388,74 @@ fn a_standby_answers_null_for_whether_a_lease_backend_is_connected() {
         Some("(,)")
     );
 }
+
+/// (Review.) A monitor reading inside a transaction (READ COMMITTED, as a dashboard or
+/// an exporter that batches its reads does) sees the claim of a worker that
+/// connected after the transaction first read the backend table (any read of
+/// pg_stat_activity, or of running_tasks itself) — the claim's row is read
+/// fresh, but the backend table is PostgreSQL's per-transaction snapshot, in
+/// which the live worker's backend is missing. lease_backend_alive then says
+/// false ("lease live, connection gone") for a worker that is alive and
+/// connected; it should not affirm "gone" for a backend younger than its
+/// snapshot.
+#[test]
+fn a_worker_that_connected_after_a_monitors_transaction_began_reads_alive_in_it() {
+    let db = fresh_db("lease_backend_snapshot");
+    connect(&db)
+        .batch_execute(
+            "INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) VALUES ('snap-1', 'x', now())",
+        )
+        .expect("task");
+    let mut monitor = connect_to(primary_port(), &db, "lease-snapshot-monitor");
+    monitor
+        .batch_execute("BEGIN; SELECT count(*) FROM pg_catalog.pg_stat_activity")
+        .expect("a monitor's transaction reads the backend table");
+    let mut worker = connect_to(primary_port(), &db, "lease-snapshot-worker");
+    let token: Option<i64> = worker
+        .query_one("SELECT distlock.try_acquire_task_lease(1, 'live', '10 minutes')", &[])
+        .expect("claim")
+        .get(0);
+    assert!(token.is_some(), "claimed");
+    let worker_pid = backend_pid(&mut worker);
+    let seen = scalar(
+        &mut monitor,
+        "SELECT row(holder_alive, coalesce(lease_backend_alive::text, 'null'))::text \
+           FROM distlock.running_tasks WHERE task_id = 1",
+    );
+    monitor.batch_execute("COMMIT").expect("commit");
+    // The worker is connected and holds its claim throughout.
+    assert_eq!(count(&mut monitor, &format!("SELECT 1 FROM pg_stat_activity WHERE pid = {worker_pid}")), 1);
+    assert_eq!(
+        seen.as_deref(),
+        Some("(t,true)"),
+        "a live, connected worker (pid {worker_pid}) read as 'lease live, connection gone'"
+    );
+    drop(worker);
+}
+
+/// A backend is alive for a task's claim only in the task's own database: a
+/// copy of the database (pg_dump and restore into the same server, or a
+/// template copy) carries the recorded backend of a worker connected to the
+/// original, which must not read as the copy's.
+#[test]
+fn a_backend_recorded_in_another_database_reads_gone() {
+    let original = fresh_db("lease_backend_original");
+    let copy = fresh_db("lease_backend_copy");
+    tasks(&original, 1, "");
+    tasks(&copy, 1, "");
+    let mut worker = connect(&original);
+    lease_claim(&mut worker, 1, "original", "10 minutes").expect("claimed");
+    assert_eq!(lease_backend_alive(&mut worker, "postgres", 1), "true");
+    let recorded = scalar(
+        &mut worker,
+        "SELECT format('%s, %L', lease_backend_pid, lease_backend_start) FROM distlock.scheduled_tasks WHERE id = 1",
+    )
+    .expect("recorded");
+    let mut c = connect(&copy);
+    c.batch_execute(&format!(
+        "UPDATE distlock.scheduled_tasks SET lease_expires_at = now() + interval '10 minutes', \
+                (lease_backend_pid, lease_backend_start) = ({recorded}) WHERE id = 1"
+    ))
+    .expect("the copy's row names the original's worker");
+    assert_eq!(scalar(&mut c, "SELECT distlock.lease_backend_connected(1)::text").as_deref(), Some("false"));
+}
