@@ -3,6 +3,13 @@
 //! into three queues, `free`, `limited` (distlock.set_queue_limit 1 or 2)
 //! and `pausable`: immediate and delayed jobs (p_run_after up to 4 s), jobs
 //! with unique keys, jobs of prepared transactions, 1-3 attempts each.
+//! A fourth queue, `later`, has a producer and LATER_CONSUMERS consumers
+//! of its own that play out what issue 45's defect 4 needed: consumers wait
+//! long (p_wait 10-15 s) and idle while every few seconds a short burst
+//! brings a job due in 1-3 s and immediate ones, so that the one consumer
+//! woken to learn of the delayed job (or of a hung holder's short lease)
+//! often takes an immediate job and works for seconds while the job it
+//! learned of comes due: the others, idle, must get it within a second.
 //! Consumers, 8-20 separate OS processes (this test binary run again, see
 //! `consumer_process`), claim with short leases (1-3 s) through
 //! consume_task and consume_tasks with and without p_wait,
@@ -41,7 +48,9 @@ use queue_checker::{check, now_us, read_history, summary, Claim, FinalJob, JobRe
 
 /// Set in a consumer process: "<index>.<incarnation>".
 const CHILD_ENV: &str = "DISTLOCK_QUEUE_NEMESIS_CONSUMER";
-const QUEUES: [&str; 3] = ["free", "limited", "pausable"];
+const QUEUES: [&str; 4] = ["free", "limited", "pausable", "later"];
+/// Consumers of `later` alone, after the others (see Consumer::round_later).
+const LATER_CONSUMERS: usize = 6;
 
 fn env_number(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{name} is not a number: {v}")))
@@ -74,15 +83,22 @@ impl Rng {
     }
 }
 
-/// The queues consumer `index` names; None: every queue. Each kind comes
-/// once in every eight consumers, so 8-20 of them always cover all.
-fn queues_of(index: usize) -> Option<Vec<String>> {
+/// The queues consumer `index` of `others` (the consumers not of `later`)
+/// names. Each kind comes once in every eight consumers, so 8-20 of them
+/// always cover all. None of them takes every queue (p_queues NULL): such
+/// a consumer looks at each of the many wake-ups of the busy queues and
+/// would take `later`'s jobs as they come due, hiding a due time that the
+/// sleepers of `later` lost (directed tests cover that route).
+fn queues_of(index: usize, others: usize) -> Option<Vec<String>> {
+    if index >= others {
+        return Some(vec!["later".to_string()]);
+    }
     let names: &[&str] = match index % 8 {
         0 | 2 | 7 => &["free"],
         1 | 6 => &["limited"],
         3 => &["pausable"],
         4 => &["free", "pausable"],
-        _ => return None,
+        _ => &["pausable", "limited", "free"],
     };
     Some(names.iter().map(|n| n.to_string()).collect())
 }
@@ -114,7 +130,8 @@ fn consumer_process() {
     let (index, incarnation): (usize, u64) = (index.parse().expect("index"), incarnation.parse().expect("incarnation"));
     let seed = env_number("DISTLOCK_QUEUE_SOAK_SEED").expect("seed");
     let until = env_number("DISTLOCK_QUEUE_NEMESIS_UNTIL").expect("until") as i64;
-    let queues = queues_of(index);
+    let others = env_number("DISTLOCK_QUEUE_NEMESIS_OTHERS").expect("others") as usize;
+    let queues = queues_of(index, others);
     let mut consumer = Consumer {
         name: format!("qn-c{index}.{incarnation}"),
         conninfo: format!(
@@ -134,7 +151,11 @@ fn consumer_process() {
     };
     // The soak kills every consumer at its end; this bounds an orphan's life.
     while now_us() < until {
-        consumer.round();
+        if index >= others {
+            consumer.round_later();
+        } else {
+            consumer.round();
+        }
     }
 }
 
@@ -209,7 +230,7 @@ impl Consumer {
         }
         if !self.held.is_empty() {
             self.work();
-            return if self.rng.below(2) == 0 { self.settle_and_consume() } else { self.settle_each() };
+            return if self.rng.below(2) == 0 { self.settle_and_consume() } else { self.settle_each(20) };
         }
         match self.rng.percent() {
             0..=44 => {
@@ -228,6 +249,50 @@ impl Consumer {
             84..=91 => self.claim_rolled_back(),
             _ => self.claim_prepared(),
         }
+    }
+
+    /// A consumer of `later`: waits long for one job; takes it with a 16 s
+    /// lease and works 2.5-3.5 s (busy while the job it may have learned of
+    /// comes due), or with a 1-2 s lease and hangs past it (its job is taken
+    /// over when the lease runs out), now and then dying instead (SIGKILL of
+    /// its own process, a crashed holder). Then settles as the others do.
+    fn round_later(&mut self) {
+        if !self.connected() {
+            return pause(100);
+        }
+        let hang = self.rng.percent() < 10;
+        // A long lease outlasts every other sleeper's deadline (p_wait up to
+        // 15 s), so that its claim's commit wakes none of them (each would
+        // learn the next due time again at that look).
+        let lease_ms = if hang { 1000 + self.rng.below(1000) } else { 16_000 };
+        let lease = format!("{lease_ms} milliseconds");
+        let wait_ms = 10_000 + self.rng.below(5000) as i64;
+        let wait = Some(format!("{wait_ms} milliseconds"));
+        let mut op = self.op("consume");
+        op.wait_ms = wait_ms;
+        op.note = "consume_task".to_string();
+        let Some(client) = self.client.as_mut() else { return };
+        let result = client.query(CONSUME_ONE, &[&self.worker, &lease, &wait, &self.queues]);
+        self.finish(&mut op, &result);
+        op.jobs = result.map(|rows| Self::rows_to_jobs(&rows)).unwrap_or_default();
+        self.held.extend(op.jobs.iter().map(|j| (j.id, j.attempt)));
+        let got = !op.jobs.is_empty();
+        self.record(op);
+        if !got {
+            return;
+        }
+        if hang && self.rng.percent() < 25 {
+            let mut op = Op::new(&self.name, "sigkill", "*", now_us());
+            op.note = "itself, holding a job".to_string();
+            self.history.record(op);
+            signal(std::process::id() as i32, "-KILL");
+            pause(10_000); // SIGKILL arrives meanwhile
+        }
+        pause(if hang { lease_ms + 1500 } else { 2500 + self.rng.below(1000) });
+        // No failures: a retry comes due 5-10 s later, at no set time, and
+        // the consumer that learns of it looks again then, and learns the
+        // bursts' due times (the other queues retry).
+        self.settle_each(0);
     }
 
     /// The job's work; now and then longer than its lease (a hung consumer).
@@ -266,9 +331,9 @@ impl Consumer {
     }
 
     /// Which held jobs fail (one in five) and which complete.
-    fn split_held(&mut self) -> (Vec<(i64, i32)>, Vec<(i64, i32)>) {
+    fn split_held(&mut self, fail_percent: u64) -> (Vec<(i64, i32)>, Vec<(i64, i32)>) {
         let held = std::mem::take(&mut self.held);
-        held.into_iter().partition(|_| self.rng.percent() >= 20)
+        held.into_iter().partition(|_| self.rng.percent() >= fail_percent)
     }
 
     /// When each failed job's retry is due (status failed), -1 when dead or unread.
@@ -287,7 +352,7 @@ impl Consumer {
     /// Settles what it holds and claims its next job in one call (waiting
     /// only when it settled nothing, as the function does).
     fn settle_and_consume(&mut self) {
-        let (completed, failed) = self.split_held();
+        let (completed, failed) = self.split_held(20);
         let lease = self.lease();
         let (wait_ms, wait) = self.wait();
         let batch = 1 + self.rng.below(2) as i32;
@@ -333,8 +398,8 @@ impl Consumer {
 
     /// complete_task or fail_task (reading the retry's due time back in
     /// its transaction) for each held job, with its attempt.
-    fn settle_each(&mut self) {
-        let (completed, failed) = self.split_held();
+    fn settle_each(&mut self, fail_percent: u64) {
+        let (completed, failed) = self.split_held(fail_percent);
         for (id, attempt) in completed {
             let mut op = self.op("complete");
             let Some(client) = self.client.as_mut() else { return };
@@ -441,6 +506,27 @@ impl Producer {
         self.client.is_some()
     }
 
+    /// A burst into `later`, as liveness.rs's directed test of defect 4: a
+    /// job due in 0.8-1.5 s (seven times in ten) or an immediate one, then,
+    /// 150-400 ms later (the consumer woken for the first has looked and
+    /// slept again), an immediate one, which may wake the consumer that
+    /// learned of the first job's due time (or of a holder's short lease);
+    /// that one then works for seconds while others wait idle. Then a quiet
+    /// of 4.5-6 s, longer than any job's work, so that no consumer of
+    /// `later` comes back from one and looks (and so learns every due time)
+    /// in the next burst's first seconds.
+    fn round_later(&mut self) {
+        if !self.connected() {
+            return pause(100);
+        }
+        let now = now_us();
+        let run_after = if self.rng.percent() < 70 { now + (800 + self.rng.below(700) as i64) * MS } else { now };
+        self.enqueue("later", run_after, 3, None);
+        pause(150 + self.rng.below(250));
+        self.enqueue("later", now_us(), 3, None);
+        pause(4500 + self.rng.below(1500));
+    }
+
     /// One enqueue: into `free` (half), `limited` (a fifth: it drains
     /// slowly) or `pausable`; immediate, delayed, with a unique key
     /// (immediate, so a merge says nothing of when the job runs) or in a
@@ -458,15 +544,15 @@ impl Producer {
         };
         let max_attempts = 1 + self.rng.below(3) as i32;
         let kind = self.rng.percent();
-        let mut op = Op::new(&self.name, "enqueue", queue, now_us());
-        let run_after = if (50..78).contains(&kind) { op.start + (300 + self.rng.below(3700) as i64) * MS } else { op.start };
+        let start = now_us();
+        let run_after = if (50..78).contains(&kind) { start + (300 + self.rng.below(3700) as i64) * MS } else { start };
         let key = (78..90).contains(&kind).then(|| format!("key-{}", self.rng.below(6)));
-        let Some(client) = self.client.as_mut() else { return };
         if kind >= 90 {
             self.prepared += 1;
             let gid = format!("qn-enq-{}-{}", self.name, self.prepared);
-            op.kind = "enqueue-prepared".to_string();
+            let mut op = Op::new(&self.name, "enqueue-prepared", queue, start);
             op.note = gid.clone();
+            let Some(client) = self.client.as_mut() else { return };
             let result = client.batch_execute("BEGIN").and_then(|_| {
                 let id: i64 = client.query_one(ENQUEUE, &[&run_after, &max_attempts, &queue, &key])?.get(0);
                 client.batch_execute(&format!("PREPARE TRANSACTION '{gid}'")).map(|_| id)
@@ -491,8 +577,15 @@ impl Producer {
             op.outcome = outcome_of(&result, client.is_closed());
             return self.record(op);
         }
-        // Whether this enqueue queued the job or found its key's job: a job
-        // this transaction made has its start as created_at.
+        self.enqueue(queue, run_after, max_attempts, key);
+    }
+
+    /// One enqueue in its own transaction, recorded with whether it queued
+    /// the job or found its key's job (a job this transaction made has its
+    /// start as created_at).
+    fn enqueue(&mut self, queue: &str, run_after: i64, max_attempts: i32, key: Option<String>) {
+        let mut op = Op::new(&self.name, "enqueue", queue, now_us());
+        let Some(client) = self.client.as_mut() else { return };
         let result = client.transaction().and_then(|mut tx| {
             let id: i64 = tx.query_one(ENQUEUE, &[&run_after, &max_attempts, &queue, &key])?.get(0);
             let made: bool = tx.query_one("SELECT created_at = now() FROM distlock.jobs WHERE id = $1", &[&id])?.get(0);
@@ -585,6 +678,17 @@ impl Consumers {
             .expect("consumer process")
     }
 
+    /// Starts the next incarnation of each consumer that ended (one of
+    /// `later` that killed itself).
+    fn restart_exited(&mut self) {
+        for index in 0..self.children.len() {
+            if matches!(self.children[index].0.try_wait(), Ok(Some(_))) {
+                let incarnation = self.children[index].1 + 1;
+                self.children[index] = (self.spawn(index, incarnation), incarnation);
+            }
+        }
+    }
+
     /// SIGKILLs consumer `index` and starts its next incarnation; returns
     /// the incarnation killed.
     fn kill_and_restart(&mut self, index: usize) -> u64 {
@@ -638,9 +742,10 @@ fn queue_jobs_survive_a_nemesis_settled_once_within_limits_and_handed_out_in_tim
     };
     let seed = env_number("DISTLOCK_QUEUE_SOAK_SEED").unwrap_or_else(|| now_us() as u64 | 1);
     let mut rng = Rng::derived(seed, 0);
-    let consumers_n = 8 + rng.below(13) as usize;
+    let others = 8 + rng.below(13) as usize;
+    let consumers_n = others + LATER_CONSUMERS;
     let limit = 1 + rng.below(2) as i64;
-    eprintln!("queue nemesis soak: {seconds} s, {consumers_n} consumers, limit {limit}, DISTLOCK_QUEUE_SOAK_SEED={seed}");
+    eprintln!("queue nemesis soak: {seconds} s, {others} + {LATER_CONSUMERS} consumers, limit {limit}, DISTLOCK_QUEUE_SOAK_SEED={seed}");
 
     let db = fresh_db("queue_nemesis");
     let mut admin = connect(&db);
@@ -652,7 +757,7 @@ fn queue_jobs_survive_a_nemesis_settled_once_within_limits_and_handed_out_in_tim
     let until = now_us() + seconds as i64 * SECOND;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let producers: Vec<_> = (0..2)
+    let producers: Vec<_> = (0..3)
         .map(|i| {
             let mut p = Producer {
                 name: format!("qn-producer-{i}"),
@@ -665,7 +770,12 @@ fn queue_jobs_survive_a_nemesis_settled_once_within_limits_and_handed_out_in_tim
             let stop = stop.clone();
             thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    p.round();
+                    // The third producer feeds `later` alone.
+                    if i == 2 {
+                        p.round_later();
+                    } else {
+                        p.round();
+                    }
                 }
             })
         })
@@ -679,6 +789,7 @@ fn queue_jobs_survive_a_nemesis_settled_once_within_limits_and_handed_out_in_tim
             ("DISTLOCK_QUEUE_NEMESIS_UNTIL".into(), (until + 30 * SECOND).to_string()),
             ("DISTLOCK_QUEUE_NEMESIS_DB".into(), db.clone()),
             ("DISTLOCK_QUEUE_NEMESIS_HISTORY".into(), path.clone()),
+            ("DISTLOCK_QUEUE_NEMESIS_OTHERS".into(), others.to_string()),
         ],
     };
     for i in 0..consumers_n {
@@ -687,15 +798,27 @@ fn queue_jobs_survive_a_nemesis_settled_once_within_limits_and_handed_out_in_tim
     }
 
     let mut history = Recorder::open(&path);
-    let mut nemesis = connect_to(primary_port(), &db, "qn-nemesis");
-    nemesis.batch_execute("SET statement_timeout = '20s'").expect("timeout");
+    let nemesis_client = || {
+        let mut nemesis = connect_to(primary_port(), &db, "qn-nemesis");
+        // DDL that cannot have its lock within a second gives up: the time it
+        // queues for its lock holds every claim up behind it, which the checker
+        // must excuse, and a wait that held a lock through its sleep (0.3.0)
+        // made that the sleeper's whole p_wait, excusing nearly the whole run.
+        nemesis.batch_execute("SET statement_timeout = '20s'; SET lock_timeout = '1s'").expect("timeout");
+        nemesis
+    };
+    let mut nemesis = nemesis_client();
     let mut faults: BTreeMap<&str, usize> = BTreeMap::new();
     while now_us() < until {
         pause(150 + rng.below(500)); // the time between faults
+        consumers.restart_exited();
         let fault = rng.percent();
-        let index = rng.below(consumers_n as u64) as usize;
+        // Consumers of `later` are left alone: a restarted one looks at once
+        // (learning every due time), and one killed holding a long lease
+        // leaves its job for 16 s; they crash by themselves.
+        let index = rng.below(others as u64) as usize;
         if nemesis.is_closed() {
-            nemesis = connect_to(primary_port(), &db, "qn-nemesis");
+            nemesis = nemesis_client();
         }
         let name = match fault {
             0..=34 => {
@@ -780,7 +903,9 @@ fn queue_jobs_survive_a_nemesis_settled_once_within_limits_and_handed_out_in_tim
     keeper.join().expect("keeper");
     let mut admin = connect(&db);
     admin.batch_execute("SELECT distlock.resume_queue('pausable')").expect("resume");
-    eventually("every lease to run out", Duration::from_secs(20), || {
+    // Up to a consumer of `later`'s whole p_wait and lease (15 + 16 s): a
+    // backend that goes on waiting after its client died (0.3.0) claims then.
+    eventually("every lease to run out", Duration::from_secs(40), || {
         count(&mut admin, "SELECT 1 FROM distlock.task_queue WHERE status = 'processing' AND lease_expires_at > now()") == 0
     });
     let read_at = now_us();
