@@ -9,7 +9,11 @@
 //! - stale write accepted: a counter took a lower token after a higher one,
 //!   a write landed that began after a newer grant of its resource had been
 //!   acknowledged, or a deliberately stale write was not refused;
-//! - reissued token: one token (or term) granted to two holders.
+//! - reissued token: one token (or term) granted to two holders;
+//! - accepted after the claim was lost: a fenced write or a release that a
+//!   session claim's holder began with its token after its connection ran
+//!   DISCARD ALL or pg_advisory_unlock_all() (`lose-claim`) was applied or
+//!   acknowledged, or check_fencing_token still accepts that token at the end.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -47,6 +51,7 @@ pub fn check(c: &mut Client, ops: &[Op]) -> Vec<String> {
     counters_chain(c, &applied, &mut violations);
     no_stale_write(&applied, ops, &by_id, &mut violations);
     no_token_reissued(ops, &mut violations);
+    nothing_accepted_after_a_lost_claim(c, &applied, ops, &mut violations);
     jobs_once(c, ops, &mut violations);
     violations
 }
@@ -139,6 +144,36 @@ fn no_token_reissued(ops: &[Op], v: &mut Vec<String>) {
             _ => {
                 holders.insert(key, holder);
             }
+        }
+    }
+}
+
+/// A session claim is its holder's lock: once the holder's connection gave
+/// its advisory locks up, the claim is over, whether or not another worker
+/// has claimed the task since, and nothing its holder does with the token
+/// may count (docs/tasks.md, Fencing).
+fn nothing_accepted_after_a_lost_claim(c: &mut Client, applied: &[Applied], ops: &[Op], v: &mut Vec<String>) {
+    let applied_ops: HashSet<u64> = applied.iter().map(|a| a.op).collect();
+    for lost in ops.iter().filter(|o| o.kind == "lose-claim" && o.acked()) {
+        let after = ops.iter().filter(|o| {
+            matches!(o.kind.as_str(), "write" | "release")
+                && o.worker == lost.worker
+                && o.resource == lost.resource
+                && o.token == lost.token
+                && o.start >= lost.end
+        });
+        for op in after {
+            if op.acked() || applied_ops.contains(&op.id) {
+                v.push(format!("accepted after the claim was lost: {op:?} after {lost:?}"));
+            }
+        }
+        let task: i32 = lost.resource.trim_start_matches("task:").parse().expect("task id");
+        let accepted: bool = c
+            .query_one("SELECT distlock.check_fencing_token($1, $2)", &[&task, &lost.token.expect("token")])
+            .expect("check_fencing_token")
+            .get(0);
+        if accepted {
+            v.push(format!("accepted after the claim was lost: check_fencing_token still accepts the token of {lost:?}"));
         }
     }
 }

@@ -12,7 +12,7 @@
 //! its completion commit together.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -73,18 +73,39 @@ pub enum Role {
 pub struct Fleet {
     stop: Arc<AtomicBool>,
     workers: Vec<JoinHandle<()>>,
+    losses: Losses,
 }
+
+/// How a task holder's connection gives its advisory locks up behind
+/// pg_distlock's back, as a pooler's reset or an application does, and
+/// what the holder tries afterwards with the token it still carries.
+#[derive(Clone, Copy, Debug)]
+pub struct Loss {
+    /// pg_advisory_unlock_all() rather than DISCARD ALL.
+    pub unlock_all: bool,
+    /// Release alone first (then the write alone), rather than the fenced
+    /// write with the release in its transaction.
+    pub release_first: bool,
+    /// How long the holder waits after the loss, so that another worker
+    /// sometimes claims the task before it tries (ms).
+    pub linger_ms: u64,
+}
+
+/// Losses asked for, taken by the next claim of a task-claiming worker.
+type Losses = Arc<Mutex<Vec<Loss>>>;
 
 impl Fleet {
     /// One thread per role, connecting with `conninfo` (without application_name).
     pub fn start(conninfo: &str, roles: &[Role], history: &Arc<History>) -> Fleet {
         let stop = Arc::new(AtomicBool::new(false));
+        let losses: Losses = Arc::default();
         let workers = roles
             .iter()
             .enumerate()
             .map(|(i, &role)| {
                 let mut w = Worker::new(conninfo, &format!("fleet-{i}"), history);
                 let stop = stop.clone();
+                let losses = losses.clone();
                 thread::spawn(move || {
                     let mut rounds = 0u64;
                     while !stop.load(Ordering::Relaxed) {
@@ -94,8 +115,8 @@ impl Fleet {
                         }
                         rounds += 1;
                         match role {
-                            Role::SessionClaims => task_round(&mut w, false),
-                            Role::LeaseClaims => task_round(&mut w, true),
+                            Role::SessionClaims => task_round(&mut w, false, &losses),
+                            Role::LeaseClaims => task_round(&mut w, true, &losses),
                             Role::Lease(name) => lease_round(&mut w, name),
                             Role::Election(group) => election_round(&mut w, group, rounds),
                             Role::Queue => queue_round(&mut w),
@@ -104,7 +125,13 @@ impl Fleet {
                 })
             })
             .collect();
-        Fleet { stop, workers }
+        Fleet { stop, workers, losses }
+    }
+
+    /// The next task claim a worker makes is lost as `loss` says, right
+    /// after it was granted (see task_round).
+    pub fn lose_a_claim(&self, loss: Loss) {
+        self.losses.lock().expect("losses").push(loss);
     }
 
     pub fn stop(self) {
@@ -214,8 +241,9 @@ fn pause(ms: u64) {
 }
 
 /// Claims a due task, works, then writes its result and completes it in one
-/// transaction.
-fn task_round(w: &mut Worker, lease_mode: bool) {
+/// transaction; or, when a loss was asked for, gives the claim's lock up
+/// first (see `lose`).
+fn task_round(w: &mut Worker, lease_mode: bool, losses: &Losses) {
     let fetch = if lease_mode {
         format!("SELECT task_id, fencing_token FROM distlock.worker_fetch_and_execute_task($1, '{HOLD}') WHERE acquired")
     } else {
@@ -243,7 +271,40 @@ fn task_round(w: &mut Worker, lease_mode: bool) {
     } else {
         format!("SELECT distlock.release_task_lock({task_id}, '{name}', 'completed')")
     };
-    w.fenced_write("write", &resource, token, Some(&release));
+    let loss = losses.lock().expect("losses").pop();
+    match loss {
+        Some(loss) => lose(w, loss, lease_mode, &resource, token, &release),
+        None => {
+            w.fenced_write("write", &resource, token, Some(&release));
+        }
+    }
+}
+
+/// The holder's connection runs DISCARD ALL or pg_advisory_unlock_all()
+/// while it holds the claim (recorded as `lose-claim`, or as `discard` for
+/// a lease-mode claim, which no session lock stands for), then carries on
+/// with its token: a release alone and a fenced write alone, or the write
+/// with the release in its transaction. A session claim is lost at once:
+/// checker.rs requires that neither is accepted.
+fn lose(w: &mut Worker, loss: Loss, lease_mode: bool, resource: &str, token: i64, release: &str) {
+    let sql = if loss.unlock_all { "SELECT pg_advisory_unlock_all()" } else { "DISCARD ALL" };
+    let op = w.history.begin();
+    let Some(client) = w.client.as_mut() else { return };
+    // DISCARD ALL cannot run in a transaction block: its own statement.
+    let result = client.batch_execute(sql);
+    let outcome = outcome_of(&result, client.is_closed());
+    let acked = outcome == Outcome::Ok;
+    w.record(op, if lease_mode { "discard" } else { "lose-claim" }, resource, Some(token), outcome);
+    if !acked {
+        return;
+    }
+    pause(loss.linger_ms);
+    if loss.release_first {
+        w.run("release", resource, |_| Some(token), |tx| tx.batch_execute(release));
+        w.fenced_write("write", resource, token, None);
+    } else {
+        w.fenced_write("write", resource, token, Some(release));
+    }
 }
 
 /// Takes the lease, writes up to three times under it, releases it.

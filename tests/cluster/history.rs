@@ -24,7 +24,8 @@ pub struct Op {
     pub id: u64,
     pub worker: String,
     /// claim, acquire, campaign, consume: grants; write, stale-write,
-    /// complete: fenced writes; release; nemesis.
+    /// complete: fenced writes; release; lose-claim, discard: a task
+    /// holder's DISCARD ALL or pg_advisory_unlock_all(); nemesis.
     pub kind: String,
     /// task:<id>, lease:<name>, election:<group>, job:<id>
     pub resource: String,

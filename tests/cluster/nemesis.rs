@@ -3,8 +3,12 @@
 //! leaderships (tasks are re-armed as soon as they complete, so slots keep
 //! coming) while a nemesis, at random, freezes fleet backends with
 //! SIGSTOP/SIGCONT, ends them with pg_terminate_backend or kill -9 (the
-//! postmaster then restarts every session), crash-restarts the server, and
-//! replays tokens that newer grants have replaced. Afterwards the fleet must
+//! postmaster then restarts every session), crash-restarts the server,
+//! replays tokens that newer grants have replaced, and makes a task
+//! holder's own connection run DISCARD ALL or pg_advisory_unlock_all()
+//! while it holds its claim (a pooler's reset; the holder then still tries
+//! to write and release with its token, which must be refused for a
+//! session claim). Afterwards the fleet must
 //! recover by itself, and the checker must find nothing lost, nothing
 //! applied twice and no stale write accepted in the history it wrote.
 //!
@@ -18,7 +22,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::checker::{check, summary, superseded};
-use crate::fleet::{prepare, Fleet, Role, Worker};
+use crate::fleet::{prepare, Fleet, Loss, Role, Worker};
 use crate::ha::signal;
 use crate::history::{history_path, History};
 use crate::support::*;
@@ -127,7 +131,7 @@ fn fenced_writes_survive_a_nemesis_with_nothing_lost_applied_twice_or_stale() {
         let mut c = connect_when_up(primary_port(), &db, "nemesis");
         let backends = fleet_backends(&mut c, &db);
         let Some(&pid) = backends.get(rng.below(backends.len().max(1) as u64) as usize) else { continue };
-        let fault = match rng.below(10) {
+        let fault = match rng.below(12) {
             0..=3 => {
                 signal(pid, "-STOP");
                 let _thaw = Frozen(pid);
@@ -141,6 +145,11 @@ fn fenced_writes_survive_a_nemesis_with_nothing_lost_applied_twice_or_stale() {
             6 => {
                 signal(pid, "-KILL");
                 "kill -9 of a backend"
+            }
+            10 | 11 => {
+                let loss = Loss { unlock_all: rng.below(2) == 0, release_first: rng.below(2) == 0, linger_ms: rng.below(400) };
+                fleet.lose_a_claim(loss);
+                "a task holder's DISCARD ALL or pg_advisory_unlock_all()"
             }
             _ => {
                 let stale = superseded(&history.read(), |_| true);
@@ -173,9 +182,12 @@ fn fenced_writes_survive_a_nemesis_with_nothing_lost_applied_twice_or_stale() {
     assert!(violations.is_empty(), "{} violations (seed {seed}), history in {}:\n{}", violations.len(), history.path(), violations.join("\n"));
     let writes = ops.iter().filter(|o| o.kind == "write" && o.acked()).count();
     assert!(writes >= 100, "enough acknowledged writes to mean something ({writes})");
+    let lost = ops.iter().filter(|o| o.kind == "lose-claim" && o.acked()).count();
+    eprintln!("nemesis soak: {lost} session claims lost to DISCARD ALL or pg_advisory_unlock_all()");
     if seconds >= 60 {
         for fault in ["SIGSTOP", "pg_terminate_backend", "stale write", "server restart"] {
             assert!(faults.contains_key(fault), "the nemesis never tried {fault}: {faults:?}");
         }
+        assert!(lost > 0, "no session claim was lost to DISCARD ALL or pg_advisory_unlock_all()");
     }
 }
