@@ -404,3 +404,57 @@ fn a_processing_job_without_a_lease_does_not_hold_a_limited_queue_for_ever() {
     let got = scalar(&mut c, "SELECT task_id FROM distlock.consume_task('w', p_queues => ARRAY['q'])");
     assert_eq!(got, Some(stuck.to_string()), "the lease-less job was taken back and handed out");
 }
+
+/// A job due in 4 s wakes one waiting consumer, whose own wait ends in 2 s:
+/// its look learns only of jobs due before its deadline, so it learns
+/// nothing and leaves with nothing to pass on. Another consumer waits 20 s
+/// and must take the job when it comes due, not at its own deadline.
+/// (The first registered comes first in the sleepers table, where a
+/// wake-up looks first but for one start in MaxBackends.)
+#[test]
+fn a_job_due_after_the_woken_consumers_wait_ends_is_taken_on_time_by_one_that_waits_on() {
+    let db = fresh_db("liveness_due_after_deadline");
+    let mut producer = connect(&db);
+    let short = start_waiting_on(primary_port(), primary_port(), &db, "short", "2 seconds", "ARRAY['q']");
+    let long = start_waiting_on(primary_port(), primary_port(), &db, "long", "20 seconds", "ARRAY['q']");
+    let enqueued = Instant::now();
+    let job = enqueue_into(&mut producer, "q", "clock_timestamp() + interval '4 seconds'");
+    assert_eq!(finish(short).expect("the short wait").job, None);
+    assert_eq!(finish(long).expect("the long wait").job, Some(job));
+    let took = enqueued.elapsed();
+    assert!(took < Duration::from_millis(5500), "the job due in 4 s was taken after {took:?}");
+}
+
+/// A consumer asleep since before a PREPARE TRANSACTION of an enqueue gets
+/// the job within about a second of COMMIT PREPARED, as docs/queue.md says
+/// waiting consumers do while the database has a prepared transaction: that
+/// session wakes nobody, and this consumer's deadline was set when there
+/// was none.
+#[test]
+fn a_consumer_asleep_since_before_a_prepared_enqueue_gets_its_job_at_commit_prepared() {
+    let db = fresh_db("liveness_asleep_before_prepare");
+    let mut c = connect(&db);
+    let waiter = start_waiting_on(primary_port(), primary_port(), &db, "waiter", "15 seconds", "ARRAY['q']");
+    c.batch_execute("BEGIN; SELECT distlock.enqueue_task('job', p_queue => 'q'); PREPARE TRANSACTION 'liveness-asleep-enqueue'")
+        .expect("a prepared enqueue");
+    let ended = Instant::now();
+    c.batch_execute("COMMIT PREPARED 'liveness-asleep-enqueue'").expect("commit prepared");
+    assert!(finish(waiter).expect("wait").job.is_some(), "the prepared enqueue's job was handed out");
+    assert!(ended.elapsed() < Duration::from_millis(2500), "taken {:?} after COMMIT PREPARED", ended.elapsed());
+}
+
+/// The same for a claim that a prepared transaction made while the consumer
+/// slept (its look skipped the locked job) and ROLLBACK PREPARED gave back.
+#[test]
+fn a_consumer_asleep_since_before_a_prepared_claim_gets_its_job_at_rollback_prepared() {
+    let db = fresh_db("liveness_asleep_before_prepared_claim");
+    let mut c = connect(&db);
+    let job = enqueue_into(&mut c, "q", "now()");
+    c.batch_execute("BEGIN; SELECT * FROM distlock.consume_task('prepared', p_queues => ARRAY['q'])").expect("a claim");
+    let waiter = start_waiting_on(primary_port(), primary_port(), &db, "waiter-2", "15 seconds", "ARRAY['q']");
+    c.batch_execute("PREPARE TRANSACTION 'liveness-asleep-claim'").expect("prepare the claim");
+    let ended = Instant::now();
+    c.batch_execute("ROLLBACK PREPARED 'liveness-asleep-claim'").expect("rollback prepared");
+    assert_eq!(finish(waiter).expect("wait").job, Some(job));
+    assert!(ended.elapsed() < Duration::from_millis(2500), "taken {:?} after ROLLBACK PREPARED", ended.elapsed());
+}
