@@ -561,6 +561,8 @@ fn runnable_jobs_handed_out(ops: &[Op], claims: &[Claim], run: &Run, v: &mut Vec
         .collect();
     let (mut reported, mut watched, points) = (0, 0, runnable.len());
     let mut watched_by_queue: BTreeMap<&str, usize> = BTreeMap::new();
+    // Up to 20 shown per queue: a limited queue's many must not hide another's.
+    let mut shown: BTreeMap<&str, usize> = BTreeMap::new();
     for (id, from) in runnable {
         let Some((queue, _, _)) = e.known.get(&id) else { continue };
         let grace = GRACE;
@@ -588,7 +590,9 @@ fn runnable_jobs_handed_out(ops: &[Op], claims: &[Claim], run: &Run, v: &mut Vec
             }
             if at <= *idle_end && at < until {
                 reported += 1;
-                if reported <= 20 {
+                let n = shown.entry(queue.as_str()).or_default();
+                *n += 1;
+                if *n <= 20 {
                     v.push(format!(
                         "not handed out: job {id} of queue {queue} runnable from {from}, still not taken {} ms later (taken at {until}) while this consumer waited idle:\n  {}",
                         (at - from) / MS,
@@ -602,8 +606,9 @@ fn runnable_jobs_handed_out(ops: &[Op], claims: &[Claim], run: &Run, v: &mut Vec
     eprintln!(
         "liveness: {points} times a job became runnable, {watched} of them still runnable after the grace while a consumer of its queue waited {watched_by_queue:?}, {reported} not handed out"
     );
-    if reported > 20 {
-        v.push(format!("... {} more jobs not handed out", reported - 20));
+    let hidden = reported - shown.values().map(|n| (*n).min(20)).sum::<usize>();
+    if hidden > 0 {
+        v.push(format!("... {hidden} more jobs not handed out ({shown:?} by queue)"));
     }
 }
 
