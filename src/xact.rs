@@ -52,6 +52,10 @@ struct Hooks {
     /// Runs once the transaction has committed, when what it wrote is
     /// visible to every new snapshot. Must not fail.
     after_commit: Option<Action>,
+    /// Runs once the transaction is prepared (PREPARE TRANSACTION), when
+    /// COMMIT or ROLLBACK PREPARED, which may run in any session, is yet to
+    /// come. Must not fail.
+    at_prepare: Option<Action>,
 }
 
 fn push_hooks(hooks: Hooks) {
@@ -64,7 +68,7 @@ fn current_subxact() -> pg_sys::SubTransactionId {
 
 /// Registers actions for the current subtransaction's outcome.
 pub fn on_outcome(before_commit: Option<Action>, on_abort: Option<Action>) {
-    push_hooks(Hooks { subxact: current_subxact(), before_commit, on_abort, on_end: None, after_commit: None });
+    push_hooks(Hooks { subxact: current_subxact(), before_commit, on_abort, on_end: None, after_commit: None, at_prepare: None });
 }
 
 /// Registers an action for the end of the current subtransaction (or of
@@ -76,6 +80,7 @@ pub fn at_end(action: Action) {
         on_abort: None,
         on_end: Some(action),
         after_commit: None,
+        at_prepare: None,
     });
 }
 
@@ -88,11 +93,25 @@ pub fn after_commit(action: Action) {
         on_abort: None,
         on_end: None,
         after_commit: Some(action),
+        at_prepare: None,
+    });
+}
+
+/// Registers an action for when the transaction is prepared; dropped if it
+/// (or the subtransaction that registered it) aborts, or commits.
+pub fn at_prepare(action: Action) {
+    push_hooks(Hooks {
+        subxact: current_subxact(),
+        before_commit: None,
+        on_abort: None,
+        on_end: None,
+        after_commit: None,
+        at_prepare: Some(action),
     });
 }
 
 /// Forgets every hook, running the end actions (and, at a commit, the
-/// after-commit ones).
+/// after-commit ones; at a PREPARE, `committed` false, the at-prepare ones).
 fn end_all(committed: bool) {
     let hooks = HOOKS.with(|h| std::mem::take(&mut *h.borrow_mut()));
     for hook in hooks {
@@ -100,6 +119,9 @@ fn end_all(committed: bool) {
             action();
         }
         if let Some(action) = hook.after_commit.filter(|_| committed) {
+            action();
+        }
+        if let Some(action) = hook.at_prepare.filter(|_| !committed) {
             action();
         }
     }

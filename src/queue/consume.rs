@@ -15,7 +15,7 @@ use super::payload::Payload;
 use super::resolve_worker;
 use super::wake::{self, Due, Sleeper, WakeUp};
 use crate::errors::{int_in_range, interval_micros, raise_with_hint, OrRaise};
-use crate::plans::{first_two, plan, types};
+use crate::plans::{first_two, first_value, plan, types};
 use crate::scopes::{self, Capability, Scope};
 
 pub(crate) const MAX_BATCH: i32 = 1000;
@@ -209,15 +209,12 @@ fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Ro
 }
 
 /// When the next job becomes claimable with time alone (a lease running out
-/// or a run_after coming), if before `until`, and its queue.
-fn next_due(
-    client: &SpiClient<'_>,
-    now: pg_sys::TimestampTz,
-    until: pg_sys::TimestampTz,
-    scope: &Scope,
-    route: &Route,
-) -> Option<Due> {
-    let mut arguments = vec![timestamp(now).into(), timestamp(until).into(), scope.as_parameter().into()];
+/// or a run_after coming), and its queue: also after this call's deadline,
+/// so that a consumer leaving before a job it was woken for comes due passes
+/// the due time on to one that waits on (wake::leave).
+fn next_due(client: &SpiClient<'_>, now: pg_sys::TimestampTz, scope: &Scope, route: &Route) -> Option<Due> {
+    let no_horizon = TimestampWithTimeZone::positive_infinity();
+    let mut arguments = vec![timestamp(now).into(), no_horizon.into(), scope.as_parameter().into()];
     let stmt = match route {
         Route::Legacy => plan(
             client,
@@ -245,6 +242,24 @@ fn next_due(
         .and_then(|(due, queue)| {
             Some(Due { at: due?.into_inner(), queue: queue.map_or(0, |queue| wake::queue_hash(queue.bytes())) })
         })
+}
+
+/// Whether this database has a prepared transaction (never, without a
+/// server that allows them: max_prepared_transactions is 0 by default).
+fn prepared_transactions_here(client: &SpiClient<'_>) -> bool {
+    thread_local! {
+        static ALLOWED: std::cell::OnceCell<bool> = const { std::cell::OnceCell::new() };
+    }
+    let allowed = ALLOWED.with(|allowed| {
+        *allowed.get_or_init(|| {
+            let setting = unsafe { pg_sys::GetConfigOption(c"max_prepared_transactions".as_ptr(), true, false) };
+            !setting.is_null() && unsafe { std::ffi::CStr::from_ptr(setting) }.to_bytes() != b"0"
+        })
+    });
+    allowed && {
+        let stmt = plan(client, include_str!("../../sql/queries/queue_prepared_here.sql"), &[]);
+        client.select(&*stmt, None, &[]).and_then(first_value::<bool>).or_raise().unwrap_or(false)
+    }
 }
 
 /// A wait of `p_wait` in microseconds; NULL or zero means none.
@@ -338,11 +353,18 @@ pub(crate) fn consume_after(
                     };
                     sleeper = Some(Sleeper::new(queues, matches!(*scope, Scope::Prefixes(_)), p_batch));
                 }
+                let prepared = sleeper.is_some() && prepared_transactions_here(client);
                 let claimant = Claimant { worker, lease, scope: &scope };
                 let mut look = claim(client, p_batch, &claimant, &route);
                 look.changed |= settled;
                 let due = if look.jobs.is_empty() && sleeper.is_some() {
-                    next_due(client, clock_now(), deadline, &scope, &route)
+                    let due = next_due(client, clock_now(), &scope, &route);
+                    if prepared {
+                        let in_a_second = Due { at: clock_now() + 1_000_000, queue: 0 };
+                        Some(due.filter(|due| due.at <= in_a_second.at).unwrap_or(in_a_second))
+                    } else {
+                        due
+                    }
                 } else {
                     None
                 };

@@ -132,6 +132,7 @@ fn add(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>, wake: Wake) {
     if !REGISTERED.with(Cell::get) {
         REGISTERED.with(|r| r.set(true));
         xact::after_commit(Box::new(|| send(&AT_COMMIT)));
+        xact::at_prepare(Box::new(|| look_while_prepared(&AT_COMMIT)));
         xact::at_end(Box::new(|| {
             REGISTERED.with(|r| r.set(false));
             AT_COMMIT.with(|w| w.borrow_mut().clear());
@@ -148,6 +149,20 @@ fn send(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>) {
             log.write(database, wake.queue, earliest.key());
         }
         wake_sleepers(wake);
+    }
+    old_library_sleepers();
+}
+
+/// A prepared transaction's jobs (enqueued, or claimed and given back by
+/// ROLLBACK PREPARED) become runnable in a session that wakes nobody, maybe
+/// long after. So every sleeper of its queues looks now: it finds the
+/// prepared transaction and, while that lasts, looks once a second
+/// (queue_next_due.sql); a sleeper that slept since before the PREPARE would
+/// otherwise sleep to its deadline.
+fn look_while_prepared(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>) {
+    let wakes = list.with(|w| std::mem::take(&mut *w.borrow_mut()));
+    for wake in wakes {
+        wake_sleepers(Wake { queue: wake.queue, count: usize::MAX, sleeping_past: None, earliest: None });
     }
     old_library_sleepers();
 }
