@@ -6,6 +6,7 @@
 # $BENCH_DIR/queue.csv and draws $BENCH_DIR/queue_throughput.png when
 # matplotlib can be installed (BENCH_UPDATE_PLOT=1 draws the committed
 # benches/queue_throughput.png instead). Measurements, not pass/fail tests.
+# BENCH_LATENCY_ONLY=1: the latency and idle-CPU points alone.
 #   BENCH_SECONDS=8 benches/queue.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,6 +58,9 @@ row() { rows+=("$(printf '%-52s %14s %14s %9s' "$1" "$2" "$3" "$4")"); echo "  $
 csv="$dir/queue.csv"
 echo "consumers,hand_written,pg_distlock" >"$csv"
 
+# BENCH_LATENCY_ONLY=1 runs the wake-up latency and idle CPU points alone
+# (their tails need longer runs than the throughput points can afford).
+if [ "${BENCH_LATENCY_ONLY:-0}" != 1 ]; then
 echo "== consume + complete, one job per transaction each, ${seconds}s per point (jobs/s)"
 # Enough jobs that no consumer finds the queue empty within one point.
 jobs=$((seconds * 30000))
@@ -107,6 +111,7 @@ fill distlock.task_queue "$jobs" 1000000
 full=$(tps 4 queue_ext)
 row "1M completed jobs archived against none, 4 consumers" "$empty" "$full" "$(ratio "$full" "$empty")"
 
+fi
 latency_consumers=16
 echo "== enqueue-to-start latency: $latency_consumers idle consumers, one job every 10-50 ms"
 psql_on "$port" -c "CREATE TABLE IF NOT EXISTS public.latency (mode text, ms float8)"
@@ -197,7 +202,8 @@ printf '%-52s %14s %14s %9s\n' "benchmark (jobs/s)" "baseline" "pg_distlock" "ra
 printf '%s\n' "${rows[@]}"
 echo
 # The plot needs matplotlib, from PyPI, in a throwaway virtualenv.
-if python3 -m venv "$dir/venv" >/dev/null 2>&1 && "$dir/venv/bin/pip" install -q matplotlib >/dev/null 2>&1; then
+if [ "${BENCH_LATENCY_ONLY:-0}" != 1 ] && python3 -m venv "$dir/venv" >/dev/null 2>&1 \
+   && "$dir/venv/bin/pip" install -q matplotlib >/dev/null 2>&1; then
   plot="$dir/queue_throughput.png"
   [ "${BENCH_UPDATE_PLOT:-0}" = 1 ] && plot=benches/queue_throughput.png
   "$dir/venv/bin/python" benches/plot_queue.py "$csv" "$plot" \
