@@ -305,7 +305,8 @@ pub struct WakeUp(u32);
 
 impl Sleeper {
     /// A sleeper taking up to `batch` jobs of `queues` (None: every queue)
-    /// per look; `restricted` when a scope limits which jobs it may take.
+    /// per look; `restricted` when a scope limits which jobs it may take
+    /// (as it is when it names more queues than an entry holds).
     pub fn new(queues: Option<&[Text]>, restricted: bool, batch: i32) -> Self {
         let Some(table) = sleepers::table() else { return Sleeper::in_entry(None) };
         // Before an entry is taken: registering can fail (too many exit
@@ -326,7 +327,11 @@ impl Sleeper {
             slot.store(queue_hash(queue.bytes()), ORDER);
         }
         entry.queue_count.store(named.len() as u32, ORDER);
-        entry.restricted.store(restricted, ORDER);
+        // Too many queues to name: the entry reads as a sleeper of every
+        // queue, which it is not, so like a scoped one it is woken on top of
+        // the count and never taken to know a due time (known_by_a_sleeper).
+        let unnamed = queues.is_some_and(|queues| queues.len() > NAMED_QUEUES);
+        entry.restricted.store(restricted || unnamed, ORDER);
         entry.wants.store(batch.max(1) as u32, ORDER);
         entry.woken.store(false, ORDER);
         entry.until.store(LOOKING, ORDER);
@@ -435,6 +440,8 @@ fn known_by_a_sleeper(due: Due) -> bool {
             && until <= due.at
             && entry.live_pid().is_some()
             && entry.database.load(ORDER) == database
+            // A restricted sleeper's look may not reach the due job's queue.
+            && !entry.restricted.load(ORDER)
             && takes(entry, due.queue)
     })
 }

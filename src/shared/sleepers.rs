@@ -29,8 +29,9 @@ pub struct Sleeper {
     /// How many of `queues` it names; 0 for every queue.
     pub queue_count: AtomicU32,
     pub queues: [AtomicU32; NAMED_QUEUES],
-    /// Its scope limits the jobs it may take: woken for every job of its
-    /// queues, beyond the count a commit wakes.
+    /// Its scope limits the jobs it may take, or it names more queues than
+    /// `queues` holds: woken for every job of its queues, beyond the count a
+    /// commit wakes, and never taken to know a due time.
     pub restricted: AtomicBool,
     /// How many jobs its next look claims at most (its batch): a waker
     /// counts it as taking that many of the jobs it woke sleepers for.

@@ -458,3 +458,54 @@ fn a_consumer_asleep_since_before_a_prepared_claim_gets_its_job_at_rollback_prep
     assert_eq!(finish(waiter).expect("wait").job, Some(job));
     assert!(ended.elapsed() < Duration::from_millis(2500), "taken {:?} after ROLLBACK PREPARED", ended.elapsed());
 }
+
+/// Nine queues that are not `q`: more than the sleepers table names
+/// (NAMED_QUEUES = 8), so the entry records none and `takes` treats it as a
+/// sleeper of every queue.
+const NINE_OTHER_QUEUES: &str = "ARRAY['o1','o2','o3','o4','o5','o6','o7','o8','o9']";
+
+/// A consumer waiting on more than 8 queues (none of them q) is taken for a
+/// sleeper of every queue: the one wake-up an enqueue into q sends goes to
+/// it (it took the lowest free entry), it looks at its own queues, finds
+/// nothing and sleeps again; the consumer waiting on q sleeps to its
+/// deadline. The job must be handed out within about a second.
+#[test]
+fn an_enqueue_wakes_a_consumer_of_q_not_one_waiting_on_nine_other_queues() {
+    let db = fresh_db("review_wake_many_queues");
+    let mut producer = connect(&db);
+    // Which sleeper the one wake-up reaches follows the table's rotating
+    // start: a few rounds, so that one reaches the consumer of nine queues.
+    for round in 0..3 {
+        let many = start_waiting_on(primary_port(), primary_port(), &db, "many", "3 seconds", NINE_OTHER_QUEUES);
+        let of_q = start_waiting_on(primary_port(), primary_port(), &db, "of-q", "8 seconds", "ARRAY['q']");
+        let enqueued = Instant::now();
+        let job = enqueue_into(&mut producer, "q", "now()");
+        let got = finish(of_q).expect("the wait on q");
+        let took = enqueued.elapsed();
+        assert_eq!(finish(many).expect("the wait on nine queues").job, None);
+        assert_eq!(got.job, Some(job));
+        assert!(took < Duration::from_millis(2000), "round {round}: the runnable job was handed out {took:?} after its enqueue");
+    }
+}
+
+/// The due time a leaving consumer passes on (wake::leave) is held back by
+/// known_by_a_sleeper when a sleeper that "takes" the queue only because it
+/// waits on more than 8 others sleeps until before the due time: it never
+/// learns q's due time (next_due reads its own queues), and the consumer
+/// waiting on q sleeps to its deadline.
+#[test]
+fn a_due_time_passed_on_is_not_held_back_by_a_consumer_of_nine_other_queues() {
+    let db = fresh_db("review_wake_due_many_queues");
+    let mut producer = connect(&db);
+    // The short one first: the lowest entry, so the enqueue's one wake-up goes to it.
+    let short = start_waiting_on(primary_port(), primary_port(), &db, "short", "2 seconds", "ARRAY['q']");
+    let many = start_waiting_on(primary_port(), primary_port(), &db, "many", "3 seconds", NINE_OTHER_QUEUES);
+    let long = start_waiting_on(primary_port(), primary_port(), &db, "long", "20 seconds", "ARRAY['q']");
+    let enqueued = Instant::now();
+    let job = enqueue_into(&mut producer, "q", "clock_timestamp() + interval '5 seconds'");
+    assert_eq!(finish(short).expect("the short wait").job, None);
+    assert_eq!(finish(many).expect("the wait on nine queues").job, None);
+    assert_eq!(finish(long).expect("the long wait").job, Some(job));
+    let took = enqueued.elapsed();
+    assert!(took < Duration::from_millis(6500), "the job due in 5 s was taken after {took:?}");
+}

@@ -36,7 +36,6 @@ mod privileges;
 mod recovery;
 mod replication_modes;
 mod review_44;
-mod review_wake;
 mod scopes;
 mod search_path;
 mod shared_memory;
