@@ -68,7 +68,14 @@ fn current_subxact() -> pg_sys::SubTransactionId {
 
 /// Registers actions for the current subtransaction's outcome.
 pub fn on_outcome(before_commit: Option<Action>, on_abort: Option<Action>) {
-    push_hooks(Hooks { subxact: current_subxact(), before_commit, on_abort, on_end: None, after_commit: None, at_prepare: None });
+    push_hooks(Hooks {
+        subxact: current_subxact(),
+        before_commit,
+        on_abort,
+        on_end: None,
+        after_commit: None,
+        at_prepare: None,
+    });
 }
 
 /// Registers an action for the end of the current subtransaction (or of
