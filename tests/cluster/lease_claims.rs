@@ -372,16 +372,11 @@ fn a_standby_answers_null_for_whether_a_lease_backend_is_connected() {
     let mut holder = connect(&db);
     lease_claim(&mut holder, 1, "alive", "10 minutes").expect("claimed");
     assert_eq!(lease_backend_alive(&mut holder, "postgres", 1), "true", "the primary knows its backend");
-    let mut standby = None;
-    eventually("the standby to replay the claim", Duration::from_secs(30), || {
-        standby = Client::connect(&format!("host=127.0.0.1 port={} user=postgres dbname={db}", standby_port()), NoTls).ok();
-        // Until the database and the claim are replayed the query fails or counts 0: "not yet".
-        standby.as_mut().is_some_and(|c| {
-            c.query_one("SELECT count(*) FROM distlock.running_tasks WHERE task_id = 1", &[])
-                .is_ok_and(|row| row.get::<_, i64>(0) == 1)
-        })
-    });
-    let mut standby = standby.expect("standby");
+    let mut standby = standby_showing(
+        &db,
+        "the standby to replay the claim",
+        "SELECT count(*) FROM distlock.running_tasks WHERE task_id = 1",
+    );
     assert_eq!(lease_backend_alive(&mut standby, "postgres", 1), "null");
     assert_eq!(
         scalar(&mut standby, "SELECT row(distlock.lease_backend_connected(1), distlock.lease_backend_alive(1))::text").as_deref(),

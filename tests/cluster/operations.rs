@@ -11,22 +11,8 @@ fn claims_are_refused_on_a_standby() {
     connect(&db)
         .batch_execute("INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) VALUES ('t', 'x', now())")
         .expect("task");
-    let mut standby = None;
-    eventually("the standby to replay the database", Duration::from_secs(30), || {
-        standby = Client::connect(
-            &format!("host=127.0.0.1 port={} user=postgres dbname={db}", standby_port()),
-            NoTls,
-        )
-        .ok()
-        .filter(|_| true);
-        // The database can show up before CREATE EXTENSION is replayed:
-        // until then the query fails, which means "not yet".
-        standby.as_mut().is_some_and(|c| {
-            c.query_one("SELECT count(*) FROM distlock.scheduled_tasks", &[])
-                .is_ok_and(|row| row.get::<_, i64>(0) == 1)
-        })
-    });
-    let mut standby = standby.expect("standby");
+    let mut standby =
+        standby_showing(&db, "the standby to replay the database", "SELECT count(*) FROM distlock.scheduled_tasks");
     for call in [
         "SELECT distlock.try_acquire_task_lock(1, 'w')",
         "SELECT * FROM distlock.worker_fetch_and_execute_task('w')",

@@ -205,3 +205,17 @@ pub fn refused(c: &mut Client, role: &str, sql: &str) {
     let result = as_role(c, role, |c| c.simple_query(sql));
     assert_eq!(sqlstate(result), "42501", "{role}: {sql} must be refused");
 }
+
+/// A connection to database `db` on the standby once `count_sql` (a count)
+/// reads 1 there. The database can show up before what the primary did in
+/// it is replayed: until then the query fails or counts 0, "not yet".
+pub fn standby_showing(db: &str, what: &str, count_sql: &str) -> Client {
+    let mut standby = None;
+    eventually(what, Duration::from_secs(30), || {
+        standby = Client::connect(&format!("host=127.0.0.1 port={} user=postgres dbname={db}", standby_port()), NoTls).ok();
+        standby
+            .as_mut()
+            .is_some_and(|c| c.query_one(count_sql, &[]).is_ok_and(|row| row.get::<_, i64>(0) == 1))
+    });
+    standby.expect("standby")
+}
