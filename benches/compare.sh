@@ -44,7 +44,7 @@ for i in $(seq 1 "$rounds"); do
   for build in old new; do
     echo "== round $i: $build"
     install_package "$out/pkg-$build" "$private"
-    BENCH_INSTALL=0 "benches/$script" >"$out/${build}_$i.txt" 2>&1
+    BENCH_INSTALL=0 BENCH_LATENCY_SAMPLES="$out/${build}_$i.samples" "benches/$script" >"$out/${build}_$i.txt" 2>&1
   done
 done
 

@@ -7,6 +7,8 @@
 # matplotlib can be installed (BENCH_UPDATE_PLOT=1 draws the committed
 # benches/queue_throughput.png instead). Measurements, not pass/fail tests.
 # BENCH_LATENCY_ONLY=1: the latency and idle-CPU points alone.
+# BENCH_LATENCY_SAMPLES=FILE: every wake-up latency sample ("mode ms" lines),
+# so that the tail of several runs can be read together.
 #   BENCH_SECONDS=8 benches/queue.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -164,6 +166,9 @@ consumers poll
 percentile() {
   psql_on "$port" -c "SELECT round(percentile_cont($2) WITHIN GROUP (ORDER BY ms)::numeric, 2) FROM public.latency WHERE mode = '$1'"
 }
+if [ -n "${BENCH_LATENCY_SAMPLES:-}" ]; then
+  psql_on "$port" -F ' ' -c "SELECT mode, ms FROM public.latency" >"$BENCH_LATENCY_SAMPLES"
+fi
 for q in 0.5 0.99; do
   row "enqueue to start, ms, p$(awk -v q=$q 'BEGIN { print q * 100 }'): polling 100 ms vs waiting" \
     "$(percentile poll $q)" "$(percentile wait $q)" "$(ratio "$(percentile poll $q)" "$(percentile wait $q)")"
