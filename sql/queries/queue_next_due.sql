@@ -14,7 +14,11 @@ SELECT due, queue
   FROM ((SELECT GREATEST(lease_expires_at, $1 OPERATOR(pg_catalog.+) interval '1 second') AS due, queue
            FROM distlock.task_queue
           WHERE status OPERATOR(pg_catalog.=) 'processing'
-            AND lease_expires_at IS NOT NULL
+            -- An index condition: the walk from the low end of the lease
+            -- index stops at $2 rather than at the first live lease, past
+            -- the dead versions a held snapshot leaves there (consume.rs,
+            -- NEXT_DUE_HORIZON_US).
+            AND lease_expires_at OPERATOR(pg_catalog.<=) $2
             AND ($4 IS NULL OR queue OPERATOR(pg_catalog.=) ANY ($4))
             AND (NOT EXISTS (SELECT FROM distlock.queue_settings s WHERE s.paused)
                  OR queue OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT s.queue FROM distlock.queue_settings s WHERE s.paused)))

@@ -135,8 +135,10 @@ pub(crate) fn claim_from(
         let mut furthest: Option<Place> = None;
         let before = jobs.len();
         let mut run_statement = || {
-            client
-                .select(&*stmt, None, &arguments)
+            let ordered = starts_anywhere.then(crate::plans::ordered_scans);
+            let rows = client.select(&*stmt, None, &arguments);
+            drop(ordered);
+            rows
                 .and_then(|rows| {
                     for row in rows {
                         if row.get::<bool>(8)? != Some(true) {
@@ -170,10 +172,12 @@ pub(crate) fn claim_from(
                 .or_raise();
             made_dead + (jobs.len() - before)
         };
+        let cpu_before = crate::cpu_time::micros();
         let returned = run_statement();
         end.made_dead |= made_dead > 0;
         if starts_anywhere {
-            claim_start::claimed(start_queue, role, from, furthest, now_us, position);
+            let cost = claim_start::ClaimCost { cpu_us: crate::cpu_time::micros() - cpu_before, jobs: jobs.len() - before };
+            claim_start::claimed(start_queue, role, from, furthest, now_us, position, cost);
         }
         if !from.complete && (returned as i64) < wanted {
             // The index may hold runnable jobs before where this claim started.

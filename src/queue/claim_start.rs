@@ -29,7 +29,9 @@
 //! entry (a backend still running a library older than the log, a change
 //! by hand, a change to a role's scopes) puts a job behind where claims
 //! start, and a backend starts from the head again at least every
-//! `HEAD_EVERY_WITH_LOG_US`. A transaction that claimed and rolled back
+//! `HEAD_EVERY_WITH_LOG_US`, or `HEAD_READ_SPACING` times the CPU time its
+//! last read from the head took when that was longer (a held snapshot), up
+//! to `HEAD_EVERY_MOST_US`. A transaction that claimed and rolled back
 //! makes its own backend start from the head.
 
 use pgrx::pg_sys::{self, TimestampTz};
@@ -42,6 +44,20 @@ use crate::text::Text;
 /// the index from the head again: without the runnable log, and with it.
 pub(crate) const HEAD_EVERY_US: i64 = 100_000;
 pub(crate) const HEAD_EVERY_WITH_LOG_US: i64 = 1_000_000;
+
+/// With the log, a read from the head is only the net for what writes no
+/// log entry. While a snapshot is held (an analytics query, a forgotten
+/// `BEGIN`), nothing can remove or mark dead the index entries of the jobs
+/// claimed since, so such a read steps over every one of them and takes
+/// ever longer (0.3 s after a minute of 13,000 jobs/s): sixteen consumers
+/// reading from the head every second spent more CPU on it than the
+/// machine had. A backend reads from the head again only after this many
+/// times the CPU time its last such read took (not the clock's: a read
+/// that waited for a lock cost nothing meanwhile), and at least every
+/// `HEAD_EVERY_MOST_US`: reads that cost more than 10 ms of CPU (a held
+/// snapshot, or claims of hundreds of large jobs) are spaced out.
+pub(crate) const HEAD_READ_SPACING: i64 = 100;
+pub(crate) const HEAD_EVERY_MOST_US: i64 = 60_000_000;
 
 /// Where a claim starts, and whether reading from there reads every job it
 /// could claim (false: jobs may lie before it that the runnable log did
@@ -74,6 +90,9 @@ struct QueueStart {
     place: Place,
     since: TimestampTz,
     position: Option<u64>,
+    /// The CPU time its last read from the head took (microseconds) beyond
+    /// what claiming the jobs it claimed costs (see `CLAIM_CPU_PER_JOB_US`).
+    head_read_us: i64,
 }
 
 /// A consumer of a handful of queues keeps a handful of starts; more than
@@ -81,7 +100,24 @@ struct QueueStart {
 const MOST_STARTS: usize = 16;
 
 thread_local! {
+    /// What claiming one job costs this backend in CPU time, read from its
+    /// last claim after a place that claimed any: a read from the head that
+    /// claims a thousand large jobs is not slow for what it steps over.
+    /// Until a backend knows (its first claims read from the head), its
+    /// reads from the head count as cheap.
+    static CLAIM_CPU_PER_JOB_US: std::cell::Cell<Option<i64>> = const { std::cell::Cell::new(None) };
     static STARTS: std::cell::RefCell<Vec<QueueStart>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// How long a backend keeps starting after its last job, the runnable log
+/// vouching for what lies behind it or not, its last read from the head
+/// having cost `head_read_us` of CPU beyond what claiming its jobs costs.
+pub(crate) fn head_every(vouched: bool, head_read_us: i64) -> i64 {
+    if vouched {
+        head_read_us.saturating_mul(HEAD_READ_SPACING).clamp(HEAD_EVERY_WITH_LOG_US, HEAD_EVERY_MOST_US)
+    } else {
+        HEAD_EVERY_US
+    }
 }
 
 /// Where the next claim from `queue` by `role` starts at time `now`, the
@@ -92,9 +128,8 @@ pub(crate) fn start(queue: Option<&Text>, role: pg_sys::Oid, now: TimestampTz, p
         let Some(at) = starts.iter().position(|s| s.queue.as_ref() == queue && s.role == role) else {
             return Origin::HEAD;
         };
-        let QueueStart { place, since, position: found_at, .. } = starts[at];
-        let head_every = if found_at.is_some() && position.is_some() { HEAD_EVERY_WITH_LOG_US } else { HEAD_EVERY_US };
-        if now - since >= head_every || now < since {
+        let QueueStart { place, since, position: found_at, head_read_us, .. } = starts[at];
+        if now - since >= head_every(found_at.is_some() && position.is_some(), head_read_us) || now < since {
             starts.swap_remove(at);
             return Origin::HEAD;
         }
@@ -117,8 +152,16 @@ pub(crate) fn start(queue: Option<&Text>, role: pg_sys::Oid, now: TimestampTz, p
     })
 }
 
+/// What a claim statement cost: its CPU time (not the clock's: a claim that
+/// waited for a lock cost nothing meanwhile) and the jobs it handed out.
+#[derive(Clone, Copy)]
+pub(crate) struct ClaimCost {
+    pub cpu_us: i64,
+    pub jobs: usize,
+}
+
 /// After a claim from `queue` by `role` that started `from` with the runnable log at
-/// `position` and claimed up to `furthest` (None: nothing): the next
+/// `position`, cost `cost` and claimed up to `furthest` (None: nothing): the next
 /// starts there, or from the head when this one read from the head and
 /// claimed nothing.
 pub(crate) fn claimed(
@@ -128,7 +171,17 @@ pub(crate) fn claimed(
     furthest: Option<Place>,
     now: TimestampTz,
     position: Option<u64>,
+    cost: ClaimCost,
 ) {
+    let ClaimCost { cpu_us, jobs } = cost;
+    let per_job = CLAIM_CPU_PER_JOB_US.with(|per_job| {
+        if from.place != Place::HEAD && jobs > 0 {
+            per_job.set(Some(cpu_us / jobs as i64));
+        }
+        per_job.get()
+    });
+    let head_read_beyond_jobs =
+        per_job.map_or(0, |per_job| cpu_us.saturating_sub(per_job.saturating_mul(jobs as i64)).max(0));
     // What the log said holds from where the claim ended only when it read
     // every job it could claim before that.
     let position = position.filter(|_| from.complete);
@@ -154,13 +207,16 @@ pub(crate) fn claimed(
                 starts[at].position = position;
                 if from.place == Place::HEAD {
                     starts[at].since = now;
+                    starts[at].head_read_us = head_read_beyond_jobs;
                 }
             }
             (None, Some(place)) => {
                 if starts.len() >= MOST_STARTS {
                     starts.clear();
                 }
-                starts.push(QueueStart { queue: queue.cloned(), role, place, since: now, position });
+                // A first claim reads from the head: what it took is what the next costs.
+                let head_read_us = if from.place == Place::HEAD { head_read_beyond_jobs } else { 0 };
+                starts.push(QueueStart { queue: queue.cloned(), role, place, since: now, position, head_read_us });
             }
             (None, None) => {}
         }

@@ -59,6 +59,21 @@ mod tests {
         }
     }
 
+    /// With the runnable log, reading from the head is a net whose cost
+    /// grows while a held snapshot keeps the claimed jobs' entries at the
+    /// head: it is spaced by its own CPU time, up to a minute. Without the
+    /// log it is how a job behind the start is found, every tenth of a
+    /// second.
+    #[pg_test]
+    fn queue_reads_from_the_head_are_spaced_by_their_cost_up_to_a_minute_only_with_the_log() {
+        use crate::queue::claim_start::head_every;
+        assert_eq!(head_every(true, 2_000), 1_000_000, "a quick read: once a second");
+        assert_eq!(head_every(true, 300_000), 30_000_000, "0.3 s: once in 30 s");
+        assert_eq!(head_every(true, 5_000_000), 60_000_000, "however long: at least once a minute");
+        assert_eq!(head_every(true, i64::MAX), 60_000_000);
+        assert_eq!(head_every(false, 300_000), 100_000, "no log: every tenth of a second whatever it costs");
+    }
+
     /// Jobs a rolled-back claim took are runnable again behind where the
     /// backend's claims would start: it starts from the head again.
     #[pg_test]

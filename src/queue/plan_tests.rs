@@ -69,6 +69,9 @@ mod tests {
             "now(), now() + interval '1 second', NULL, ARRAY['default']",
         );
         assert!(plan.contains("task_queue_due_idx"), "{plan}");
+        // Leases up to the horizon only: the walk of the lease index stops
+        // there, not at the first live lease past every dead version before it.
+        assert!(plan.contains("Index Cond: (lease_expires_at <= $2)"), "{plan}");
     }
 
     /// A claim that starts after the last job its backend claimed goes
@@ -99,6 +102,36 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n");
             assert!(scan.contains("ROW(run_after, id) >= ROW("), "{plan}");
+        }
+    }
+
+    /// A claim reads the runnable jobs along its index in order however the
+    /// planner prices that (plans::ordered_scans): with costs under which
+    /// collecting and sorting every runnable job looks cheaper, as the dead
+    /// rows of a held snapshot made it look, the plan a claim is made with
+    /// still reads its index in order, and the caller's settings come back.
+    #[pg_test]
+    fn queue_claims_read_their_index_in_order_whatever_the_estimates() {
+        // No ANALYZE (statistics are written outside the transaction, under
+        // the tests running beside this one): a random page this dear makes
+        // a sort look cheaper whatever the statistics.
+        run("SET LOCAL random_page_cost = 1000");
+        let claims = [
+            (include_str!("../../sql/queries/queue_consume.sql"), "64, 'w', '5 minutes', 10, now(), NULL, 0, now(), 1"),
+            (
+                include_str!("../../sql/queries/queue_consume_queue.sql"),
+                "64, 'w', '5 minutes', 10, now(), NULL, 'default', false, 0, now(), 1",
+            ),
+        ];
+        for (sql, args) in claims {
+            let unguarded = generic_plan(sql, args);
+            assert!(unguarded.contains("Sort"), "these costs make sorting look cheaper:\n{unguarded}");
+            let guarded = {
+                let _ordered = crate::plans::ordered_scans();
+                generic_plan(sql, args)
+            };
+            assert!(!guarded.contains("Sort") && !guarded.contains("Bitmap"), "{guarded}");
+            assert!(unsafe { pg_sys::enable_sort && pg_sys::enable_bitmapscan }, "the settings restored");
         }
     }
 }
