@@ -38,3 +38,11 @@ pub fn assert_sqlstate(call: &str, state: &str) {
          END $test$"
     ));
 }
+
+/// Waits until no other test that plans claims or grows the queue by
+/// thousands of rows runs, until the end of the transaction: the planner
+/// scales the statistics by the table's current size, so a test's plans
+/// change while another fills the table beside it (queue/plan_tests.rs).
+pub fn queue_plans_to_myself() {
+    run("SELECT pg_advisory_xact_lock(46, 46)");
+}
