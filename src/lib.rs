@@ -8,7 +8,6 @@ mod backend_status;
 mod client_connection;
 mod compat;
 mod coordination;
-mod cpu_time;
 mod errors;
 mod gucs;
 mod hashing;

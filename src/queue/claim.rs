@@ -123,6 +123,12 @@ pub(crate) fn claim_from(
         // Read before the statement's snapshot is taken.
         let position = claim_start::log_position();
         let from = if from_head { Origin::HEAD } else { claim_start::start(start_queue, role, now_us, position) };
+        // Read before the statement: a prepared transaction that ends after
+        // it may make jobs runnable behind where it ends (claim_start.rs).
+        let prepared = starts_anywhere
+            && from.place == Place::HEAD
+            && position.is_some()
+            && super::prepared::prepared_transactions_here(client);
         if starts_anywhere {
             let place = from.place;
             let run_after = if place.run_after == Place::HEAD.run_after {
@@ -172,12 +178,13 @@ pub(crate) fn claim_from(
                 .or_raise();
             made_dead + (jobs.len() - before)
         };
-        let cpu_before = crate::cpu_time::micros();
+        let read_before = super::entries_read::runnable_entries_read();
         let returned = run_statement();
         end.made_dead |= made_dead > 0;
         if starts_anywhere {
-            let cost = claim_start::ClaimCost { cpu_us: crate::cpu_time::micros() - cpu_before, jobs: jobs.len() - before };
-            claim_start::claimed(start_queue, role, from, furthest, now_us, position, cost);
+            let stepped_over = (super::entries_read::runnable_entries_read() - read_before - returned as i64).max(0);
+            let head_read = claim_start::HeadRead { stepped_over, prepared };
+            claim_start::claimed(start_queue, role, from, furthest, now_us, position, head_read);
         }
         if !from.complete && (returned as i64) < wanted {
             // The index may hold runnable jobs before where this claim started.

@@ -15,7 +15,7 @@ use super::payload::Payload;
 use super::resolve_worker;
 use super::wake::{self, Due, Sleeper, WakeUp};
 use crate::errors::{int_in_range, interval_micros, raise_with_hint, OrRaise};
-use crate::plans::{first_two, first_value, plan, types};
+use crate::plans::{first_two, plan, types};
 use crate::scopes::{self, Capability, Scope};
 
 pub(crate) const MAX_BATCH: i32 = 1000;
@@ -257,24 +257,6 @@ fn next_due(client: &SpiClient<'_>, now: pg_sys::TimestampTz, scope: &Scope, rou
         })
 }
 
-/// Whether this database has a prepared transaction (never, without a
-/// server that allows them: max_prepared_transactions is 0 by default).
-fn prepared_transactions_here(client: &SpiClient<'_>) -> bool {
-    thread_local! {
-        static ALLOWED: std::cell::OnceCell<bool> = const { std::cell::OnceCell::new() };
-    }
-    let allowed = ALLOWED.with(|allowed| {
-        *allowed.get_or_init(|| {
-            let setting = unsafe { pg_sys::GetConfigOption(c"max_prepared_transactions".as_ptr(), true, false) };
-            !setting.is_null() && unsafe { std::ffi::CStr::from_ptr(setting) }.to_bytes() != b"0"
-        })
-    });
-    allowed && {
-        let stmt = plan(client, include_str!("../../sql/queries/queue_prepared_here.sql"), &[]);
-        client.select(&*stmt, None, &[]).and_then(first_value::<bool>).or_raise().unwrap_or(false)
-    }
-}
-
 /// A wait of `p_wait` in microseconds; NULL or zero means none.
 fn wait_micros(p_wait: Option<Interval>) -> i64 {
     let Some(wait) = p_wait else { return 0 };
@@ -366,22 +348,26 @@ pub(crate) fn consume_after(
                     };
                     sleeper = Some(Sleeper::new(queues, matches!(*scope, Scope::Prefixes(_)), p_batch));
                 }
-                let prepared = sleeper.is_some() && prepared_transactions_here(client);
+                let prepared = sleeper.is_some() && super::prepared::prepared_transactions_here(client);
                 let claimant = Claimant { worker, lease, scope: &scope };
                 let mut look = claim(client, p_batch, &claimant, &route);
                 look.changed |= settled;
-                let due = if look.jobs.is_empty() && sleeper.is_some() {
-                    let due = next_due(client, clock_now(), &scope, &route);
-                    if prepared {
+                // When to look again if nothing comes due before: the
+                // horizon of the read that found nothing due.
+                let (due, horizon) = if look.jobs.is_empty() && sleeper.is_some() {
+                    let read_at = clock_now();
+                    let due = next_due(client, read_at, &scope, &route);
+                    let due = if prepared {
                         let in_a_second = Due { at: clock_now() + 1_000_000, queue: 0 };
                         Some(due.filter(|due| due.at <= in_a_second.at).unwrap_or(in_a_second))
                     } else {
                         due
-                    }
+                    };
+                    (due, read_at.saturating_add(NEXT_DUE_HORIZON_US))
                 } else {
-                    None
+                    (None, pg_sys::TimestampTz::MAX)
                 };
-                (look, due)
+                (look, due, horizon)
             })
         };
         // A call that may sleep looks in a subtransaction, rolled back when
@@ -389,8 +375,8 @@ pub(crate) fn consume_after(
         // the queue's tables and indexes, and on rows a claim locked but did
         // not take) go before it sleeps, so that no DDL, TRUNCATE or settle
         // waits for a sleeping consumer, nor every enqueue behind that DDL.
-        let (look, due) = if in_subtransaction {
-            crate::subtransaction::run_keeping_if(look_once, |(look, _)| !look.jobs.is_empty() || look.changed)
+        let (look, due, horizon) = if in_subtransaction {
+            crate::subtransaction::run_keeping_if(look_once, |(look, _, _)| !look.jobs.is_empty() || look.changed)
         } else {
             look_once()
         };
@@ -447,7 +433,7 @@ pub(crate) fn consume_after(
         if let Some(sleeper) = &sleeper {
             require_read_committed();
             // Nothing due within the horizon of next_due: look again there.
-            let until = due.unwrap_or(now.saturating_add(NEXT_DUE_HORIZON_US)).min(deadline);
+            let until = due.unwrap_or(horizon).min(deadline);
             woken = sleeper.sleep((until - now + 999) / 1000);
             slept = true;
         }

@@ -1,0 +1,28 @@
+//! Whether the database has a prepared transaction: its jobs (enqueued,
+//! or claimed and given back) become runnable at COMMIT or ROLLBACK
+//! PREPARED, in a session that wakes no consumer and writes no runnable log
+//! entry, so consumers watch for them (consume.rs, claim_start.rs).
+
+use pgrx::pg_sys;
+use pgrx::spi::SpiClient;
+
+use crate::errors::OrRaise;
+use crate::plans::{first_value, plan};
+
+/// Whether this database has a prepared transaction (never, without a
+/// server that allows them: max_prepared_transactions is 0 by default).
+pub(crate) fn prepared_transactions_here(client: &SpiClient<'_>) -> bool {
+    thread_local! {
+        static ALLOWED: std::cell::OnceCell<bool> = const { std::cell::OnceCell::new() };
+    }
+    let allowed = ALLOWED.with(|allowed| {
+        *allowed.get_or_init(|| {
+            let setting = unsafe { pg_sys::GetConfigOption(c"max_prepared_transactions".as_ptr(), true, false) };
+            !setting.is_null() && unsafe { std::ffi::CStr::from_ptr(setting) }.to_bytes() != b"0"
+        })
+    });
+    allowed && {
+        let stmt = plan(client, include_str!("../../sql/queries/queue_prepared_here.sql"), &[]);
+        client.select(&*stmt, None, &[]).and_then(first_value::<bool>).or_raise().unwrap_or(false)
+    }
+}
