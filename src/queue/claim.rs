@@ -123,12 +123,9 @@ pub(crate) fn claim_from(
         // Read before the statement's snapshot is taken.
         let position = claim_start::log_position();
         let from = if from_head { Origin::HEAD } else { claim_start::start(start_queue, role, now_us, position) };
-        // Read before the statement: a prepared transaction that ends after
-        // it may make jobs runnable behind where it ends (claim_start.rs).
-        let prepared = starts_anywhere
-            && from.place == Place::HEAD
-            && position.is_some()
-            && super::prepared::prepared_transactions_here(client);
+        // Before the statement: every version it steps over was made dead
+        // by a transaction before this one (claim_start.rs).
+        let next_xid = unsafe { pg_sys::ReadNextTransactionId() };
         if starts_anywhere {
             let place = from.place;
             let run_after = if place.run_after == Place::HEAD.run_after {
@@ -183,7 +180,7 @@ pub(crate) fn claim_from(
         end.made_dead |= made_dead > 0;
         if starts_anywhere {
             let stepped_over = (super::entries_read::runnable_entries_read() - read_before - returned as i64).max(0);
-            let head_read = claim_start::HeadRead { stepped_over, prepared };
+            let head_read = claim_start::HeadRead { stepped_over, next_xid };
             claim_start::claimed(start_queue, role, from, furthest, now_us, position, head_read);
         }
         if !from.complete && (returned as i64) < wanted {

@@ -29,14 +29,11 @@
 //! entry (a backend still running a library older than the log, a change
 //! by hand, a change to a role's scopes, COMMIT or ROLLBACK PREPARED) puts
 //! a job behind where claims start, and a backend starts from the head
-//! again at least every `HEAD_EVERY_WITH_LOG_US`, or later when its last
-//! read from the head stepped over many index entries (a held snapshot):
-//! `HEAD_EVERY_PER_ENTRY_US` per entry, up to `HEAD_EVERY_MOST_US`. Since a
-//! transaction that enqueued or claimed jobs was prepared (its PREPARE
-//! writes a mark in the log), it is every `HEAD_EVERY_WITH_LOG_US` again
-//! until a read from the head finds no prepared transaction in the
-//! database. A transaction that claimed and rolled back makes its own
-//! backend start from the head.
+//! again at least every `HEAD_EVERY_WITH_LOG_US`, or later while its last
+//! read from the head stepped over many index entries that nothing could
+//! remove or mark dead since (a held snapshot): `HEAD_EVERY_PER_ENTRY_US`
+//! per entry, up to `HEAD_EVERY_MOST_US`. A transaction that claimed and
+//! rolled back makes its own backend start from the head.
 
 use pgrx::pg_sys::{self, TimestampTz};
 
@@ -61,7 +58,16 @@ pub(crate) const HEAD_EVERY_WITH_LOG_US: i64 = 1_000_000;
 /// costs about 0.3 us (measured here: 40,000 entries of claimed jobs in
 /// 12 ms; 800,000 in 0.3 s), so such reads take under 0.2 % of a backend's
 /// time, and a read that stepped over fewer than 5,000 entries (no held
-/// snapshot: the rows other consumers hold) is repeated within a second. Entries, not time: a read that waited for a
+/// snapshot: the rows other consumers hold) is repeated within a second.
+/// Only while the entries it stepped over may still be there: once the
+/// xmin horizon has passed the transactions that were running when it
+/// began, every one of them is dead to all and the read has marked it so
+/// (or vacuum removes it), and the next costs little, so it comes within
+/// `HEAD_EVERY_WITH_LOG_US` again. Without that, a read after a burst of
+/// claims with no snapshot held put the next off by 200 us for each entry
+/// it had just marked dead (the third review), and so did the end of a
+/// hold, a prepared transaction's included, whose COMMIT or ROLLBACK
+/// PREPARED may have made jobs runnable behind the place. Entries, not time: a read that waited for a
 /// lock, ran on a starved CPU or returned a thousand large jobs stepped
 /// over nothing (see entries_read.rs).
 pub(crate) const HEAD_EVERY_PER_ENTRY_US: i64 = 200;
@@ -100,10 +106,9 @@ struct QueueStart {
     position: Option<u64>,
     /// What its last read from the head stepped over.
     head_read: HeadRead,
-    /// A transaction that enqueued or claimed jobs was prepared, before
-    /// that read or since: the next read from the head comes within
-    /// `HEAD_EVERY_WITH_LOG_US`, however dear.
-    prepared: bool,
+    /// When it last found that the entries that read stepped over may
+    /// still be there (see `stepped_over_is_gone`).
+    horizon_checked: TimestampTz,
 }
 
 /// A consumer of a handful of queues keeps a handful of starts; more than
@@ -116,15 +121,24 @@ thread_local! {
 
 /// How long a backend keeps starting after its last job, the runnable log
 /// vouching for what lies behind it or not, its last read from the head
-/// having stepped over `stepped_over` index entries, a transaction that
-/// enqueued or claimed jobs `prepared` since before that read or not.
-pub(crate) fn head_every(vouched: bool, stepped_over: i64, prepared: bool) -> i64 {
-    match (vouched, prepared) {
-        (false, _) => HEAD_EVERY_US,
-        (true, true) => HEAD_EVERY_WITH_LOG_US,
-        (true, false) => stepped_over
-            .saturating_mul(HEAD_EVERY_PER_ENTRY_US)
-            .clamp(HEAD_EVERY_WITH_LOG_US, HEAD_EVERY_MOST_US),
+/// having stepped over `stepped_over` index entries that may still be
+/// there.
+pub(crate) fn head_every(vouched: bool, stepped_over: i64) -> i64 {
+    if vouched {
+        stepped_over.saturating_mul(HEAD_EVERY_PER_ENTRY_US).clamp(HEAD_EVERY_WITH_LOG_US, HEAD_EVERY_MOST_US)
+    } else {
+        HEAD_EVERY_US
+    }
+}
+
+/// Whether every row version whose index entry a read from the head that
+/// began with `next_xid` as the next transaction id stepped over is dead to
+/// all by now: the xmin horizon (of every database, and replication slots:
+/// the cautious one) has reached it.
+fn stepped_over_is_gone(next_xid: pg_sys::TransactionId) -> bool {
+    unsafe {
+        let horizon = pg_sys::GetOldestNonRemovableTransactionId(std::ptr::null_mut());
+        pg_sys::TransactionIdFollowsOrEquals(horizon, next_xid)
     }
 }
 
@@ -136,9 +150,21 @@ pub(crate) fn start(queue: Option<&Text>, role: pg_sys::Oid, now: TimestampTz, p
         let Some(at) = starts.iter().position(|s| s.queue.as_ref() == queue && s.role == role) else {
             return Origin::HEAD;
         };
-        let QueueStart { place, since, position: found_at, head_read, prepared, .. } = starts[at];
+        let QueueStart { place, since, position: found_at, head_read, horizon_checked, .. } = starts[at];
         let vouched = found_at.is_some() && position.is_some();
-        if now - since >= head_every(vouched, head_read.stepped_over, prepared) || now < since {
+        let every = head_every(vouched, head_read.stepped_over);
+        let elapsed = now - since;
+        let mut from_head = elapsed >= every || now < since;
+        // Looked at most once a second: it reads every backend's xmin.
+        if !from_head
+            && every > HEAD_EVERY_WITH_LOG_US
+            && elapsed >= HEAD_EVERY_WITH_LOG_US
+            && now - horizon_checked >= HEAD_EVERY_WITH_LOG_US
+        {
+            starts[at].horizon_checked = now;
+            from_head = stepped_over_is_gone(head_read.next_xid);
+        }
+        if from_head {
             starts.swap_remove(at);
             return Origin::HEAD;
         }
@@ -148,24 +174,11 @@ pub(crate) fn start(queue: Option<&Text>, role: pg_sys::Oid, now: TimestampTz, p
         let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
         let queue = queue.map(|queue| super::wake::queue_hash(queue.bytes()));
         let mut earliest = place;
-        let mut prepared_since = false;
-        let read = log.read(after, upto, database, queue, |key| {
-            if key == runnable_log::PREPARED {
-                prepared_since = true;
-            } else {
-                let (priority, run_after, id) = key;
-                earliest = earliest.min(Place { priority, run_after, id });
-            }
+        let read = log.read(after, upto, database, queue, |(priority, run_after, id)| {
+            earliest = earliest.min(Place { priority, run_after, id });
         });
         if read.is_err() {
             return Origin { place, complete: false };
-        }
-        if prepared_since {
-            starts[at].prepared = true;
-            if now - since >= HEAD_EVERY_WITH_LOG_US {
-                starts.swap_remove(at);
-                return Origin::HEAD;
-            }
         }
         if let Some(uncommitted) = super::wake::uncommitted_earliest(queue) {
             earliest = earliest.min(uncommitted);
@@ -176,12 +189,12 @@ pub(crate) fn start(queue: Option<&Text>, role: pg_sys::Oid, now: TimestampTz, p
 
 /// What a read from the head met: how many index entries it stepped over
 /// (read, less the rows it returned: the dead versions a held snapshot
-/// keeps, rows other consumers hold), and whether the database had a
-/// prepared transaction when it began.
+/// keeps, rows other consumers hold), and the next transaction id when it
+/// began (every version it stepped over was made dead before that).
 #[derive(Clone, Copy, Default, Debug, PartialEq)]
 pub(crate) struct HeadRead {
     pub stepped_over: i64,
-    pub prepared: bool,
+    pub next_xid: pg_sys::TransactionId,
 }
 
 /// After a claim from `queue` by `role` that started `from` with the
@@ -224,7 +237,7 @@ pub(crate) fn claimed(
                 if from.place == Place::HEAD {
                     starts[at].since = now;
                     starts[at].head_read = head_read;
-                    starts[at].prepared = head_read.prepared;
+                    starts[at].horizon_checked = now;
                 }
             }
             (None, Some(place)) => {
@@ -240,7 +253,7 @@ pub(crate) fn claimed(
                     since: now,
                     position,
                     head_read,
-                    prepared: head_read.prepared,
+                    horizon_checked: now,
                 });
             }
             (None, None) => {}

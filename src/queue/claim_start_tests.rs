@@ -61,19 +61,17 @@ mod tests {
 
     /// With the runnable log, reading from the head is a net whose cost
     /// grows while a held snapshot keeps the claimed jobs' entries at the
-    /// head: it is spaced by the entries it stepped over, up to a minute,
-    /// and every second while a transaction that claimed or enqueued is
-    /// prepared. Without the log it is how a job behind the start is found,
-    /// every tenth of a second.
+    /// head: it is spaced by the entries it stepped over, up to a minute.
+    /// Without the log it is how a job behind the start is found, every
+    /// tenth of a second.
     #[pg_test]
     fn queue_reads_from_the_head_are_spaced_by_what_they_stepped_over_up_to_a_minute_only_with_the_log() {
         use crate::queue::claim_start::head_every;
-        assert_eq!(head_every(true, 2_000, false), 1_000_000, "a read over 2,000 entries: once a second");
-        assert_eq!(head_every(true, 150_000, false), 30_000_000, "150,000 entries: once in 30 s");
-        assert_eq!(head_every(true, 5_000_000, false), 60_000_000, "however many: at least once a minute");
-        assert_eq!(head_every(true, i64::MAX, false), 60_000_000);
-        assert_eq!(head_every(true, 150_000, true), 1_000_000, "a prepared transaction: once a second");
-        assert_eq!(head_every(false, 150_000, false), 100_000, "no log: every tenth of a second whatever it costs");
+        assert_eq!(head_every(true, 2_000), 1_000_000, "a read over 2,000 entries: once a second");
+        assert_eq!(head_every(true, 150_000), 30_000_000, "150,000 entries: once in 30 s");
+        assert_eq!(head_every(true, 5_000_000), 60_000_000, "however many: at least once a minute");
+        assert_eq!(head_every(true, i64::MAX), 60_000_000);
+        assert_eq!(head_every(false, 150_000), 100_000, "no log: every tenth of a second whatever it costs");
     }
 
     /// A read from the head counts the index entries it stepped over

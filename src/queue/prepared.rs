@@ -1,7 +1,7 @@
 //! Whether the database has a prepared transaction: its jobs (enqueued,
 //! or claimed and given back) become runnable at COMMIT or ROLLBACK
 //! PREPARED, in a session that wakes no consumer and writes no runnable log
-//! entry, so consumers watch for them (consume.rs, claim_start.rs).
+//! entry, so waiting consumers watch for them (consume.rs).
 
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;

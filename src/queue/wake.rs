@@ -154,20 +154,14 @@ fn send(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>) {
 }
 
 /// A prepared transaction's jobs (enqueued, or claimed and given back by
-/// ROLLBACK PREPARED) become runnable in a session that wakes nobody and
-/// writes no runnable log entry, maybe long after. So every sleeper of its
-/// queues looks now: it finds the prepared transaction and, while that
-/// lasts, looks once a second (queue_next_due.sql); a sleeper that slept
-/// since before the PREPARE would otherwise sleep to its deadline. And the
-/// log is marked, so that claims read from the head within a second until
-/// they find no prepared transaction (claim_start.rs).
+/// ROLLBACK PREPARED) become runnable in a session that wakes nobody, maybe
+/// long after. So every sleeper of its queues looks now: it finds the
+/// prepared transaction and, while that lasts, looks once a second
+/// (queue_next_due.sql); a sleeper that slept since before the PREPARE would
+/// otherwise sleep to its deadline.
 fn look_while_prepared(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>) {
     let wakes = list.with(|w| std::mem::take(&mut *w.borrow_mut()));
-    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
     for wake in wakes {
-        if let Some(log) = runnable_log::log() {
-            log.write(database, wake.queue, runnable_log::PREPARED);
-        }
         wake_sleepers(Wake { queue: wake.queue, count: usize::MAX, sleeping_past: None, earliest: None });
     }
     old_library_sleepers();

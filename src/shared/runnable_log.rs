@@ -25,12 +25,6 @@ const SEGMENT_NAME: &CStr = c"pg_distlock runnable log v1";
 /// A place in the claim's index: priority (descending), run_after, id.
 pub type Key = (i32, i64, i64);
 
-/// Not a place (no job has id `i64::MIN`): a transaction that enqueued or
-/// claimed jobs of the entry's queue was prepared. COMMIT or ROLLBACK
-/// PREPARED, which may run in any session, write no entry, and may make
-/// those jobs runnable anywhere later.
-pub const PREPARED: Key = (i32::MIN, i64::MIN, i64::MIN);
-
 #[repr(C)]
 struct Entry {
     /// The entry's number; 0 while it is being written (or never was).
