@@ -143,19 +143,37 @@ fn a_resumed_queues_older_jobs_come_next_to_a_consumer_of_every_queue() {
     assert_eq!(consume(&mut consumer, "NULL"), Some(next));
 }
 
+/// Claims along `route` until a claim gets a job, within `within`: job
+/// `expected`, no other job being runnable.
+fn see_claimed(consumer: &mut Client, route: &str, expected: i64, within: Duration) {
+    eventually(&format!("{route}: job {expected} claimed"), within, || match consume(consumer, route) {
+        None => false,
+        Some(id) => {
+            assert_eq!(id, expected, "{route}: no other job is runnable");
+            true
+        }
+    });
+}
+
 /// Moves job `moved` back behind where claims start, by hand (no log entry
 /// tells of it), and waits up to 10 s for `route`'s claims to take it.
 fn move_back_and_see_it_claimed(consumer: &mut Client, route: &str, moved: i64) {
     consumer
         .batch_execute(&format!("UPDATE distlock.task_queue SET run_after = now() - interval '1 hour' WHERE id = {moved}"))
         .expect("move the job back");
-    eventually(&format!("{route}: the moved job claimed"), Duration::from_secs(10), || match consume(consumer, route) {
-        None => false,
-        Some(id) => {
-            assert_eq!(id, moved, "{route}: no other job is runnable");
-            true
-        }
-    });
+    see_claimed(consumer, route, moved, Duration::from_secs(10));
+}
+
+/// Enqueues `thousands` thousand jobs in queue 'q' and claims them all as
+/// worker 'other', in one transaction: as many dead entries at the head of
+/// the runnable indexes.
+fn claim_thousands(c: &mut Client, thousands: u32) {
+    c.batch_execute(&format!(
+        "SELECT distlock.enqueue_tasks('job', (SELECT array_agg('{{}}'::jsonb) FROM generate_series(1, {thousands} * 1000)),
+                                       p_queue => 'q');
+         SELECT count(*) FROM generate_series(1, {thousands}) g, distlock.consume_tasks(1000 + g * 0, 'other');"
+    ))
+    .unwrap_or_else(|e| panic!("{thousands} thousand jobs claimed: {e}"));
 }
 
 /// A change no log entry tells of (a job's run_after moved back by hand)
@@ -269,13 +287,7 @@ fn a_claim_rolled_back_by_rollback_prepared_is_claimed_within_a_second() {
         }
         // Claimed and settled by another backend: 40,000 dead entries at
         // the head of the index that nothing can remove meanwhile.
-        other
-            .batch_execute(
-                "SELECT distlock.enqueue_tasks('job', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 40000)),
-                                               p_queue => 'q');
-                 SELECT count(*) FROM generate_series(1, 40) g, distlock.consume_tasks(1000 + g * 0, 'other');",
-            )
-            .expect("40,000 jobs claimed");
+        claim_thousands(&mut other, 40);
         enqueue(&mut other, "q", "now()");
         let head_read = std::time::Instant::now();
         assert!(consume(&mut consumer, "NULL").is_some(), "a read from the head over the claimed jobs");
@@ -287,13 +299,7 @@ fn a_claim_rolled_back_by_rollback_prepared_is_claimed_within_a_second() {
         assert_eq!(consume(&mut consumer, "NULL"), Some(after), "claims go on after the place");
         other.batch_execute("ROLLBACK PREPARED 'claim_order'").expect("rollback prepared");
         let rolled_back = std::time::Instant::now();
-        eventually("the given-back job claimed", Duration::from_secs(4), || match consume(&mut consumer, "NULL") {
-            None => false,
-            Some(id) => {
-                assert_eq!(id, given_back, "no other job is runnable");
-                true
-            }
-        });
+        see_claimed(&mut consumer, "NULL", given_back, Duration::from_secs(4));
         eprintln!("prepared first: {prepared_first}; claimed {:?} after ROLLBACK PREPARED", rolled_back.elapsed());
     }
 }
@@ -311,13 +317,7 @@ fn a_read_from_the_head_after_a_burst_without_a_held_snapshot_does_not_put_the_n
     let (mut consumer, mut other) = (connect(&db), connect(&db));
     // No vacuum during the test: it would remove the entries at its own pace.
     other.batch_execute("ALTER TABLE distlock.task_queue SET (autovacuum_enabled = off)").expect("no autovacuum");
-    other
-        .batch_execute(
-            "SELECT distlock.enqueue_tasks('job', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 100000)),
-                                           p_queue => 'q');
-             SELECT count(*) FROM generate_series(1, 100) g, distlock.consume_tasks(1000 + g * 0, 'other');",
-        )
-        .expect("100,000 jobs claimed and committed");
+    claim_thousands(&mut other, 100);
     // No snapshot is held: every one of those entries is dead to everyone.
     for route in ROUTES {
         let first = enqueue(&mut other, "q", "now()");
@@ -330,13 +330,7 @@ fn a_read_from_the_head_after_a_burst_without_a_held_snapshot_does_not_put_the_n
             .batch_execute(&format!("UPDATE distlock.task_queue SET run_after = now() - interval '1 hour' WHERE id = {moved}"))
             .expect("move the job back");
         let moved_at = std::time::Instant::now();
-        eventually(&format!("{route}: the moved job claimed"), Duration::from_secs(5), || match consume(&mut consumer, route) {
-            None => false,
-            Some(id) => {
-                assert_eq!(id, moved, "{route}: no other job is runnable");
-                true
-            }
-        });
+        see_claimed(&mut consumer, route, moved, Duration::from_secs(5));
         eprintln!("{route}: the moved job claimed after {:?}", moved_at.elapsed());
     }
 }
@@ -375,13 +369,7 @@ fn an_unrelated_prepared_transaction_does_not_bring_back_reads_from_the_head_eve
     preparer
         .batch_execute("BEGIN; INSERT INTO unrelated VALUES (1); PREPARE TRANSACTION 'unrelated'")
         .expect("an unrelated prepared transaction");
-    other
-        .batch_execute(
-            "SELECT distlock.enqueue_tasks('job', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 40000)),
-                                           p_queue => 'q');
-             SELECT count(*) FROM generate_series(1, 40) g, distlock.consume_tasks(1000 + g * 0, 'other');",
-        )
-        .expect("40,000 jobs claimed");
+    claim_thousands(&mut other, 40);
     let mut result = Ok(());
     for route in ROUTES {
         enqueue(&mut other, "q", "now()");
