@@ -123,9 +123,13 @@ pub(crate) fn claim_from(
         // Read before the statement's snapshot is taken.
         let position = claim_start::log_position();
         let from = if from_head { Origin::HEAD } else { claim_start::start(start_queue, role, now_us, position) };
-        // Before the statement: every version it steps over was made dead
-        // by a transaction before this one (claim_start.rs).
-        let next_xid = unsafe { pg_sys::ReadNextTransactionId() };
+        // Only for a read from the head, what it steps over (claim_start.rs).
+        let head_read_from = (starts_anywhere && from.place == Place::HEAD).then(|| {
+            // Before the statement: every version it cannot see was made
+            // (or made dead) by a transaction before this one.
+            let next_xid = unsafe { pg_sys::ReadNextTransactionId() };
+            (next_xid, super::entries_read::runnable_entries_read())
+        });
         if starts_anywhere {
             let place = from.place;
             let run_after = if place.run_after == Place::HEAD.run_after {
@@ -175,12 +179,13 @@ pub(crate) fn claim_from(
                 .or_raise();
             made_dead + (jobs.len() - before)
         };
-        let read_before = super::entries_read::runnable_entries_read();
         let returned = run_statement();
         end.made_dead |= made_dead > 0;
         if starts_anywhere {
-            let stepped_over = (super::entries_read::runnable_entries_read() - read_before - returned as i64).max(0);
-            let head_read = claim_start::HeadRead { stepped_over, next_xid };
+            let head_read = head_read_from.map_or_else(claim_start::HeadRead::default, |(next_xid, before)| {
+                let stepped_over = super::entries_read::runnable_entries_read().stepped_over_since(before, returned as i64);
+                claim_start::HeadRead { stepped_over, next_xid }
+            });
             claim_start::claimed(start_queue, role, from, furthest, now_us, position, head_read);
         }
         if !from.complete && (returned as i64) < wanted {

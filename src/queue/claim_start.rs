@@ -37,6 +37,7 @@
 
 use pgrx::pg_sys::{self, TimestampTz};
 
+use super::entries_read::SteppedOver;
 use super::place::Place;
 use crate::shared::runnable_log;
 use crate::text::Text;
@@ -59,17 +60,20 @@ pub(crate) const HEAD_EVERY_WITH_LOG_US: i64 = 1_000_000;
 /// 12 ms; 800,000 in 0.3 s), so such reads take under 0.2 % of a backend's
 /// time, and a read that stepped over fewer than 5,000 entries (no held
 /// snapshot: the rows other consumers hold) is repeated within a second.
-/// Only while the entries it stepped over may still be there: once the
-/// xmin horizon has passed the transactions that were running when it
-/// began, every one of them is dead to all and the read has marked it so
-/// (or vacuum removes it), and the next costs little, so it comes within
-/// `HEAD_EVERY_WITH_LOG_US` again. Without that, a read after a burst of
-/// claims with no snapshot held put the next off by 200 us for each entry
-/// it had just marked dead (the third review), and so did the end of a
-/// hold, a prepared transaction's included, whose COMMIT or ROLLBACK
-/// PREPARED may have made jobs runnable behind the place. Entries, not time: a read that waited for a
-/// lock, ran on a starved CPU or returned a thousand large jobs stepped
-/// over nothing (see entries_read.rs).
+/// The entries of versions the read could not see count only while they
+/// may still be there: once the table's xmin horizon has passed the
+/// transactions that were running when the read began, each is dead to
+/// all, marked so by a scan that passes it (the first after the hold
+/// pays for them once more) or removed by vacuum, and only the rows the
+/// read saw and passed over (of a paused or limited queue, outside the
+/// caller's scope, held by another consumer) still space the next.
+/// Without that, a read after a burst of claims with no snapshot held put
+/// the next off by 200 us for each entry it had just marked dead (the third
+/// review), and so did the end of a hold, a prepared transaction's
+/// included, whose COMMIT or ROLLBACK PREPARED may have made jobs runnable
+/// behind the place. Entries, not time: a read that waited for a lock, ran
+/// on a starved CPU or returned a thousand large jobs stepped over nothing
+/// (see entries_read.rs).
 pub(crate) const HEAD_EVERY_PER_ENTRY_US: i64 = 200;
 pub(crate) const HEAD_EVERY_MOST_US: i64 = 60_000_000;
 
@@ -131,13 +135,24 @@ pub(crate) fn head_every(vouched: bool, stepped_over: i64) -> i64 {
     }
 }
 
-/// Whether every row version whose index entry a read from the head that
-/// began with `next_xid` as the next transaction id stepped over is dead to
-/// all by now: the xmin horizon (of every database, and replication slots:
-/// the cautious one) has reached it.
-fn stepped_over_is_gone(next_xid: pg_sys::TransactionId) -> bool {
+/// Whether every row version a read from the head that began with
+/// `next_xid` as the next transaction id could not see is dead to all by
+/// now: `distlock.task_queue`'s xmin horizon (the one by which a scan marks
+/// an entry dead: this database's snapshots, physical slots, standbys'
+/// feedback) has reached it.
+fn unseen_is_gone(next_xid: pg_sys::TransactionId) -> bool {
+    let table = crate::version::table_oid(c"task_queue");
     unsafe {
-        let horizon = pg_sys::GetOldestNonRemovableTransactionId(std::ptr::null_mut());
+        // None (a table gone meanwhile): the horizon of every database, later never.
+        let relation = if table == pg_sys::InvalidOid {
+            std::ptr::null_mut()
+        } else {
+            pg_sys::try_relation_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE)
+        };
+        let horizon = pg_sys::GetOldestNonRemovableTransactionId(relation);
+        if !relation.is_null() {
+            pg_sys::relation_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
+        }
         pg_sys::TransactionIdFollowsOrEquals(horizon, next_xid)
     }
 }
@@ -152,17 +167,19 @@ pub(crate) fn start(queue: Option<&Text>, role: pg_sys::Oid, now: TimestampTz, p
         };
         let QueueStart { place, since, position: found_at, head_read, horizon_checked, .. } = starts[at];
         let vouched = found_at.is_some() && position.is_some();
-        let every = head_every(vouched, head_read.stepped_over);
+        let SteppedOver { unseen, passed } = head_read.stepped_over;
+        let every = head_every(vouched, unseen.saturating_add(passed));
         let elapsed = now - since;
         let mut from_head = elapsed >= every || now < since;
-        // Looked at most once a second: it reads every backend's xmin.
+        // Once what it could not see is gone, only what it saw and passed
+        // over spaces the next; looked at most once a second: it reads
+        // every backend's xmin.
         if !from_head
-            && every > HEAD_EVERY_WITH_LOG_US
-            && elapsed >= HEAD_EVERY_WITH_LOG_US
+            && elapsed >= head_every(vouched, passed)
             && now - horizon_checked >= HEAD_EVERY_WITH_LOG_US
         {
             starts[at].horizon_checked = now;
-            from_head = stepped_over_is_gone(head_read.next_xid);
+            from_head = unseen_is_gone(head_read.next_xid);
         }
         if from_head {
             starts.swap_remove(at);
@@ -187,13 +204,12 @@ pub(crate) fn start(queue: Option<&Text>, role: pg_sys::Oid, now: TimestampTz, p
     })
 }
 
-/// What a read from the head met: how many index entries it stepped over
-/// (read, less the rows it returned: the dead versions a held snapshot
-/// keeps, rows other consumers hold), and the next transaction id when it
-/// began (every version it stepped over was made dead before that).
+/// What a read from the head met: the index entries it stepped over, and
+/// the next transaction id when it began (every version it could not see
+/// was made, or made dead, by a transaction before that).
 #[derive(Clone, Copy, Default, Debug, PartialEq)]
 pub(crate) struct HeadRead {
-    pub stepped_over: i64,
+    pub stepped_over: SteppedOver,
     pub next_xid: pg_sys::TransactionId,
 }
 
