@@ -184,6 +184,11 @@ pub(crate) fn claim_from(
         if starts_anywhere {
             let head_read = head_read_from.map_or_else(claim_start::HeadRead::default, |(next_xid, before)| {
                 let stepped_over = super::entries_read::runnable_entries_read().stepped_over_since(before, returned as i64);
+                let stepped_over = if stepped_over.passed > 0 && !may_pass_live_rows(client, &source, claimant.scope) {
+                    stepped_over.passed_only_locked_rows()
+                } else {
+                    stepped_over
+                };
                 claim_start::HeadRead { stepped_over, next_xid }
             });
             claim_start::claimed(start_queue, role, from, furthest, now_us, position, head_read);
@@ -204,3 +209,16 @@ pub(crate) fn claim_from(
     end
 }
 
+/// Whether a claim along `source` for a caller of `scope` passes over live
+/// runnable rows that a later claim passes over again, other than rows
+/// locked by others: another tenant's jobs for a scoped caller, a paused
+/// or limited queue's for a claim from every queue (a claim from one
+/// queue reads nothing of a paused one, and limited ones are claimed
+/// elsewhere).
+fn may_pass_live_rows(client: &SpiClient<'_>, source: &Source<'_>, scope: &Scope) -> bool {
+    matches!(scope, Scope::Prefixes(_))
+        || (matches!(source, Source::Every) && {
+            let stmt = plan(client, include_str!("../../sql/queries/queue_holds_back_jobs.sql"), &[]);
+            client.select(&*stmt, None, &[]).and_then(crate::plans::first_value::<bool>).or_raise().unwrap_or(true)
+        })
+}

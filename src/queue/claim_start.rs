@@ -110,8 +110,8 @@ struct QueueStart {
     position: Option<u64>,
     /// What its last read from the head stepped over.
     head_read: HeadRead,
-    /// When it last found that the entries that read stepped over may
-    /// still be there (see `stepped_over_is_gone`).
+    /// When it last found that the versions that read could not see may
+    /// still be there (see `unseen_is_gone`).
     horizon_checked: TimestampTz,
 }
 
@@ -144,10 +144,13 @@ fn unseen_is_gone(next_xid: pg_sys::TransactionId) -> bool {
     let table = crate::version::table_oid(c"task_queue");
     unsafe {
         // None (a table gone meanwhile): the horizon of every database, later never.
+        // The lock the claim statement takes next anyway: a weaker one
+        // first would be a lock upgrade, which can deadlock with DDL that
+        // holds SHARE and wants ACCESS EXCLUSIVE.
         let relation = if table == pg_sys::InvalidOid {
             std::ptr::null_mut()
         } else {
-            pg_sys::try_relation_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE)
+            pg_sys::try_relation_open(table, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE)
         };
         let horizon = pg_sys::GetOldestNonRemovableTransactionId(relation);
         if !relation.is_null() {

@@ -49,6 +49,17 @@ pub(crate) struct SteppedOver {
     pub passed: i64,
 }
 
+impl SteppedOver {
+    /// When nothing but a row lock could make the read pass over a row it
+    /// saw (SKIP LOCKED: held by another consumer's claim, a prepared one,
+    /// an UPDATE by hand), those rows go as the versions it could not see
+    /// do: their lockers ran before the read, and once the xmin horizon has
+    /// passed it they have ended.
+    pub(crate) fn passed_only_locked_rows(self) -> SteppedOver {
+        SteppedOver { unseen: self.unseen.saturating_add(self.passed), passed: 0 }
+    }
+}
+
 /// This backend's counts so far.
 pub(crate) fn runnable_entries_read() -> EntriesRead {
     [c"task_queue_runnable_idx", c"task_queue_queue_runnable_idx"].into_iter().map(|index| entries_read(table_oid(index))).fold(
