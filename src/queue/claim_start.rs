@@ -66,7 +66,9 @@ pub(crate) const HEAD_EVERY_WITH_LOG_US: i64 = 1_000_000;
 /// all, marked so by a scan that passes it (the first after the hold
 /// pays for them once more) or removed by vacuum, and only the rows the
 /// read saw and passed over (of a paused or limited queue, outside the
-/// caller's scope, held by another consumer) still space the next.
+/// caller's scope, and then also those another transaction held) still
+/// space the next; with no such queue and no scope, rows passed over can
+/// only have been held, and go with the horizon too (claim.rs).
 /// Without that, a read after a burst of claims with no snapshot held put
 /// the next off by 200 us for each entry it had just marked dead (the third
 /// review), and so did the end of a hold, a prepared transaction's
