@@ -145,10 +145,10 @@ pub(crate) fn head_every(vouched: bool, stepped_over: i64) -> i64 {
 fn unseen_is_gone(next_xid: pg_sys::TransactionId) -> bool {
     let table = crate::version::table_oid(c"task_queue");
     unsafe {
-        // None (a table gone meanwhile): the horizon of every database, later never.
         // The lock the claim statement takes next anyway: a weaker one
         // first would be a lock upgrade, which can deadlock with DDL that
-        // holds SHARE and wants ACCESS EXCLUSIVE.
+        // holds SHARE and wants ACCESS EXCLUSIVE. Without the table (gone
+        // meanwhile), the horizon of every database, never later than its.
         let relation = if table == pg_sys::InvalidOid {
             std::ptr::null_mut()
         } else {
