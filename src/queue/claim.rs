@@ -184,11 +184,10 @@ pub(crate) fn claim_from(
         if starts_anywhere {
             let head_read = head_read_from.map_or_else(claim_start::HeadRead::default, |(next_xid, before)| {
                 let stepped_over = super::entries_read::runnable_entries_read().stepped_over_since(before, returned as i64);
-                let stepped_over = if stepped_over.passed > 0 && !may_pass_live_rows(client, &source, claimant.scope) {
-                    stepped_over.passed_only_locked_rows()
-                } else {
-                    stepped_over
-                };
+                // Read to the end unless it returned all it wanted.
+                let end = furthest.filter(|_| returned as i64 >= wanted);
+                let stepped_over =
+                    super::passed_for_good::split_passed(client, stepped_over, &source, claimant.scope, now, end);
                 claim_start::HeadRead { stepped_over, next_xid }
             });
             claim_start::claimed(start_queue, role, from, furthest, now_us, position, head_read);
@@ -207,18 +206,4 @@ pub(crate) fn claim_from(
         }
     }
     end
-}
-
-/// Whether a claim along `source` for a caller of `scope` passes over live
-/// runnable rows that a later claim passes over again, other than rows
-/// locked by others: another tenant's jobs for a scoped caller, a paused
-/// or limited queue's for a claim from every queue (a claim from one
-/// queue reads nothing of a paused one, and limited ones are claimed
-/// elsewhere).
-fn may_pass_live_rows(client: &SpiClient<'_>, source: &Source<'_>, scope: &Scope) -> bool {
-    matches!(scope, Scope::Prefixes(_))
-        || (matches!(source, Source::Every) && {
-            let stmt = plan(client, include_str!("../../sql/queries/queue_holds_back_jobs.sql"), &[]);
-            client.select(&*stmt, None, &[]).and_then(crate::plans::first_value::<bool>).or_raise().unwrap_or(true)
-        })
 }

@@ -50,13 +50,15 @@ pub(crate) struct SteppedOver {
 }
 
 impl SteppedOver {
-    /// When nothing but a row lock could make the read pass over a row it
-    /// saw (SKIP LOCKED: held by another consumer's claim, a prepared one,
-    /// an UPDATE by hand), those rows go as the versions it could not see
-    /// do: their lockers ran before the read, and once the xmin horizon has
-    /// passed it they have ended.
-    pub(crate) fn passed_only_locked_rows(self) -> SteppedOver {
-        SteppedOver { unseen: self.unseen.saturating_add(self.passed), passed: 0 }
+    /// Of the rows it passed over, `lasting` (at most all) are ones a later
+    /// read passes over again; the rest were held by a row lock (SKIP
+    /// LOCKED: another consumer's claim, a prepared one, an UPDATE by hand)
+    /// and go as the versions it could not see do: their lockers ran
+    /// before the read, and once the xmin horizon has passed it they have
+    /// ended.
+    pub(crate) fn with_lasting(self, lasting: i64) -> SteppedOver {
+        let passed = lasting.clamp(0, self.passed);
+        SteppedOver { unseen: self.unseen.saturating_add(self.passed - passed), passed }
     }
 }
 

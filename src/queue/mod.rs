@@ -10,6 +10,7 @@ mod enqueue;
 mod entries_read;
 mod horizon;
 mod limits;
+mod passed_for_good;
 mod payload;
 mod place;
 mod prepared;

@@ -459,9 +459,39 @@ fn the_live_jobs_of_a_paused_queue_keep_reads_from_the_head_spaced() {
 /// within about a second, not 10 s (fifth review of issue 46).
 #[test]
 fn the_jobs_of_a_large_claim_rolled_back_by_rollback_prepared_are_claimed_within_a_second() {
-    let db = fresh_db("claim_order_prepared_large");
+    held_jobs_given_back_are_claimed_within_seconds("claim_order_prepared_large", "large", "");
+}
+
+/// A paused queue with a few live jobs, or a limited queue, is something
+/// that makes a claim of every queue pass over live rows for good: but only
+/// its own runnable jobs do, not every row the read passed over. Before,
+/// either made all 50,000 held jobs count as lasting, so the jobs ROLLBACK
+/// PREPARED gave back waited 10 s for the next read from the head (sixth
+/// review of issue 46).
+#[test]
+fn a_paused_or_limited_queue_does_not_keep_held_jobs_spacing_reads_from_the_head() {
+    held_jobs_given_back_are_claimed_within_seconds(
+        "claim_order_prepared_paused",
+        "large_paused",
+        "SELECT distlock.pause_queue('idle');
+         SELECT distlock.enqueue_tasks('job', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 10)),
+                                       now() - interval '1 day', p_queue => 'idle')",
+    );
+    held_jobs_given_back_are_claimed_within_seconds(
+        "claim_order_prepared_limited",
+        "large_limited",
+        "SELECT distlock.set_queue_limit('busy', 5)",
+    );
+}
+
+/// With `setup` run first, a prepared claim holds 50,000 jobs: they space
+/// the reads from the head while held (10 s: none in 4 s of one-job claims),
+/// and once ROLLBACK PREPARED gives them back one is claimed within 2.5 s.
+fn held_jobs_given_back_are_claimed_within_seconds(name: &str, gid: &'static str, setup: &str) {
+    let db = fresh_db(name);
     let (mut preparer, mut other, mut consumer) = (connect(&db), connect(&db), connect(&db));
-    let _prepared = PreparedUntilDropped { db: &db, gid: "large" };
+    let _prepared = PreparedUntilDropped { db: &db, gid };
+    other.batch_execute(setup).unwrap_or_else(|e| panic!("{setup}: {e}"));
     other
         .batch_execute(
             "SELECT distlock.enqueue_tasks('job', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 50000)),
@@ -469,20 +499,93 @@ fn the_jobs_of_a_large_claim_rolled_back_by_rollback_prepared_are_claimed_within
         )
         .expect("50,000 jobs");
     preparer
-        .batch_execute(
+        .batch_execute(&format!(
             "BEGIN;
-             SELECT count(*) FROM generate_series(1, 50) g, distlock.consume_tasks(1000 + g * 0, 'held');
-             PREPARE TRANSACTION 'large'",
-        )
+             SELECT count(*) FROM generate_series(1, 50) g, distlock.consume_tasks(1000 + g * 0, 'held', p_queues => ARRAY['q']);
+             PREPARE TRANSACTION '{gid}'"
+        ))
         .expect("a prepared claim of 50,000 jobs");
     enqueue(&mut other, "q", "now()");
-    assert!(consume(&mut consumer, "NULL").is_some(), "a read from the head past the held jobs");
-    // While they are held, the held jobs space the reads from the head
-    // (10 s): none in 4 s of one-job claims.
+    assert!(consume(&mut consumer, "NULL").is_some(), "{name}: a read from the head past the held jobs");
     let read = entries_read_by_four_seconds_of_claims(&mut consumer, &mut other, "NULL");
-    assert!(read < 50_000, "{read} index entries read in 4 s of one-job claims: reads from the head");
-    other.batch_execute("ROLLBACK PREPARED 'large'").expect("rollback prepared");
+    assert!(read < 50_000, "{name}: {read} index entries read in 4 s of one-job claims: reads from the head");
+    other.batch_execute(&format!("ROLLBACK PREPARED '{gid}'")).expect("rollback prepared");
     let rolled_back = std::time::Instant::now();
-    eventually("a given-back job claimed", Duration::from_millis(2500), || consume(&mut consumer, "NULL").is_some());
+    eventually(&format!("{name}: a given-back job claimed"), Duration::from_millis(2500), || {
+        consume(&mut consumer, "NULL").is_some()
+    });
+    eprintln!("{name}: claimed {:?} after ROLLBACK PREPARED", rolled_back.elapsed());
+}
+
+/// Enqueues `count` jobs named `name` into `queue`, runnable `age` ago.
+fn jobs_of(c: &mut Client, name: &str, queue: &str, count: i32, age: &str) {
+    c.batch_execute(&format!(
+        "SELECT distlock.enqueue_tasks('{name}', (SELECT array_agg('{{}}'::jsonb) FROM generate_series(1, {count})),
+                                       now() - interval '{age}', p_queue => '{queue}')"
+    ))
+    .unwrap_or_else(|e| panic!("{count} jobs {name} in {queue}: {e}"));
+}
+
+/// A consumer of tenant `role` (scope 'a.') and its claims of one job.
+fn scoped_consumer(db: &str, role: &str) -> Client {
+    let mut consumer = connect(db);
+    consumer.batch_execute(&format!("SET ROLE {role}")).expect("set role");
+    consumer
+}
+
+fn consume_in_scope(consumer: &mut Client) -> Option<i64> {
+    consumer.query_one("SELECT (SELECT task_id FROM distlock.consume_task('w'))", &[]).expect("consume in scope").get(0)
+}
+
+/// A scoped consumer passes over other tenants' runnable jobs and will
+/// pass over them again: 50,000 of them before its own keep its reads from
+/// the head spaced (10 s), as a paused queue's do.
+#[test]
+fn other_tenants_jobs_keep_a_scoped_consumers_reads_from_the_head_spaced() {
+    let (mut c, a, _b) = crate::scopes::two_tenants("claim_order_scoped_others", &["consumer"]);
+    let db: String = c.query_one("SELECT current_database()", &[]).expect("database").get(0);
+    let mut consumer = scoped_consumer(&db, &a);
+    jobs_of(&mut c, "b.job", "b.q", 50000, "1 day");
+    jobs_of(&mut c, "a.job", "a.q", 1, "1 second");
+    assert!(consume_in_scope(&mut consumer).is_some(), "a read from the head past b's jobs");
+    let before = runnable_index_reads(&mut consumer, &mut c);
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(4) {
+        jobs_of(&mut c, "a.job", "a.q", 1, "0 seconds");
+        assert!(consume_in_scope(&mut consumer).is_some(), "claims of a's jobs go on");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let read = runnable_index_reads(&mut consumer, &mut c) - before;
+    assert!(read < 50_000, "{read} index entries read in 4 s of one-job claims: reads from the head over b's jobs");
+}
+
+/// The jobs of its own tenant that a prepared claim held are free once
+/// ROLLBACK PREPARED gives them back: a scoped consumer, which passes over
+/// other tenants' jobs for good (here ten), claims one within 2.5 s, not
+/// after the 10 s by which 50,000 rows counted as lasting spaced its next
+/// read from the head (sixth review of issue 46).
+#[test]
+fn a_scoped_consumer_claims_its_tenants_jobs_given_back_by_rollback_prepared_within_seconds() {
+    let (mut c, a, _b) = crate::scopes::two_tenants("claim_order_scoped_prepared", &["consumer"]);
+    let db: String = c.query_one("SELECT current_database()", &[]).expect("database").get(0);
+    let mut consumer = scoped_consumer(&db, &a);
+    let _prepared = PreparedUntilDropped { db: &db, gid: "large_scoped" };
+    jobs_of(&mut c, "b.job", "b.q", 10, "1 day");
+    jobs_of(&mut c, "a.job", "a.q", 50000, "1 hour");
+    let mut preparer = connect(&db);
+    preparer
+        .batch_execute(
+            "BEGIN;
+             SELECT count(*) FROM generate_series(1, 50) g, distlock.consume_tasks(1000 + g * 0, 'held', p_queues => ARRAY['a.q']);
+             PREPARE TRANSACTION 'large_scoped'",
+        )
+        .expect("a prepared claim of 50,000 jobs");
+    jobs_of(&mut c, "a.job", "a.q", 1, "0 seconds");
+    assert!(consume_in_scope(&mut consumer).is_some(), "a read from the head past the held jobs");
+    c.batch_execute("ROLLBACK PREPARED 'large_scoped'").expect("rollback prepared");
+    let rolled_back = std::time::Instant::now();
+    eventually("a given-back job claimed in scope", Duration::from_millis(2500), || {
+        consume_in_scope(&mut consumer).is_some()
+    });
     eprintln!("claimed {:?} after ROLLBACK PREPARED", rolled_back.elapsed());
 }

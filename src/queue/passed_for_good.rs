@@ -1,0 +1,77 @@
+//! Which of the live rows a read from the head saw and passed over the next
+//! read from the head passes over again: jobs of a paused or limited queue
+//! for a claim of every queue, jobs outside a scoped caller's scope. The
+//! others it passed over were locked by other transactions, and go once the
+//! xmin horizon has passed the read (claim_start.rs).
+
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+use super::claim::Source;
+use super::entries_read::SteppedOver;
+use super::place::Place;
+use crate::errors::OrRaise;
+use crate::plans::{first_value, plan, types};
+use crate::scopes::Scope;
+
+/// After the index: the lowest priority, the latest time, the highest id.
+const TAIL: Place = Place { priority: i32::MIN, run_after: pg_sys::TimestampTz::MAX, id: i64::MAX };
+
+/// `stepped_over` with its passed rows split: those a later read passes
+/// over again stay passed, the rest count as versions it could not see. The
+/// read was along `source` at `now` for a caller of `scope`, and read the
+/// index up to `end` (the place of the last job it returned; `None` when it
+/// found fewer than it wanted and read to the end). Counting reads the
+/// range the claim read once more, only when something can make a claim
+/// pass over a live row for good.
+pub(crate) fn split_passed(
+    client: &SpiClient<'_>,
+    stepped_over: SteppedOver,
+    source: &Source<'_>,
+    scope: &Scope,
+    now: TimestampWithTimeZone,
+    end: Option<Place>,
+) -> SteppedOver {
+    if stepped_over.passed == 0 {
+        return stepped_over;
+    }
+    let scope = scope.as_parameter();
+    let end = end.unwrap_or(TAIL);
+    let mut arguments = vec![
+        stepped_over.passed.into(),
+        now.into(),
+        scope.clone().into(),
+        end.priority.into(),
+        // The tail's time is PostgreSQL's infinity.
+        super::claim::timestamp(end.run_after).into(),
+        end.id.into(),
+    ];
+    let stmt = match source {
+        Source::Every if scope.is_some() || holds_back_jobs(client) => {
+            const TYPES: [pgrx::PgOid; 6] =
+                [types::INT8, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::INT4, types::TIMESTAMPTZ, types::INT8];
+            plan(client, include_str!("../../sql/queries/queue_passed_for_good.sql"), &TYPES)
+        }
+        Source::Queue(queue, _) if scope.is_some() => {
+            const TYPES: [pgrx::PgOid; 7] = [
+                types::INT8, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::INT4, types::TIMESTAMPTZ, types::INT8,
+                types::TEXT,
+            ];
+            arguments.push((*queue).into());
+            plan(client, include_str!("../../sql/queries/queue_passed_for_good_in_queue.sql"), &TYPES)
+        }
+        // Nothing but a row lock makes such a claim pass over a live row.
+        _ => return stepped_over.with_lasting(0),
+    };
+    let ordered = crate::plans::ordered_scans();
+    let lasting = client.select(&*stmt, None, &arguments).and_then(first_value::<i64>).or_raise();
+    drop(ordered);
+    stepped_over.with_lasting(lasting.unwrap_or(stepped_over.passed))
+}
+
+/// Whether a queue is paused or limited (one cheap read that spares the
+/// count in the usual case).
+fn holds_back_jobs(client: &SpiClient<'_>) -> bool {
+    let stmt = plan(client, include_str!("../../sql/queries/queue_holds_back_jobs.sql"), &[]);
+    client.select(&*stmt, None, &[]).and_then(first_value::<bool>).or_raise().unwrap_or(true)
+}
