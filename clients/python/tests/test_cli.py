@@ -157,8 +157,57 @@ def test_a_monitor_reads_but_may_not_act(db: Db, monitor_role: str, capsys: pyte
     assert status["queues"]["dead"] == 1 and status["server"]["storage"].startswith("unknown")
     assert cli_json(db, "queue", dsn=dsn)["dead_jobs"] is None, "dead jobs' payloads are for admins"
     code, _ = cli(db, "retry-dead", "--yes", dsn=dsn)
-    assert code == 3 and "permission denied" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 3 and "permission denied" in err
+    # The error says what to grant, not just what was refused (issue 47).
+    assert f"retry-dead needs the admin capability" in err, err
+    assert f"SELECT distlock.grant_capability('{monitor_role}', 'admin');" in err, err
+    code, _ = cli(db, "pause", "mail", "--yes", dsn=dsn)
+    assert code == 3 and "pause needs the admin capability" in capsys.readouterr().err
     assert db.value("SELECT count(*) FROM distlock.task_queue WHERE status = 'dead'") == 1
+    assert db.value("SELECT count(*) FROM distlock.queue_settings WHERE paused") == 0
+
+
+def test_global_options_are_accepted_after_the_command(db: Db) -> None:
+    """`pg-distlock status --json --dsn ...`, as people type it, works as
+    `pg-distlock --json --dsn ... status` does (it was refused)."""
+    dead_job(db)
+    out = io.StringIO()
+    assert main(["status", "--json", "--dsn", db.dsn], stdin=io.StringIO(), stdout=out) == 0
+    assert json.loads(out.getvalue())["queues"]["dead"] == 1
+    out = io.StringIO()
+    # One given before the command is kept when none is given after it.
+    assert main(["--dsn", db.dsn, "queue", "--json"], stdin=io.StringIO(), stdout=out) == 0
+    assert json.loads(out.getvalue())["dead_jobs"][0]["queue"] == "mail"
+    # After the command it wins, as the last option given does.
+    assert main(["--dsn", "host=/nonexistent", "status", "--dsn", db.dsn], stdin=io.StringIO(),
+                stdout=io.StringIO()) == 0
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(db: Db) -> None:
+    """`pg-distlock tasks | head -1`: the output (here about 200 kB, more
+    than a pipe holds) meets a closed pipe; the command ends with 141, as
+    one killed by SIGPIPE does, and writes no traceback."""
+    db.add_tasks(3000, "a-task-with-a-rather-long-name-to-fill-the-pipe")
+    command = subprocess.Popen([sys.executable, "-m", "pg_distlock", "--dsn", db.dsn, "tasks"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert command.stdout is not None and command.stderr is not None
+    assert command.stdout.readline() == "tasks\n"
+    command.stdout.close()
+    assert command.wait(timeout=60) == 141
+    assert command.stderr.read() == ""
+
+
+def test_limit_sets_and_removes_a_queues_concurrency_limit(db: Db) -> None:
+    code, out = cli(db, "limit", "mail", "3", answer="y\n")
+    assert code == 0 and "Limit queue 'mail' to 3 job(s) processing at once?" in out, out
+    assert db.value("SELECT max_processing FROM distlock.queue_settings WHERE queue = 'mail'") == 3
+    code, out = cli(db, "limit", "mail", "none", "--yes")
+    assert code == 0 and "limit: done" in out, out
+    assert db.value("SELECT max_processing FROM distlock.queue_settings WHERE queue = 'mail'") is None
+    with pytest.raises(SystemExit) as refused:
+        cli(db, "limit", "mail", "0", "--yes")
+    assert refused.value.code == 2
 
 
 def test_python_m_runs_the_command_and_reports_a_missing_extension(db: Db) -> None:

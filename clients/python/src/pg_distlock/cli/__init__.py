@@ -3,14 +3,16 @@ who waits, from a terminal or a monitor, and the admin actions people need
 at 3 a.m. Connects with a conninfo (`--dsn`) or the usual PG* variables.
 
 Exit codes: 0 ok; 1 `status --check` found a problem, or an action was
-declined; 2 usage error; 3 the database refused or could not be reached.
+declined; 2 usage error; 3 the database refused or could not be reached;
+141 the reader of the output went away (`| head`), quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, Callable, Optional, Sequence, TextIO
 
 import psycopg
 
@@ -18,6 +20,26 @@ from ..inspect import actions, health, reads
 from . import render
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_DATABASE = 0, 1, 2, 3
+# As a shell reports a command that SIGPIPE ended.
+EXIT_BROKEN_PIPE = 128 + 13
+
+
+def _global_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    """--dsn and --json, accepted before the command and after it (where
+    people type them): after it they default to nothing, so that one given
+    before is kept."""
+    parser.add_argument("--dsn", default="" if default is None else default,
+                        help="libpq conninfo or URI (default: the PG* environment variables)")
+    parser.add_argument("--json", action="store_true", default=False if default is None else default,
+                        help="print JSON instead of tables")
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: it takes the global options too."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        _global_options(self, argparse.SUPPRESS)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,9 +47,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="pg-distlock",
         description="Inspect and operate pg_distlock: claims, locks and waits, queues, leases, leaders.",
     )
-    parser.add_argument("--dsn", default="", help="libpq conninfo or URI (default: the PG* environment variables)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _global_options(parser, None)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser)
 
     status = commands.add_parser("status", help="one screen: versions, storage, claims, waits, queues, leases, sweep")
     status.add_argument("--check", action="store_true", help="exit 1 when something needs a person (see the options)")
@@ -53,6 +74,11 @@ def _parser() -> argparse.ArgumentParser:
         action = commands.add_parser(name, help=f"admin: {what}")
         action.add_argument("queue")
         action.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    limit = commands.add_parser("limit", help="admin: set a queue's concurrency limit (jobs processing at once)")
+    limit.add_argument("queue")
+    limit.add_argument("max_processing", metavar="N|none", type=_limit,
+                       help="at most N jobs of the queue processing at once; none removes the limit")
+    limit.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     release = commands.add_parser("release-lease", help="admin: force-release a lease (its holder's token stops working)")
     release.add_argument("name")
     release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -72,6 +98,32 @@ def _parser() -> argparse.ArgumentParser:
                        help="timeout of tasks without their own (default 30)")
     sweep.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     return parser
+
+
+def _limit(value: str) -> Optional[int]:
+    if value.lower() == "none":
+        return None
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise argparse.ArgumentTypeError(f"a positive number of jobs or none, got {value!r}")
+    return limit
+
+
+# What each command needs besides connecting (docs/privileges.md).
+ADMIN_COMMANDS = frozenset({"retry-dead", "delete-dead", "requeue", "pause", "resume", "limit", "release-lease",
+                            "sweep"})
+
+
+def _needed_capability(command: str, role: Optional[str]) -> str:
+    """The line that says which capability `command` needs, after a 42501."""
+    capability = "admin" if command in ADMIN_COMMANDS else "monitor"
+    literal = (role or "ROLE").replace("'", "''")
+    grant = f"SELECT distlock.grant_capability('{literal}', '{capability}');"
+    return (f"pg-distlock {command} needs the {capability} capability; the extension's owner can grant it: {grant}"
+            + ("" if capability == "admin" else " (or make the role a member of pg_monitor)"))
 
 
 def _console(args: argparse.Namespace) -> int:
@@ -135,6 +187,18 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
 
 
 def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    try:
+        return _main(argv, stdin, stdout)
+    except BrokenPipeError:
+        # The reader went away (`| head`): end quietly, as a command killed
+        # by SIGPIPE does, and keep the interpreter's last flush from
+        # failing again on the closed pipe.
+        if stdout is None:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None, stdin: TextIO | None, stdout: TextIO | None) -> int:
     args = _parser().parse_args(argv)
     out = stdout or sys.stdout
     if args.command == "console":
@@ -142,12 +206,18 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
     if args.command == "metrics":
         return _metrics(args, out)
     confirm: Callable[[str], bool] = lambda question: _ask(question, stdin or sys.stdin, out)
+    role = None
     try:
         with _connect(args.dsn) as conn:
+            role = conn.info.user
             reads.require_installed(conn)
-            return _run(args, conn, out, confirm)
+            result = _run(args, conn, out, confirm)
+            out.flush()
+            return result
     except (psycopg.Error, reads.NotInstalled) as error:
         print(f"pg-distlock: {str(error).strip()}", file=sys.stderr)
+        if isinstance(error, psycopg.errors.InsufficientPrivilege):
+            print(_needed_capability(args.command, role), file=sys.stderr)
         return EXIT_DATABASE
 
 
@@ -170,7 +240,8 @@ def _run(args: argparse.Namespace, conn: psycopg.Connection[Any], out: TextIO,
         render.tables({command: getattr(reads, command)(conn)}, args.json, out)
         return EXIT_OK
     action = actions.plan(conn, command, queue=getattr(args, "queue", None), ids=getattr(args, "ids", None),
-                          name=getattr(args, "name", None), timeout_minutes=getattr(args, "timeout_minutes", 30))
+                          name=getattr(args, "name", None), timeout_minutes=getattr(args, "timeout_minutes", 30),
+                          max_processing=getattr(args, "max_processing", None))
     if not (args.yes or confirm(action.question)):
         print("cancelled", file=out)
         return EXIT_PROBLEM

@@ -121,4 +121,5 @@ def action(command: str, done: Any, as_json: bool, out: TextIO) -> None:
         if done["recovered"]:
             table(done["recovered"], out)
     else:
-        out.write(f"{command}: {_text(done)}\n")
+        # A function returning void answers an empty text.
+        out.write(f"{command}: {'done' if done in (None, '') else _text(done)}\n")

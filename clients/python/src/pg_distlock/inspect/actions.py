@@ -29,7 +29,7 @@ def _which(queue: Optional[str], ids: list[int]) -> str:
 
 
 def plan(conn: psycopg.Connection[Any], command: str, *, queue: Optional[str] = None, ids: Optional[list[int]] = None,
-         name: Optional[str] = None, timeout_minutes: int = 30) -> Action:
+         name: Optional[str] = None, timeout_minutes: int = 30, max_processing: Optional[int] = None) -> Action:
     """The action `command` with its arguments; ValueError when one it needs is missing."""
     ids = ids or []
     if command in ("retry-dead", "delete-dead"):
@@ -50,6 +50,12 @@ def plan(conn: psycopg.Connection[Any], command: str, *, queue: Optional[str] = 
             raise ValueError(f"{command} needs a queue")
         return Action(command, f"{command.capitalize()} queue {queue!r}?",
                       f"SELECT distlock.{command}_queue(%s)", (queue,))
+    if command == "limit":
+        if not queue:
+            raise ValueError("limit needs a queue")
+        question = (f"Remove the concurrency limit of queue {queue!r}?" if max_processing is None
+                    else f"Limit queue {queue!r} to {max_processing} job(s) processing at once?")
+        return Action(command, question, "SELECT distlock.set_queue_limit(%s, %s)", (queue, max_processing))
     if command == "release-lease":
         if not name:
             raise ValueError("release-lease needs a lease name")
