@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any, Optional, TextIO
 
 from ..inspect import waitgraph
+from ..inspect.durations import duration
 from ..inspect.reads import Rows
 
 
@@ -32,10 +33,7 @@ def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, timedelta):
-        seconds = int(value.total_seconds())
-        days, seconds = divmod(seconds, 86400)
-        clock = f"{seconds // 3600:02}:{seconds % 3600 // 60:02}:{seconds % 60:02}"
-        return f"{days}d {clock}" if days else clock
+        return duration(value)
     if isinstance(value, datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S%z")
     return str(value)

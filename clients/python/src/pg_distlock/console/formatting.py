@@ -4,28 +4,10 @@ escape the result)."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Callable
 
-
-def duration(value: Any) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, timedelta):
-        return str(value)
-    seconds = value.total_seconds()
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, second = divmod(int(seconds), 60)
-    hours, minute = divmod(minutes, 60)
-    days, hour = divmod(hours, 24)
-    if days:
-        return f"{days}d {hour}h {minute:02d}m"
-    if hours:
-        return f"{hour}h {minute:02d}m {second:02d}s"
-    return f"{minute}m {second:02d}s"
+from ..inspect.durations import duration
 
 
 def moment(value: Any) -> str:

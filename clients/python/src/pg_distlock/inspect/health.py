@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from .durations import duration
+
 
 def problems(status: dict[str, Any], sweep_minutes: float, max_dead: int) -> list[str]:
     found: list[str] = []
@@ -19,7 +21,7 @@ def problems(status: dict[str, Any], sweep_minutes: float, max_dead: int) -> lis
     elif not sweep or sweep["last_run_at"] is None:
         found.append("the recovery sweep has never run in this database (schedule it with pg_cron)")
     elif sweep["since_last_run"] > timedelta(minutes=sweep_minutes):
-        found.append(f"the recovery sweep last ran {sweep['since_last_run']} ago (more than {sweep_minutes:g} minutes)")
+        found.append(f"the recovery sweep last ran {duration(sweep['since_last_run'])} ago (more than {sweep_minutes:g} minutes)")
     queues = status.get("queues")
     if queues is None:
         found.append("cannot read distlock.queues")
