@@ -184,10 +184,8 @@ pub(crate) fn claim_from(
         if starts_anywhere {
             let head_read = head_read_from.map_or_else(claim_start::HeadRead::default, |(next_xid, before)| {
                 let stepped_over = super::entries_read::runnable_entries_read().stepped_over_since(before, returned as i64);
-                // Read to the end unless it returned all it wanted.
-                let end = furthest.filter(|_| returned as i64 >= wanted);
                 let stepped_over =
-                    super::passed_for_good::split_passed(client, stepped_over, &source, claimant.scope, now, end);
+                    super::passed_for_good::split_passed(client, stepped_over, &source, claimant.scope, now);
                 claim_start::HeadRead { stepped_over, next_xid }
             });
             claim_start::claimed(start_queue, role, from, furthest, now_us, position, head_read);

@@ -518,7 +518,7 @@ fn held_jobs_given_back_are_claimed_within_seconds(name: &str, gid: &'static str
 }
 
 /// Enqueues `count` jobs named `name` into `queue`, runnable `age` ago.
-fn jobs_of(c: &mut Client, name: &str, queue: &str, count: i32, age: &str) {
+pub(crate) fn jobs_of(c: &mut Client, name: &str, queue: &str, count: i32, age: &str) {
     c.batch_execute(&format!(
         "SELECT distlock.enqueue_tasks('{name}', (SELECT array_agg('{{}}'::jsonb) FROM generate_series(1, {count})),
                                        now() - interval '{age}', p_queue => '{queue}')"
@@ -542,17 +542,36 @@ fn consume_in_scope(consumer: &mut Client) -> Option<i64> {
 /// the head spaced (10 s), as a paused queue's do.
 #[test]
 fn other_tenants_jobs_keep_a_scoped_consumers_reads_from_the_head_spaced() {
-    let (mut c, a, _b) = crate::scopes::two_tenants("claim_order_scoped_others", &["consumer"]);
+    other_names_keep_scoped_reads_from_the_head_spaced("claim_order_scoped_others", "b.q", "NULL");
+}
+
+/// The same for a scoped consumer naming its queue, whose jobs named
+/// outside its scope (an unscoped producer's) it passes over for good
+/// (counted along the queue's own index: queue_passed_for_good_in_queue.sql).
+#[test]
+fn jobs_named_outside_the_scope_keep_reads_from_the_head_of_a_named_queue_spaced() {
+    other_names_keep_scoped_reads_from_the_head_spaced("claim_order_scoped_named", "a.q", "ARRAY['a.q']");
+}
+
+/// 50,000 jobs named 'b.job' in `queue`, before every job of tenant a; a
+/// consumer of tenant a claiming along `route` for 4 s reads from the head
+/// once at most.
+fn other_names_keep_scoped_reads_from_the_head_spaced(name: &str, queue: &str, route: &str) {
+    let (mut c, a, _b) = crate::scopes::two_tenants(name, &["consumer"]);
     let db: String = c.query_one("SELECT current_database()", &[]).expect("database").get(0);
     let mut consumer = scoped_consumer(&db, &a);
-    jobs_of(&mut c, "b.job", "b.q", 50000, "1 day");
+    let claim = format!("SELECT (SELECT task_id FROM distlock.consume_task('w', p_queues => {route}))");
+    let claim_one = |consumer: &mut Client| -> Option<i64> {
+        consumer.query_one(&claim, &[]).unwrap_or_else(|e| panic!("{claim}: {e}")).get(0)
+    };
+    jobs_of(&mut c, "b.job", queue, 50000, "1 day");
     jobs_of(&mut c, "a.job", "a.q", 1, "1 second");
-    assert!(consume_in_scope(&mut consumer).is_some(), "a read from the head past b's jobs");
+    assert!(claim_one(&mut consumer).is_some(), "a read from the head past b's jobs");
     let before = runnable_index_reads(&mut consumer, &mut c);
     let started = std::time::Instant::now();
     while started.elapsed() < Duration::from_secs(4) {
         jobs_of(&mut c, "a.job", "a.q", 1, "0 seconds");
-        assert!(consume_in_scope(&mut consumer).is_some(), "claims of a's jobs go on");
+        assert!(claim_one(&mut consumer).is_some(), "claims of a's jobs go on");
         std::thread::sleep(Duration::from_millis(100));
     }
     let read = runnable_index_reads(&mut consumer, &mut c) - before;

@@ -36,6 +36,7 @@ mod privileges;
 mod recovery;
 mod replication_modes;
 mod review_44;
+mod review_46_7;
 mod scopes;
 mod search_path;
 mod shared_memory;
