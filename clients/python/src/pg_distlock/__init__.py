@@ -29,11 +29,11 @@ from ._core.ratelimit import RateLimiterLogic, Throttle, check_rate_limit_op, th
 from ._core.tasks import TaskClaim, TaskWorkerLogic
 from ._core import effects as fx
 from ._core.keeper import Seconds, non_negative
-from ._sync import Runtime, Source, connect_kwargs, resign_on_signals, stop_on_signals
+from ._sync import Runtime, Source, check_source, connect_kwargs, resign_on_signals, stop_on_signals
 from .errors import translate
 from .errors import (
     Cancelled, ConnectionLost, Deadlock, DistlockError, NotInstalled, Fenced, InvalidArgument, LeaseLost, LockLost, LockTimeout,
-    NotFound, NotHolder, PermissionDenied, RateLimited, ResourceExhausted, Unavailable,
+    Misconfigured, NotFound, NotHolder, PermissionDenied, RateLimited, ResourceExhausted, Unavailable,
 )
 
 __all__ = [
@@ -42,7 +42,7 @@ __all__ = [
     "Features", "WorkerStats", "Source",
     "DistlockError", "LockTimeout", "Cancelled", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
     "RateLimited", "InvalidArgument", "NotFound", "Unavailable", "ConnectionLost", "ResourceExhausted", "Deadlock",
-    "NotInstalled", "TelemetryEvent", "add_telemetry_hook",
+    "NotInstalled", "Misconfigured", "TelemetryEvent", "add_telemetry_hook",
 ]
 
 if TYPE_CHECKING:
@@ -368,6 +368,7 @@ class Client:
         self._owns_pool = isinstance(source, str)
         if isinstance(source, str):
             check_pool_size(min_size, max_size)
+            check_source(source, f"pg_distlock:client:{self.worker_id}")
             self.pool: ConnectionPool[Any] = ConnectionPool(
                 source, min_size=min_size, max_size=max_size, open=True, name=f"pg_distlock:{self.worker_id}",
                 kwargs=connect_kwargs(source, f"pg_distlock:client:{self.worker_id}"),

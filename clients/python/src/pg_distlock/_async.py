@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 from ._core import effects as fx
 from ._core import features
 from ._sync import connect_kwargs, name_database
-from .errors import DistlockError, translate
+from .errors import DistlockError, connect_failure, translate
 
 T = TypeVar("T")
 
@@ -31,6 +31,17 @@ class Held:
     def __init__(self, conn: psycopg.AsyncConnection[Any], owned: bool) -> None:
         self.conn = conn
         self.owned = owned
+
+
+async def check_source(source: str, label: str) -> None:
+    """_sync.check_source for asyncio."""
+    try:
+        async with await psycopg.AsyncConnection.connect(source, **connect_kwargs(source, label)) as conn:
+            database, installed = (await run_statement(conn, fx.Execute(features.INSTALLED_SQL)))[0]
+    except psycopg.Error as exc:
+        raise connect_failure(exc, source, connected_before=False) from exc
+    if not installed:
+        raise features.not_installed(database)
 
 
 async def run_statement(conn: psycopg.AsyncConnection[Any], effect: fx.Execute) -> fx.Rows:
@@ -85,6 +96,9 @@ class Runtime:
         self._features: weakref.WeakKeyDictionary[Any, features.Features] = weakref.WeakKeyDictionary()
         self.label = "pg_distlock"
         """The application_name of connections opened from a conninfo that names none."""
+        self.connected_once = False
+        """Whether a connection of the conninfo source ever succeeded: until
+        then, a server that cannot be reached is a wrong conninfo."""
 
     def connect_kwargs(self) -> dict[str, Any]:
         return connect_kwargs(self.source, self.label)
@@ -154,8 +168,19 @@ class Runtime:
     async def _shared_connection(self) -> psycopg.AsyncConnection[Any]:
         async with self._shared_lock:
             if self._shared is None or self._shared.closed:
-                self._shared = await psycopg.AsyncConnection.connect(self.source, **self.connect_kwargs())  # type: ignore[arg-type]
+                self._shared = await self._connect()
             return self._shared
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        """A connection of the conninfo source; Misconfigured when retrying
+        cannot help (errors.connect_failure)."""
+        assert isinstance(self.source, str)
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.source, **self.connect_kwargs())
+        except psycopg.Error as exc:
+            raise connect_failure(exc, self.source, self.connected_once) from exc
+        self.connected_once = True
+        return conn
 
     async def _perform(self, effect: fx.Effect) -> Any:
         if isinstance(effect, fx.Execute):
@@ -211,7 +236,7 @@ class Runtime:
         if isinstance(self.source, psycopg.AsyncConnection):
             return Held(self.source, owned=False)
         if isinstance(self.source, str):
-            return Held(await psycopg.AsyncConnection.connect(self.source, **self.connect_kwargs()), owned=True)
+            return Held(await self._connect(), owned=True)
         return Held(await self.source.getconn(), owned=True)
 
     async def _close(self, session: fx.Session, discard: bool) -> None:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from .errors import DistlockError, translate
+from .errors import DistlockError, connect_failure, translate
 
 T = TypeVar("T")
 
@@ -41,6 +41,19 @@ def connect_kwargs(source: Any, label: str) -> dict[str, Any]:
     if isinstance(source, str) and "application_name" not in conninfo_to_dict(source):
         kwargs["application_name"] = label
     return kwargs
+
+
+def check_source(source: str, label: str) -> None:
+    """Connects once with conninfo `source` and looks for the extension:
+    Misconfigured or NotInstalled at once, rather than a pool's timeout
+    after 30 s from the first call."""
+    try:
+        with psycopg.connect(source, **connect_kwargs(source, label)) as conn:
+            database, installed = run_statement(conn, fx.Execute(features.INSTALLED_SQL))[0]
+    except psycopg.Error as exc:
+        raise connect_failure(exc, source, connected_before=False) from exc
+    if not installed:
+        raise features.not_installed(database)
 
 
 class Held:
@@ -109,6 +122,9 @@ class Runtime:
         self._features: weakref.WeakKeyDictionary[Any, features.Features] = weakref.WeakKeyDictionary()
         self.label = "pg_distlock"
         """The application_name of connections opened from a conninfo that names none."""
+        self.connected_once = False
+        """Whether a connection of the conninfo source ever succeeded: until
+        then, a server that cannot be reached is a wrong conninfo."""
 
     def connect_kwargs(self) -> dict[str, Any]:
         return connect_kwargs(self.source, self.label)
@@ -181,8 +197,19 @@ class Runtime:
     def _shared_connection(self) -> psycopg.Connection[Any]:
         with self._shared_lock:
             if self._shared is None or self._shared.closed:
-                self._shared = psycopg.connect(self.source, **self.connect_kwargs())  # type: ignore[arg-type]
+                self._shared = self._connect()
             return self._shared
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A connection of the conninfo source; Misconfigured when retrying
+        cannot help (errors.connect_failure)."""
+        assert isinstance(self.source, str)
+        try:
+            conn = psycopg.connect(self.source, **self.connect_kwargs())
+        except psycopg.Error as exc:
+            raise connect_failure(exc, self.source, self.connected_once) from exc
+        self.connected_once = True
+        return conn
 
     def _perform(self, effect: fx.Effect) -> Any:
         if isinstance(effect, fx.Execute):
@@ -230,7 +257,7 @@ class Runtime:
         if isinstance(self.source, psycopg.Connection):
             return Held(self.source, owned=False)
         if isinstance(self.source, str):
-            return Held(psycopg.connect(self.source, **self.connect_kwargs()), owned=True)
+            return Held(self._connect(), owned=True)
         return Held(self.source.getconn(), owned=True)
 
     def _close(self, session: fx.Session, discard: bool) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 import psycopg
 
-from ._async import AsyncSource, Runtime, resign_on_signals, stop_on_signals
+from ._async import AsyncSource, Runtime, check_source, resign_on_signals, stop_on_signals
 from ._sync import connect_kwargs
 from ._core import effects as fx
 from ._core.base import HandsOut, check_pool_size
@@ -31,7 +31,7 @@ from ._core.tasks import TaskClaim, TaskWorkerLogic
 from .errors import translate
 from .errors import (
     Cancelled, ConnectionLost, Deadlock, DistlockError, Fenced, InvalidArgument, LeaseLost, LockLost, LockTimeout,
-    NotFound, NotHolder, NotInstalled, PermissionDenied, RateLimited, ResourceExhausted, Unavailable,
+    Misconfigured, NotFound, NotHolder, NotInstalled, PermissionDenied, RateLimited, ResourceExhausted, Unavailable,
 )
 
 __all__ = [
@@ -40,7 +40,7 @@ __all__ = [
     "WorkerStats", "AsyncSource",
     "DistlockError", "LockTimeout", "Cancelled", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
     "RateLimited", "InvalidArgument", "NotFound", "Unavailable", "ConnectionLost", "ResourceExhausted", "Deadlock",
-    "NotInstalled", "TelemetryEvent", "add_telemetry_hook",
+    "NotInstalled", "Misconfigured", "TelemetryEvent", "add_telemetry_hook",
 ]
 
 if TYPE_CHECKING:
@@ -345,8 +345,12 @@ class Client:
         self._handed_out: weakref.WeakSet[Any] = weakref.WeakSet()
 
     async def open(self) -> None:
-        """Opens the pool the client made (a no-op for a pool it was given)."""
+        """Opens the pool the client made (a no-op for a pool it was given),
+        after one connection of its own: Misconfigured or NotInstalled here
+        rather than after the pool's timeout from the first call."""
         if self._owns_pool:
+            assert isinstance(self.pool.conninfo, str)
+            await check_source(self.pool.conninfo, f"pg_distlock:client:{self.worker_id}")
             await self.pool.open()
 
     async def throttle(self, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1) -> Throttle:

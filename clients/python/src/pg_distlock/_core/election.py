@@ -25,7 +25,7 @@ from .features import require_installed
 from . import telemetry
 from .holds import default_owner
 from .keeper import Keeper, Lost, Seconds, interval, positive
-from ..errors import PermissionDenied, Unavailable
+from ..errors import Misconfigured, PermissionDenied, Unavailable
 
 S = TypeVar("S")
 
@@ -33,6 +33,10 @@ log = telemetry.logger("leader")
 
 CAMPAIGN_SQL = "SELECT is_leader, term, leader FROM distlock.try_become_leader(%s, %s, %s)"
 RESIGN_SQL = "SELECT distlock.resign_leader(%s, %s)"
+
+
+# How long start() waits for the first campaign's answer (seconds).
+FIRST_CAMPAIGN_WAIT = 5.0
 
 
 def safety_margin(ttl: float) -> float:
@@ -74,7 +78,10 @@ class LeaderLogic(Bound[S]):
         self.leader: str | None = None
         """The node the server last named as leader."""
         self.failure: BaseException | None = None
-        """What a callback raised; the node resigned and stopped campaigning."""
+        """What a callback raised, or a campaign that cannot succeed (the
+        role lacks the capability, the group is outside its scope, the
+        extension is missing): the node resigned and stopped campaigning."""
+        self._first_round: fx.Flag = self._rt.new_flag()
         self._lost = Lost(self._rt.new_flag, None, then=self._demoted)
         self._lost.identify("leader", group)
         self._keeper = Keeper(
@@ -135,8 +142,16 @@ class LeaderLogic(Bound[S]):
                 sent = time.monotonic()
                 try:
                     won = yield from self._campaign()
-                except Unavailable:
+                except Unavailable as exc:
+                    if isinstance(exc, Misconfigured):
+                        self._cannot_campaign(exc)
+                        return
                     won = False
+                except Exception as exc:
+                    self._cannot_campaign(exc)
+                    return
+                finally:
+                    self._first_round.set()
                 if won and not self._stop.is_set():
                     yield from self._keeper.stop()
                     self._lost.reset()
@@ -149,6 +164,15 @@ class LeaderLogic(Bound[S]):
                         yield from self._callback(self.on_elected, self.term)
             if (yield fx.Sleep(self.every, self._stop)):
                 return
+
+    def _cannot_campaign(self, exc: Exception) -> None:
+        """Campaigning again cannot help: start(), wait_elected() and stop()
+        raise `exc` (a leader that cannot lead used to wait forever, its
+        error seen only at close())."""
+        log.error("pg_distlock: %s cannot campaign for %r: %s", self.node, self.group, exc)
+        if self.failure is None:
+            self.failure = exc
+        self._stop.set()
 
     def _wait_elected_op(self, timeout: float | None) -> fx.Gen[bool]:
         """Until this node leads (True) or `timeout` seconds pass (False);
@@ -172,15 +196,24 @@ class LeaderLogic(Bound[S]):
     def _check_installed(self) -> fx.Gen[None]:
         try:
             yield from require_installed()
-        except Unavailable:
-            pass  # the campaign retries until the server is back
+        except Unavailable as exc:
+            if isinstance(exc, Misconfigured):
+                raise
+            # The campaign retries until the server is back.
 
     def _start_op(self) -> fx.Gen[None]:
         if self.failure is not None:
             raise self.failure
         yield from self._check_installed()
         self._stop = self._rt.new_flag()
+        self._first_round = self._rt.new_flag()
         self._campaigner = yield fx.Spawn(self._campaigning())
+        # The first campaign's answer, so that one that cannot succeed is
+        # raised here; a server that does not answer is the campaign's to
+        # retry.
+        yield fx.Sleep(FIRST_CAMPAIGN_WAIT, self._first_round)
+        if self.failure is not None:
+            raise self.failure
 
     def _resign(self, reason: str) -> fx.Gen[None]:
         yield from self._keeper.stop()

@@ -63,10 +63,14 @@ def require_installed() -> fx.Gen[None]:
     rows = yield from fx.execute(INSTALLED_SQL)
     database, installed = rows[0]
     if not installed:
-        raise NotInstalled(
-            f"pg_distlock is not installed in database {database!r}: "
-            f"run CREATE EXTENSION pg_distlock in database {database!r}"
-        )
+        raise not_installed(database)
+
+
+def not_installed(database: str) -> NotInstalled:
+    return NotInstalled(
+        f"pg_distlock is not installed in database {database!r}: "
+        f"run CREATE EXTENSION pg_distlock in database {database!r}"
+    )
 
 
 def detect_op() -> fx.Gen[Features]:

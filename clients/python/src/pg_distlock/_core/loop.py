@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from . import effects as fx
-from ..errors import Cancelled, Unavailable
+from ..errors import Cancelled, Misconfigured, Unavailable
 
 log = logging.getLogger("pg_distlock.worker")
 
@@ -53,6 +53,9 @@ class Loop:
         self.session: fx.Session | None = None
         self.waiting = False
         """True while fetching work, when stop() cancels the statement."""
+        self.reconnect_when_idle_for = 60.0
+        """With exit_when_idle, how long (seconds) reconnects may fail before
+        run() raises the last error: long enough for a failover."""
         self.on_stop: list[Callable[[], None]] = []
         """Called by stop(), from the thread or task that calls it: wakes
         what waits for something other than the server."""
@@ -87,13 +90,22 @@ class Loop:
         """The loop's connection, opened again after a failure with backoff;
         None once the worker is stopping."""
         delay = 0.1
+        failing_since: float | None = None
         while self.session is None:
             if self.stopping.is_set():
                 return None
             try:
                 self.session = yield fx.Open()
+            except Misconfigured:
+                raise  # a wrong conninfo, role or database: run() raises it at once
             except Unavailable as exc:
-                log.info("pg_distlock: cannot connect (%s), retrying in %.1f s", exc, delay)
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                if self.exit_when_idle and now - failing_since >= self.reconnect_when_idle_for:
+                    # A worker meant to end once it runs out of work does not
+                    # wait forever for a server that is gone.
+                    raise
+                log.warning("pg_distlock: cannot connect (%s), retrying in %.1f s", exc, delay)
                 if (yield fx.Sleep(delay, self.stopping)):
                     return None
                 delay = min(delay * 2, 5.0)

@@ -126,6 +126,21 @@ def _needed_capability(command: str, role: Optional[str]) -> str:
             + ("" if capability == "admin" else " (or make the role a member of pg_monitor)"))
 
 
+def _reachable(dsn: str, label: str) -> bool:
+    """Whether a server is there to serve the console's pages from, said
+    before serving them (a wrong --dsn used to start anyway, each page then
+    waiting 10 s)."""
+    from .._sync import check_source
+    from ..errors import DistlockError
+
+    try:
+        check_source(dsn, label)
+    except DistlockError as error:
+        print(f"pg-distlock: {error}", file=sys.stderr)
+        return False
+    return True
+
+
 def _console(args: argparse.Namespace) -> int:
     try:
         from ..console import serve
@@ -133,6 +148,8 @@ def _console(args: argparse.Namespace) -> int:
         print(f"pg-distlock console needs the console extra: pip install 'pg-distlock[console]' ({error})",
               file=sys.stderr)
         return EXIT_USAGE
+    if not _reachable(args.dsn, "pg-distlock console"):
+        return EXIT_DATABASE
     print(f"pg-distlock console on http://{args.host}:{args.port}/", file=sys.stderr)
     serve(args.dsn, args.host, args.port, args.pool_size, args.allowed_hosts)
     return EXIT_OK
@@ -154,6 +171,8 @@ def _metrics(args: argparse.Namespace, out: TextIO) -> int:
         print(f"pg-distlock metrics needs the console extra: pip install 'pg-distlock[console]' ({error})",
               file=sys.stderr)
         return EXIT_USAGE
+    # No check of the conninfo here: an exporter reports a database it
+    # cannot reach as pg_distlock_up 0.
     if args.listen is None:
         with metrics.open_pool(args.dsn) as pool:
             out.write(generate_latest(metrics.registry(pool)).decode())
