@@ -171,3 +171,29 @@ def test_a_worker_meant_to_end_when_idle_stops_retrying_and_raises(db: Db) -> No
     assert not thread.is_alive()
     assert outcome and isinstance(outcome[0], pg_distlock.Unavailable), outcome
     assert "not currently accepting connections" in str(outcome[0])
+
+
+def test_a_lock_call_of_a_client_whose_database_went_away_ends_within_its_timeout(db: Db) -> None:
+    """lock(timeout=1) behind a pool with no connection to give: it used to
+    wait the pool's 30 s and raise 'couldn't get a connection' without the
+    cause."""
+    with pg_distlock.Client(db.dsn, min_size=1, max_size=2) as client:
+        with client.lock("warm-up", timeout=1):
+            pass
+        _allow_connections(db, False)
+        try:
+            outcomes: list[tuple[float, BaseException]] = []
+            # The first calls may get the pool's connections, dead since
+            # (each raises at once); then the pool has none to give.
+            while len(outcomes) < 4 and not (outcomes and "accepting" in str(outcomes[-1][1])):
+                started = time.monotonic()
+                with pytest.raises(pg_distlock.Unavailable) as raised:
+                    with client.lock("after", timeout=1):
+                        pass
+                outcomes.append((time.monotonic() - started, raised.value))
+        finally:
+            _allow_connections(db, True)
+    took, error = outcomes[-1]
+    assert took < 4, f"{took:.1f} s"
+    assert "not currently accepting connections" in str(error), error
+    assert isinstance(error.__cause__, psycopg.Error), error.__cause__

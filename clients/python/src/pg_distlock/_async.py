@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from ._sync import connect_kwargs, name_database
-from .errors import DistlockError, connect_failure, translate
+from ._sync import connect_kwargs, connect_timeout, name_database
+from .errors import DistlockError, Unavailable, connect_failure, translate
 
 T = TypeVar("T")
 
@@ -42,6 +42,19 @@ async def check_source(source: str, label: str) -> None:
         raise connect_failure(exc, source, connected_before=False) from exc
     if not installed:
         raise features.not_installed(database)
+
+
+async def pool_timeout_cause(pool: AsyncConnectionPool[Any], timeout: Exception) -> DistlockError:
+    """_sync.pool_timeout_cause for asyncio."""
+    conninfo, kwargs = pool.conninfo, pool.kwargs
+    if not isinstance(conninfo, str) or not isinstance(kwargs, dict):
+        return Unavailable(str(timeout))  # made at each connect: nothing to try it with
+    try:
+        probe = await psycopg.AsyncConnection.connect(conninfo, **kwargs, **connect_timeout(conninfo, 2))
+    except psycopg.Error as exc:
+        return connect_failure(exc, conninfo, connected_before=True)
+    await probe.close()
+    return Unavailable(f"{timeout} (every connection of the pool is in use: raise max_size or hold fewer at once)")
 
 
 async def run_statement(conn: psycopg.AsyncConnection[Any], effect: fx.Execute) -> fx.Rows:
@@ -171,12 +184,13 @@ class Runtime:
                 self._shared = await self._connect()
             return self._shared
 
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+    async def _connect(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
         """A connection of the conninfo source; Misconfigured when retrying
         cannot help (errors.connect_failure)."""
         assert isinstance(self.source, str)
         try:
-            conn = await psycopg.AsyncConnection.connect(self.source, **self.connect_kwargs())
+            conn = await psycopg.AsyncConnection.connect(self.source, **self.connect_kwargs(),
+                                                         **connect_timeout(self.source, timeout))
         except psycopg.Error as exc:
             raise connect_failure(exc, self.source, self.connected_once) from exc
         self.connected_once = True
@@ -213,7 +227,7 @@ class Runtime:
                     self._features[conn] = found
                 return found
         if isinstance(effect, fx.Open):
-            return await self._open()
+            return await self._open(effect.timeout)
         if isinstance(effect, fx.Close):
             await self._close(effect.session, effect.discard)
             return None
@@ -232,12 +246,17 @@ class Runtime:
             return task.result() if done else None
         raise DistlockError(f"unknown effect {effect!r}")
 
-    async def _open(self) -> Held:
+    async def _open(self, timeout: float | None) -> Held:
         if isinstance(self.source, psycopg.AsyncConnection):
             return Held(self.source, owned=False)
         if isinstance(self.source, str):
-            return Held(await self._connect(), owned=True)
-        return Held(await self.source.getconn(), owned=True)
+            return Held(await self._connect(timeout), owned=True)
+        from psycopg_pool import PoolTimeout
+
+        try:
+            return Held(await self.source.getconn(timeout=timeout), owned=True)
+        except PoolTimeout as exc:
+            raise (await pool_timeout_cause(self.source, exc)) from exc
 
     async def _close(self, session: fx.Session, discard: bool) -> None:
         assert isinstance(session, Held)

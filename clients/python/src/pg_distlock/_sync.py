@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import queue
 import signal
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from .errors import DistlockError, connect_failure, translate
+from .errors import DistlockError, Unavailable, connect_failure, translate
 
 T = TypeVar("T")
 
@@ -54,6 +55,30 @@ def check_source(source: str, label: str) -> None:
         raise connect_failure(exc, source, connected_before=False) from exc
     if not installed:
         raise features.not_installed(database)
+
+
+def connect_timeout(conninfo: str, timeout: float | None) -> dict[str, Any]:
+    """libpq's connect_timeout for a connect bounded by a call's `timeout`
+    (whole seconds, at least 2, as libpq counts them), unless the conninfo
+    sets its own."""
+    if timeout is None or "connect_timeout" in conninfo_to_dict(conninfo):
+        return {}
+    return {"connect_timeout": max(2, math.ceil(timeout))}
+
+
+def pool_timeout_cause(pool: ConnectionPool[Any], timeout: Exception) -> DistlockError:
+    """What a pool's checkout timeout means: when a connection of the pool's
+    own can be made, the pool was busy (Unavailable, saying so); when not,
+    why (the connect's error, chained: the pool's own message drops it)."""
+    conninfo, kwargs = pool.conninfo, pool.kwargs
+    if not isinstance(conninfo, str) or not isinstance(kwargs, dict):
+        return Unavailable(str(timeout))  # made at each connect: nothing to try it with
+    try:
+        probe = psycopg.connect(conninfo, **kwargs, **connect_timeout(conninfo, 2))
+    except psycopg.Error as exc:
+        return connect_failure(exc, conninfo, connected_before=True)
+    probe.close()
+    return Unavailable(f"{timeout} (every connection of the pool is in use: raise max_size or hold fewer at once)")
 
 
 class Held:
@@ -200,12 +225,12 @@ class Runtime:
                 self._shared = self._connect()
             return self._shared
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def _connect(self, timeout: float | None = None) -> psycopg.Connection[Any]:
         """A connection of the conninfo source; Misconfigured when retrying
         cannot help (errors.connect_failure)."""
         assert isinstance(self.source, str)
         try:
-            conn = psycopg.connect(self.source, **self.connect_kwargs())
+            conn = psycopg.connect(self.source, **self.connect_kwargs(), **connect_timeout(self.source, timeout))
         except psycopg.Error as exc:
             raise connect_failure(exc, self.source, self.connected_once) from exc
         self.connected_once = True
@@ -230,7 +255,7 @@ class Runtime:
                     self._features[conn] = found
                 return found
         if isinstance(effect, fx.Open):
-            return self._open()
+            return self._open(effect.timeout)
         if isinstance(effect, fx.Close):
             self._close(effect.session, effect.discard)
             return None
@@ -253,12 +278,17 @@ class Runtime:
             return effect.task.result
         raise DistlockError(f"unknown effect {effect!r}")
 
-    def _open(self) -> Held:
+    def _open(self, timeout: float | None) -> Held:
         if isinstance(self.source, psycopg.Connection):
             return Held(self.source, owned=False)
         if isinstance(self.source, str):
-            return Held(self._connect(), owned=True)
-        return Held(self.source.getconn(), owned=True)
+            return Held(self._connect(timeout), owned=True)
+        from psycopg_pool import PoolTimeout
+
+        try:
+            return Held(self.source.getconn(timeout=timeout), owned=True)
+        except PoolTimeout as exc:
+            raise pool_timeout_cause(self.source, exc) from exc
 
     def _close(self, session: fx.Session, discard: bool) -> None:
         assert isinstance(session, Held)

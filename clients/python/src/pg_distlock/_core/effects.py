@@ -79,6 +79,10 @@ class Open:
     """A connection for the logic alone (the caller's own when the source is a
     single connection). Returns a Session."""
 
+    timeout: float | None = None
+    """At most about this many seconds to get it (a pool's checkout, a new
+    connection's connect_timeout); None: the source's own limits."""
+
 
 @dataclass(frozen=True)
 class Close:

@@ -91,7 +91,8 @@ class LockLogic(Losable[S]):
             self.held = True
             self._lost.report("acquired")
             return
-        session = yield fx.Open()
+        # A lock call's timeout bounds getting its connection too.
+        session = yield fx.Open(timeout=self.timeout)
         try:
             got = yield from fx.first(sql, (self.key, timeout, self.shared, False), on=session)
         except BaseException as exc:
