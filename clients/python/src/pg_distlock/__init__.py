@@ -18,6 +18,7 @@ import psycopg
 from . import snowflake
 from ._core.base import HandsOut, check_pool_size
 from ._core.telemetry import Event as TelemetryEvent, add_hook as add_telemetry_hook
+from ._core.admin import AdminLogic
 from ._core.election import LeaderLogic
 from ._core.features import Features, detect_op
 from ._core.holds import LeaseLogic, SemaphoreLogic
@@ -37,7 +38,7 @@ from .errors import (
 )
 
 __all__ = [
-    "Client", "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
+    "Client", "Admin", "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
     "complete_in_transaction", "RateLimiter", "Throttle", "throttle", "check_rate_limit", "generate_snowflake_id", "snowflake", "features",
     "Features", "WorkerStats", "Source",
     "DistlockError", "LockTimeout", "Cancelled", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
@@ -278,6 +279,53 @@ class Queue(QueueLogic[Source]):
         self.close()
 
 
+class Admin(AdminLogic[Source]):
+    """The admin calls, for a role with the admin capability (scoped: only
+    names in its scope): `PermissionDenied` otherwise. Each runs one server
+    function (docs/queue.md, docs/leases.md)."""
+
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    def pause_queue(self, queue: str) -> bool:
+        """Consumers take no job of `queue` until resumed; False if it was paused."""
+        return self._rt.run(self._pause_op(queue))
+
+    def resume_queue(self, queue: str) -> bool:
+        """Undoes pause_queue (waiting consumers are woken); False if it was not paused."""
+        return self._rt.run(self._resume_op(queue))
+
+    def set_queue_limit(self, queue: str, max_processing: int | None) -> None:
+        """At most `max_processing` jobs of `queue` processing at once, across all consumers; None removes it."""
+        self._rt.run(self._set_limit_op(queue, max_processing))
+
+    def retry_dead(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
+        """Gives the dead jobs of `queue`, or among `ids`, or all, one more attempt; how many."""
+        return self._rt.run(self._jobs_op("retry_dead", queue, ids))
+
+    def delete_dead(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
+        """Deletes the dead jobs of `queue`, or among `ids`, or all; how many."""
+        return self._rt.run(self._jobs_op("delete_dead", queue, ids))
+
+    def requeue(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
+        """Takes the processing jobs of `queue`, or among `ids`, or all, back from their consumers
+        (their settles are refused) and queues them again; how many."""
+        return self._rt.run(self._jobs_op("requeue", queue, ids))
+
+    def release_lease(self, name: str) -> bool:
+        """Force-releases lease `name`: its holder's token stops working; False if none was held."""
+        return self._rt.run(self._release_lease_op(name))
+
+    def close(self) -> None:
+        self._rt.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class QueueWorker(QueueWorkerLogic[Source], _Runs):
     """Runs handler(job) for each job, up to `concurrency` at once (each in
     a thread of its own); completed on return, failed with the error text
@@ -358,6 +406,7 @@ class Client:
     queue_worker = HandsOut(QueueWorker)
     task_worker = HandsOut(TaskWorker)
     rate_limiter = HandsOut(RateLimiter)
+    admin = HandsOut(Admin)
 
     def __init__(
         self, source: str | ConnectionPool[Any], *, min_size: int = 1, max_size: int = 10, worker_id: str | None = None

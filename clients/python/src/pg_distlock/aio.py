@@ -18,6 +18,7 @@ from ._sync import connect_kwargs
 from ._core import effects as fx
 from ._core.base import HandsOut, check_pool_size
 from ._core.telemetry import Event as TelemetryEvent, add_hook as add_telemetry_hook
+from ._core.admin import AdminLogic
 from ._core.election import LeaderLogic
 from ._core.features import Features, detect_op
 from ._core.holds import LeaseLogic, SemaphoreLogic
@@ -35,7 +36,7 @@ from .errors import (
 )
 
 __all__ = [
-    "Client", "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
+    "Client", "Admin", "Lock", "lock", "Lease", "Semaphore", "Leader", "TaskWorker", "TaskClaim", "Queue", "QueueWorker", "Job",
     "complete_in_transaction", "RateLimiter", "Throttle", "throttle", "check_rate_limit", "generate_snowflake_id", "features", "Features",
     "WorkerStats", "AsyncSource",
     "DistlockError", "LockTimeout", "Cancelled", "PermissionDenied", "NotHolder", "LeaseLost", "LockLost", "Fenced",
@@ -256,6 +257,43 @@ class Queue(QueueLogic[AsyncSource]):
         await self.close()
 
 
+class Admin(AdminLogic[AsyncSource]):
+    """pg_distlock.Admin for asyncio."""
+
+    _runtime = staticmethod(Runtime)
+    _rt: Runtime
+
+    async def pause_queue(self, queue: str) -> bool:
+        return await self._rt.run(self._pause_op(queue))
+
+    async def resume_queue(self, queue: str) -> bool:
+        return await self._rt.run(self._resume_op(queue))
+
+    async def set_queue_limit(self, queue: str, max_processing: int | None) -> None:
+        await self._rt.run(self._set_limit_op(queue, max_processing))
+
+    async def retry_dead(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
+        return await self._rt.run(self._jobs_op("retry_dead", queue, ids))
+
+    async def delete_dead(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
+        return await self._rt.run(self._jobs_op("delete_dead", queue, ids))
+
+    async def requeue(self, queue: str | None = None, ids: Sequence[int] | None = None) -> int:
+        return await self._rt.run(self._jobs_op("requeue", queue, ids))
+
+    async def release_lease(self, name: str) -> bool:
+        return await self._rt.run(self._release_lease_op(name))
+
+    async def close(self) -> None:
+        await self._rt.close()
+
+    async def __aenter__(self) -> Admin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
 class QueueWorker(QueueWorkerLogic[AsyncSource], _Runs):
     """Awaits handler(job) for each job, up to `concurrency` at once (each in
     a task of its own); see pg_distlock.QueueWorker."""
@@ -325,6 +363,7 @@ class Client:
     queue_worker = HandsOut(QueueWorker)
     task_worker = HandsOut(TaskWorker)
     rate_limiter = HandsOut(RateLimiter)
+    admin = HandsOut(Admin)
 
     def __init__(
         self, source: str | AsyncConnectionPool[Any], *, min_size: int = 1, max_size: int = 10,
