@@ -66,3 +66,11 @@ def test_snowflake_decoding_matches_the_server(db: Db) -> None:
 async def test_async_snowflake(db: Db) -> None:
     sf = await aio.generate_snowflake_id(db.dsn, 1023)
     assert snowflake.worker_id(sf) == 1023
+
+
+def test_max_burst_lets_one_more_request_pass_at_once_as_the_readme_says(db: Db) -> None:
+    """GCRA's burst (redis-cell's too): max_burst=3 lets 4 through at once."""
+    limiter = pg_distlock.RateLimiter(db.dsn, "readme-burst", max_burst=3, count_per_period=1, period=3600)
+    answers = [limiter.try_acquire() for _ in range(5)]
+    assert [a.allowed for a in answers] == [True, True, True, True, False]
+    assert answers[0].limit == 4
