@@ -6,6 +6,8 @@
 #   18  pg_distlock-VERSION-pg18-linux-ARCH.tar.gz     lib/, extension/ and
 #       install.sh, which copies them where pg_config says (or under a
 #       prefix that extension_control_path and dynamic_library_path name)
+# and the Python client's wheel and sdist (pg_distlock-VERSION-py3-none-any.whl,
+# pg_distlock-VERSION.tar.gz).
 # Each holds the library, the control file, this version's install script,
 # every upgrade script and the frozen install scripts of earlier releases,
 # so that ALTER EXTENSION pg_distlock UPDATE works from each of them.
@@ -141,6 +143,18 @@ INSTALL
   echo "package: $file"
 }
 
+# The Python client's wheel and sdist, built in a venv of their own.
+python_client() {
+  local venv
+  venv=$(mktemp -d)
+  trap 'rm -rf "$venv"' RETURN
+  echo "package: building the Python client"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check build
+  "$venv/bin/python" -m build --outdir "$dist" clients/python >/dev/null
+  ls "$dist"/pg_distlock-*.whl "$dist"/pg_distlock-*.tar.gz | sed 's/^/package: /'
+}
+
 case "${1:-}" in
   build-one) dist=${2:?}; build_one ;;
   "")
@@ -151,6 +165,7 @@ case "${1:-}" in
         scripts/pgroot.sh run "$v" scripts/package.sh build-one "$dist"
       fi
     done
+    python_client
     ;;
   *) echo "usage: $0 [build-one DIST_DIR]" >&2; exit 2 ;;
 esac

@@ -41,6 +41,16 @@ rm -rf "$work/venv" "$work/build-venv" "$work/sdist-venv" "$work/dist"
 "${PYTHON:-python3}" -m venv "$work/build-venv"
 "$work/build-venv/bin/pip" install --quiet --disable-pip-version-check build
 "$work/build-venv/bin/python" -m build --outdir "$work/dist" clients/python >/dev/null
+# Building writes nothing into the checkout (setuptools left build/ and an
+# egg-info beside the sources).
+if git rev-parse --git-dir >/dev/null 2>&1; then
+  left=$(git status --porcelain --ignored -- clients/python | grep '^!!' | grep -v '__pycache__/$' || true)
+  if [ -n "$left" ]; then
+    echo "python client: building wrote into the checkout:" >&2
+    echo "$left" >&2
+    exit 1
+  fi
+fi
 wheel=$(ls "$work"/dist/pg_distlock-*.whl)
 sdist=$(ls "$work"/dist/pg_distlock-*.tar.gz)
 # The tests run against the wheel, as a user would install it.
