@@ -1,21 +1,35 @@
--- params: bigint, timestamptz, text[], text
--- queue_passed_for_good.sql for a claim of queue $4 by a caller of scope $3
--- (not NULL): of the first $1 runnable jobs of the queue, along its index,
--- those outside the scope. (The claim reads nothing of a paused queue, nor
--- of a limited one unless it may claim there.) The queue is bounded from
--- both sides rather than compared for equality, and leads the order: with
--- an equality the index of every queue gives the same order, and the
--- planner chose it where the queue's own jobs lie scattered in the table,
--- reading every queue's jobs (plans::ordered_scans rules out the sort the
--- index of every queue would now need).
+-- params: bigint, timestamptz, text[], integer, timestamptz, bigint, text
+-- queue_passed_for_good.sql for a claim of queue $7 by a caller of scope $3
+-- (not NULL): of the first $1 runnable jobs of the queue up to the place
+-- $4, $5, $6, along the queue's index, those outside the scope. (The claim
+-- reads nothing of a paused queue, nor of a limited one unless it may claim
+-- there.) The queue is bounded from both sides rather than compared for
+-- equality, and leads the order: with an equality the index of every queue
+-- gives the same order, and the planner chose it where the queue's own
+-- jobs lie scattered in the table, reading every queue's jobs
+-- (plans::ordered_scans rules out the sort that index would now need).
 SELECT pg_catalog.count(*)
   FROM (SELECT queue, task_name
-          FROM distlock.task_queue
-         WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
-           AND queue OPERATOR(pg_catalog.>=) $4
-           AND queue OPERATOR(pg_catalog.<=) $4
-           AND run_after OPERATOR(pg_catalog.<=) $2
-         ORDER BY queue, priority DESC, run_after, id
+          FROM ((SELECT queue, task_name
+                   FROM distlock.task_queue
+                  WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
+                    AND queue OPERATOR(pg_catalog.>=) $7
+                    AND queue OPERATOR(pg_catalog.<=) $7
+                    AND run_after OPERATOR(pg_catalog.<=) $2
+                    AND priority OPERATOR(pg_catalog.>) $4
+                  ORDER BY queue, priority DESC, run_after, id
+                  LIMIT $1)
+                UNION ALL
+                (SELECT queue, task_name
+                   FROM distlock.task_queue
+                  WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])
+                    AND queue OPERATOR(pg_catalog.>=) $7
+                    AND queue OPERATOR(pg_catalog.<=) $7
+                    AND run_after OPERATOR(pg_catalog.<=) $2
+                    AND priority OPERATOR(pg_catalog.=) $4
+                    AND (run_after, id) OPERATOR(pg_catalog.<=) ($5, $6)
+                  ORDER BY queue, priority DESC, run_after, id
+                  LIMIT $1)) AS ranges
          LIMIT $1) AS passed
  WHERE NOT (EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
                      WHERE pg_catalog.starts_with(task_name, s.prefix))

@@ -140,6 +140,11 @@ pub(crate) fn claim_from(
             arguments.extend([place.priority.into(), run_after.into(), place.id.into()]);
         }
         let mut furthest: Option<Place> = None;
+        // Whether a job it returned carries the takeover's mark: taken over
+        // from an expired lease (no place in the runnable index), or put
+        // back by the sweep (a place anywhere): either way, where it read
+        // the runnable index to is not known from `furthest`.
+        let mut marked = false;
         let before = jobs.len();
         let mut run_statement = || {
             let ordered = starts_anywhere.then(crate::plans::ordered_scans);
@@ -154,7 +159,9 @@ pub(crate) fn claim_from(
                         }
                         // A job taken over from an expired lease comes first
                         // whatever its place, so it does not move the start.
-                        if starts_anywhere && row.get::<bool>(10)? != Some(true) {
+                        let taken_over = row.get::<bool>(10)? == Some(true);
+                        marked |= taken_over;
+                        if starts_anywhere && !taken_over {
                             let place = Place {
                                 priority: row.get::<i32>(7)?.unwrap_or_default(),
                                 run_after: row.get::<TimestampWithTimeZone>(9)?.map_or(0, |t| t.into_inner()),
@@ -184,8 +191,15 @@ pub(crate) fn claim_from(
         if starts_anywhere {
             let head_read = head_read_from.map_or_else(claim_start::HeadRead::default, |(next_xid, before)| {
                 let stepped_over = super::entries_read::runnable_entries_read().stepped_over_since(before, returned as i64);
-                let stepped_over =
-                    super::passed_for_good::split_passed(client, stepped_over, &source, claimant.scope, now);
+                // What it met matters only when the next claims start after
+                // it (it claimed a job) and reads from the head are spaced
+                // by it (the runnable log vouches: claim_start::head_every).
+                let stepped_over = if furthest.is_some() && position.is_some() {
+                    let end = furthest.filter(|_| returned as i64 >= wanted && !marked);
+                    super::passed_for_good::split_passed(client, stepped_over, &source, claimant.scope, now, end)
+                } else {
+                    stepped_over
+                };
                 claim_start::HeadRead { stepped_over, next_xid }
             });
             claim_start::claimed(start_queue, role, from, furthest, now_us, position, head_read);

@@ -9,38 +9,54 @@ use pgrx::spi::SpiClient;
 
 use super::claim::Source;
 use super::entries_read::SteppedOver;
+use super::place::Place;
 use crate::errors::OrRaise;
 use crate::plans::{first_value, plan, types};
 use crate::scopes::Scope;
 
+/// After the index: the lowest priority, the latest time, the highest id.
+const TAIL: Place = Place { priority: i32::MIN, run_after: pg_sys::TimestampTz::MAX, id: i64::MAX };
+
 /// `stepped_over` with its passed rows split: those a later read passes
 /// over again stay passed, the rest count as versions it could not see. The
-/// read was along `source` at `now` for a caller of `scope`, and has just
-/// run in this transaction. Counting reads the claim's index from the head
-/// over as many live rows as the read passed over (and the dead entries
-/// among them), only when something can make a claim pass over a live row
-/// for good.
+/// read was along `source` at `now` for a caller of `scope`, has just run in
+/// this transaction, and read the index up to `end` (its last job, when
+/// that is known). Counting reads the claim's index from the head over as
+/// many live rows as the read passed over, no further than `end`, only when
+/// something can make a claim pass over a live row for good.
 pub(crate) fn split_passed(
     client: &SpiClient<'_>,
     stepped_over: SteppedOver,
     source: &Source<'_>,
     scope: &Scope,
     now: TimestampWithTimeZone,
+    end: Option<Place>,
 ) -> SteppedOver {
     if stepped_over.passed == 0 {
         return stepped_over;
     }
     let scope = scope.as_parameter();
-    let mut arguments = vec![stepped_over.passed.into(), now.into(), scope.clone().into()];
+    let end = end.unwrap_or(TAIL);
+    let mut arguments = vec![
+        stepped_over.passed.into(),
+        now.into(),
+        scope.clone().into(),
+        end.priority.into(),
+        // The tail's time is PostgreSQL's infinity.
+        super::claim::timestamp(end.run_after).into(),
+        end.id.into(),
+    ];
+    const EVERY: [pgrx::PgOid; 6] =
+        [types::INT8, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::INT4, types::TIMESTAMPTZ, types::INT8];
+    const ONE_QUEUE: [pgrx::PgOid; 7] =
+        [types::INT8, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::INT4, types::TIMESTAMPTZ, types::INT8, types::TEXT];
     let stmt = match source {
         Source::Every if scope.is_some() || holds_back_jobs(client) => {
-            const TYPES: [pgrx::PgOid; 3] = [types::INT8, types::TIMESTAMPTZ, types::TEXT_ARRAY];
-            plan(client, include_str!("../../sql/queries/queue_passed_for_good.sql"), &TYPES)
+            plan(client, include_str!("../../sql/queries/queue_passed_for_good.sql"), &EVERY)
         }
         Source::Queue(queue, _) if scope.is_some() => {
-            const TYPES: [pgrx::PgOid; 4] = [types::INT8, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT];
             arguments.push((*queue).into());
-            plan(client, include_str!("../../sql/queries/queue_passed_for_good_in_queue.sql"), &TYPES)
+            plan(client, include_str!("../../sql/queries/queue_passed_for_good_in_queue.sql"), &ONE_QUEUE)
         }
         // Nothing but a row lock makes such a claim pass over a live row.
         _ => return stepped_over.with_lasting(0),

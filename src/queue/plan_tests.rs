@@ -151,20 +151,20 @@ mod tests {
     }
     /// The count of the jobs a read from the head passed over for good
     /// (passed_for_good.rs) reads the claim's index in its order from the
-    /// head, as many runnable rows as the claim passed over, whatever the
-    /// estimates.
+    /// head, the place where the claim stopped an index condition, whatever
+    /// the estimates.
     #[pg_test]
-    fn queue_passed_for_good_reads_the_claims_index_from_the_head() {
+    fn queue_passed_for_good_reads_the_claims_range_of_its_index() {
         queue_analyzed_while_quiet();
         let counts = [
             (
                 include_str!("../../sql/queries/queue_passed_for_good.sql"),
-                "100, now(), ARRAY['plan-']",
+                "100, now(), ARRAY['plan-'], 0, now(), 1",
                 "task_queue_runnable_idx",
             ),
             (
                 include_str!("../../sql/queries/queue_passed_for_good_in_queue.sql"),
-                "100, now(), ARRAY['plan-'], 'plan-1'",
+                "100, now(), ARRAY['plan-'], 0, now(), 1, 'plan-1'",
                 "task_queue_queue_runnable_idx",
             ),
         ];
@@ -172,7 +172,8 @@ mod tests {
         for (sql, args, index) in counts {
             let plan = generic_plan(sql, args);
             assert!(!plan.contains("Seq Scan on task_queue") && !plan.contains("Sort") && !plan.contains("Bitmap"), "{plan}");
-            assert_eq!(plan.matches(&format!("Index Scan using {index} ")).count(), 1, "{plan}");
+            assert_eq!(plan.matches(&format!("Index Scan using {index} ")).count(), 2, "{plan}");
+            assert!(plan.contains("ROW(run_after, id) <= ROW("), "{plan}");
         }
     }
 }

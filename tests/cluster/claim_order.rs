@@ -270,9 +270,9 @@ fn a_head_read_of_a_big_batch_does_not_put_the_next_off() {
 /// it is still there: a test that fails between PREPARE and its end must
 /// not leave it holding the horizon back for every later test (nor keep
 /// its database from being dropped).
-struct PreparedUntilDropped<'a> {
-    db: &'a str,
-    gid: &'static str,
+pub(crate) struct PreparedUntilDropped<'a> {
+    pub db: &'a str,
+    pub gid: &'static str,
 }
 
 impl Drop for PreparedUntilDropped<'_> {

@@ -37,6 +37,7 @@ mod recovery;
 mod replication_modes;
 mod review_44;
 mod review_46_7;
+mod review_46_8;
 mod scopes;
 mod search_path;
 mod shared_memory;

@@ -9,7 +9,7 @@ use crate::support::*;
 
 /// Enqueues one job named 'job' in `queue` at `priority`, runnable from
 /// `run_after` (an SQL expression).
-fn enqueue(c: &mut Client, queue: &str, run_after: &str, priority: i32) -> i64 {
+pub(crate) fn enqueue(c: &mut Client, queue: &str, run_after: &str, priority: i32) -> i64 {
     c.query_one(&format!("SELECT distlock.enqueue_task('job', '{{}}', {run_after}, {priority}, 5, '{queue}')"), &[])
         .unwrap_or_else(|e| panic!("enqueue in {queue}: {e}"))
         .get(0)
@@ -19,7 +19,12 @@ fn enqueue(c: &mut Client, queue: &str, run_after: &str, priority: i32) -> i64 {
 /// of its own on `consumer`, and returns what it returned with the entries
 /// of the two runnable indexes this backend read in that transaction (its
 /// own pending counts: no other session's reads mix in).
-fn claim_counting_reads(consumer: &mut Client, claim: &str) -> (Option<i64>, i64) {
+pub(crate) fn claim_counting_reads(consumer: &mut Client, claim: &str) -> (Option<i64>, i64) {
+    claim_counting_reads_in(consumer, "BEGIN", claim)
+}
+
+/// The same in a transaction begun with `begin`.
+pub(crate) fn claim_counting_reads_in(consumer: &mut Client, begin: &str, claim: &str) -> (Option<i64>, i64) {
     // A backend's pending counts grow until it flushes them, never within a
     // transaction: the difference over the claim is what it read.
     let reads = |c: &mut Client| -> i64 {
@@ -33,7 +38,7 @@ fn claim_counting_reads(consumer: &mut Client, claim: &str) -> (Option<i64>, i64
         .expect("this backend's pending index reads")
         .get(0)
     };
-    consumer.batch_execute("BEGIN").expect("begin");
+    consumer.batch_execute(begin).expect("begin");
     let before = reads(consumer);
     let job: Option<i64> = consumer.query_one(claim, &[]).unwrap_or_else(|e| panic!("{claim}: {e}")).get(0);
     let read = reads(consumer) - before;
