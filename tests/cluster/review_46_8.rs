@@ -16,6 +16,24 @@ fn consume_every(c: &mut Client, worker: &str) -> Option<i64> {
         .get(0)
 }
 
+/// Rolls back prepared claim `gid`, which held job `given_back`, and polls
+/// `consumer`'s claims (every 50 ms, up to 12 s) until it gets that job:
+/// how long that took.
+fn given_back_claimed_after(admin: &mut Client, consumer: &mut Client, gid: &str, given_back: i64, name: &str) -> Duration {
+    admin.batch_execute(&format!("ROLLBACK PREPARED '{gid}'")).expect("rollback prepared");
+    let rolled_back = Instant::now();
+    while rolled_back.elapsed() < Duration::from_secs(12) {
+        if let Some(job) = consume_every(consumer, "w") {
+            assert_eq!(job, given_back, "{name}: nothing else is runnable");
+            let took = rolled_back.elapsed();
+            eprintln!("{name}: the job ROLLBACK PREPARED gave back claimed after {took:?}");
+            return took;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{name}: the given-back job not claimed within 12 s")
+}
+
 /// Makes a claim statement by worker 'stalled' last until advisory lock 468
 /// is free: a trigger on the claimed job's new version waits for it. It
 /// stands for a claim statement that simply takes a while (a batch of large
@@ -107,19 +125,7 @@ fn held_jobs_committed_during_a_read_from_the_head_are_not_counted_as_paused_job
         if !commit_during_the_claim {
             holder.batch_execute("COMMIT").expect("the holder commits after the claim");
         }
-        admin.batch_execute(&format!("ROLLBACK PREPARED '{gid}'")).expect("rollback prepared");
-        let rolled_back = Instant::now();
-        let mut took = None;
-        while rolled_back.elapsed() < Duration::from_secs(12) {
-            if let Some(job) = consume_every(&mut consumer, "w") {
-                assert_eq!(job, given_back, "{name}: nothing else is runnable");
-                took = Some(rolled_back.elapsed());
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("{name}: the job ROLLBACK PREPARED gave back claimed after {took:?}");
-        let took = took.unwrap_or_else(|| panic!("{name}: the given-back job not claimed within 12 s"));
+        let took = given_back_claimed_after(&mut admin, &mut consumer, gid, given_back, name);
         assert!(
             took < Duration::from_millis(2500),
             "{name}: the job ROLLBACK PREPARED gave back was claimed only after {took:?}: the 50,000 held jobs, \
@@ -178,19 +184,7 @@ fn held_jobs_committed_during_a_read_from_the_head_natural_race() {
     let (mut consumer, claimed, took) = claim.join().expect("the claim");
     eprintln!("the read from the head (claim and count) took {took:?}");
     assert_eq!(claimed, Some(mine), "the read from the head");
-    admin.batch_execute(&format!("ROLLBACK PREPARED '{gid}'")).expect("rollback prepared");
-    let rolled_back = Instant::now();
-    let mut took = None;
-    while rolled_back.elapsed() < Duration::from_secs(12) {
-        if let Some(job) = consume_every(&mut consumer, "w") {
-            assert_eq!(job, given_back, "nothing else is runnable");
-            took = Some(rolled_back.elapsed());
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    eprintln!("natural: the job ROLLBACK PREPARED gave back claimed after {took:?}");
-    let took = took.expect("the given-back job claimed within 12 s");
+    let took = given_back_claimed_after(&mut admin, &mut consumer, gid, given_back, "natural");
     assert!(took < Duration::from_millis(2500), "natural: the given-back job was claimed only after {took:?}");
 }
 
