@@ -83,3 +83,18 @@ async def test_the_asyncio_admin(db: Db) -> None:
         assert await admin.retry_dead(queue="mail") == 1
         assert await admin.resume_queue("mail") is True
     assert status_of(db, job) == "pending"
+
+
+def test_an_admin_runs_a_task_now_without_changing_its_schedule(db: Db) -> None:
+    task = db.value("INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at)"
+                    " VALUES ('nightly', 'report', '0 3 * * *', distlock.cron_next('0 3 * * *', now())) RETURNING id")
+    assert isinstance(task, int)
+    admin = pg_distlock.Admin(db.dsn)
+    assert admin.run_task_now(task) is True
+    assert db.value("SELECT next_run_at <= now() AND schedule_cron = '0 3 * * *'"
+                    " FROM distlock.scheduled_tasks WHERE id = %s", task) is True
+    assert admin.run_task_now(task) is False, "due already"
+    with pytest.raises(pg_distlock.NotFound):
+        admin.run_task_now(2147483647)
+    with pytest.raises(pg_distlock.InvalidArgument):
+        admin.run_task_now("1")  # type: ignore[arg-type]

@@ -201,6 +201,16 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(db: Db) -> None:
     assert command.stderr.read() == ""
 
 
+def test_run_now_makes_a_task_due_after_asking(db: Db) -> None:
+    task = db.value("INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at)"
+                    " VALUES ('report', 'etl', '0 3 * * *', distlock.cron_next('0 3 * * *', now())) RETURNING id")
+    code, out = cli(db, "run-now", str(task), answer="n\n")
+    assert code == 1 and f"Run task {task} now?" in out, out
+    code, out = cli(db, "run-now", str(task), "--yes")
+    assert code == 0 and "run-now: yes" in out, out
+    assert db.value("SELECT next_run_at <= now() FROM distlock.scheduled_tasks WHERE id = %s", task) is True
+
+
 def test_limit_sets_and_removes_a_queues_concurrency_limit(db: Db) -> None:
     code, out = cli(db, "limit", "mail", "3", answer="y\n")
     assert code == 0 and "Limit queue 'mail' to 3 job(s) processing at once?" in out, out

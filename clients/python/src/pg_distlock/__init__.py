@@ -141,7 +141,12 @@ class Leader(LeaderLogic[Source]):
     _restore_signals: Callable[[], None] | None = None
 
     def start(self) -> None:
-        self._rt.run(self._start_op())
+        try:
+            self._rt.run(self._start_op())
+        except BaseException:
+            # Nothing will close it: `with` never entered its block.
+            self._rt.close()
+            raise
         if self.handle_signals:
             self._restore_signals = resign_on_signals(self._stop_quietly)
 
@@ -315,6 +320,12 @@ class Admin(AdminLogic[Source]):
     def release_lease(self, name: str) -> bool:
         """Force-releases lease `name`: its holder's token stops working; False if none was held."""
         return self._rt.run(self._release_lease_op(name))
+
+    def run_task_now(self, task_id: int) -> bool:
+        """Makes scheduled task `task_id` due now without changing its schedule (pg_distlock 0.4.0);
+        False when a claim runs it or it is due already. NotFound for an unknown task, DistlockError
+        (55000) for a disabled one."""
+        return self._rt.run(self._run_task_now_op(task_id))
 
     def close(self) -> None:
         self._rt.close()

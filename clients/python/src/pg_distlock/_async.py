@@ -17,8 +17,10 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from ._sync import connect_kwargs, connect_timeout, name_database
-from .errors import DistlockError, Unavailable, connect_failure, translate
+from ._sync import (CHECK_CONNECT_TIMEOUT, connect_kwargs, connect_timeout, name_database, pool_busy, probed_lately,
+                    remember_probe)
+from .connect_errors import connect_failure
+from .errors import DistlockError, Unavailable, translate
 
 T = TypeVar("T")
 
@@ -36,7 +38,9 @@ class Held:
 async def check_source(source: str, label: str) -> None:
     """_sync.check_source for asyncio."""
     try:
-        async with await psycopg.AsyncConnection.connect(source, **connect_kwargs(source, label)) as conn:
+        kwargs = connect_kwargs(source, label)
+        async with await psycopg.AsyncConnection.connect(
+                source, **kwargs, **connect_timeout(source, CHECK_CONNECT_TIMEOUT, kwargs)) as conn:
             database, installed = (await run_statement(conn, fx.Execute(features.INSTALLED_SQL)))[0]
     except psycopg.Error as exc:
         raise connect_failure(exc, source, connected_before=False) from exc
@@ -49,12 +53,17 @@ async def pool_timeout_cause(pool: AsyncConnectionPool[Any], timeout: Exception)
     conninfo, kwargs = pool.conninfo, pool.kwargs
     if not isinstance(conninfo, str) or not isinstance(kwargs, dict):
         return Unavailable(str(timeout))  # made at each connect: nothing to try it with
+    if not pool.get_stats().get("connections_errors", 0):
+        return pool_busy(timeout)  # it never failed to connect: all in use
+    seen = probed_lately(pool)
+    if seen is not None:
+        return seen
     try:
-        probe = await psycopg.AsyncConnection.connect(conninfo, **kwargs, **connect_timeout(conninfo, 2))
+        probe = await psycopg.AsyncConnection.connect(conninfo, **{**kwargs, **connect_timeout(conninfo, 2, kwargs)})
     except psycopg.Error as exc:
-        return connect_failure(exc, conninfo, connected_before=True)
+        return remember_probe(pool, connect_failure(exc, conninfo, connected_before=True))
     await probe.close()
-    return Unavailable(f"{timeout} (every connection of the pool is in use: raise max_size or hold fewer at once)")
+    return remember_probe(pool, pool_busy(timeout))
 
 
 async def run_statement(conn: psycopg.AsyncConnection[Any], effect: fx.Execute) -> fx.Rows:

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from .errors import DistlockError, Unavailable, connect_failure, translate
+from .connect_errors import connect_failure
+from .errors import DistlockError, Unavailable, translate
 
 T = TypeVar("T")
 
@@ -44,12 +45,17 @@ def connect_kwargs(source: Any, label: str) -> dict[str, Any]:
     return kwargs
 
 
+# How long a Client's first connection may take (unless its conninfo says).
+CHECK_CONNECT_TIMEOUT = 10.0
+
+
 def check_source(source: str, label: str) -> None:
     """Connects once with conninfo `source` and looks for the extension:
     Misconfigured or NotInstalled at once, rather than a pool's timeout
     after 30 s from the first call."""
     try:
-        with psycopg.connect(source, **connect_kwargs(source, label)) as conn:
+        kwargs = connect_kwargs(source, label)
+        with psycopg.connect(source, **kwargs, **connect_timeout(source, CHECK_CONNECT_TIMEOUT, kwargs)) as conn:
             database, installed = run_statement(conn, fx.Execute(features.INSTALLED_SQL))[0]
     except psycopg.Error as exc:
         raise connect_failure(exc, source, connected_before=False) from exc
@@ -57,28 +63,64 @@ def check_source(source: str, label: str) -> None:
         raise features.not_installed(database)
 
 
-def connect_timeout(conninfo: str, timeout: float | None) -> dict[str, Any]:
-    """libpq's connect_timeout for a connect bounded by a call's `timeout`
+def connect_timeout(conninfo: str, timeout: float | None, given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """libpq's connect_timeout for a connect bounded by `timeout` seconds
     (whole seconds, at least 2, as libpq counts them), unless the conninfo
-    sets its own."""
-    if timeout is None or "connect_timeout" in conninfo_to_dict(conninfo):
+    or the keyword arguments `given` set their own."""
+    if timeout is None or "connect_timeout" in (given or {}):
         return {}
+    try:
+        if "connect_timeout" in conninfo_to_dict(conninfo):
+            return {}
+    except psycopg.Error:
+        return {}  # the connect says what is wrong with it
     return {"connect_timeout": max(2, math.ceil(timeout))}
 
 
+# A pool's checkout timed out: what a connection of its own said, for a
+# few seconds, so that a saturated pool is not probed past its max_size by
+# every caller that waits for it.
+PROBE_KEPT_FOR = 5.0
+_probes: weakref.WeakKeyDictionary[Any, tuple[float, DistlockError]] = weakref.WeakKeyDictionary()
+_probes_lock = threading.Lock()
+
+
+def probed_lately(pool: Any) -> DistlockError | None:
+    with _probes_lock:
+        seen = _probes.get(pool)
+    return seen[1] if seen is not None and time.monotonic() - seen[0] < PROBE_KEPT_FOR else None
+
+
+def remember_probe(pool: Any, error: DistlockError) -> DistlockError:
+    with _probes_lock:
+        _probes[pool] = (time.monotonic(), error)
+    return error
+
+
+def pool_busy(timeout: Exception) -> Unavailable:
+    return Unavailable(f"{timeout} (every connection of the pool is in use: raise max_size or hold fewer at once)")
+
+
 def pool_timeout_cause(pool: ConnectionPool[Any], timeout: Exception) -> DistlockError:
-    """What a pool's checkout timeout means: when a connection of the pool's
-    own can be made, the pool was busy (Unavailable, saying so); when not,
-    why (the connect's error, chained: the pool's own message drops it)."""
+    """What a pool's checkout timeout means: for a pool that never failed
+    to connect, every connection in use (Unavailable, saying so); for one
+    that did, why: a connection of its own, tried at most once per pool
+    every few seconds, says (the connect's error, chained: the pool's own
+    message drops it), or that it was busy after all."""
     conninfo, kwargs = pool.conninfo, pool.kwargs
     if not isinstance(conninfo, str) or not isinstance(kwargs, dict):
         return Unavailable(str(timeout))  # made at each connect: nothing to try it with
+    if not pool.get_stats().get("connections_errors", 0):
+        return pool_busy(timeout)  # it never failed to connect: all in use
+    seen = probed_lately(pool)
+    if seen is not None:
+        return seen
     try:
-        probe = psycopg.connect(conninfo, **kwargs, **connect_timeout(conninfo, 2))
+        probe = psycopg.connect(conninfo, **{**kwargs, **connect_timeout(conninfo, 2, kwargs)})
     except psycopg.Error as exc:
-        return connect_failure(exc, conninfo, connected_before=True)
+        return remember_probe(pool, connect_failure(exc, conninfo, connected_before=True))
     probe.close()
-    return Unavailable(f"{timeout} (every connection of the pool is in use: raise max_size or hold fewer at once)")
+    return remember_probe(pool, pool_busy(timeout))
 
 
 class Held:

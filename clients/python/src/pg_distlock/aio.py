@@ -125,7 +125,12 @@ class Leader(LeaderLogic[AsyncSource]):
     _restore_signals: Callable[[], None] | None = None
 
     async def start(self) -> None:
-        await self._rt.run(self._start_op())
+        try:
+            await self._rt.run(self._start_op())
+        except BaseException:
+            # Nothing will close it: `async with` never entered its block.
+            await self._rt.close()
+            raise
         if self.handle_signals:
             self._restore_signals = resign_on_signals(self._stop_quietly)
 
@@ -283,6 +288,9 @@ class Admin(AdminLogic[AsyncSource]):
 
     async def release_lease(self, name: str) -> bool:
         return await self._rt.run(self._release_lease_op(name))
+
+    async def run_task_now(self, task_id: int) -> bool:
+        return await self._rt.run(self._run_task_now_op(task_id))
 
     async def close(self) -> None:
         await self._rt.close()

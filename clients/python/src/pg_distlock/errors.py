@@ -93,48 +93,13 @@ class NotInstalled(DistlockError):
 
 class Misconfigured(Unavailable):
     """Connecting cannot succeed as configured, so retrying would only hide
-    it: a malformed conninfo, a failed authentication, a database or role
-    that does not exist (always), or a server that cannot be reached before
-    any connection of the object succeeded (a wrong host or port; after a
-    first success the same is a plain Unavailable and retried). The message
-    names the conninfo (without its password), the cause and what to check.
-    It is an Unavailable too, so that code written to fall back or retry on
+    it (connect_errors.py): a malformed conninfo, a database or role that
+    does not exist, no pg_hba.conf entry (always); a failed authentication,
+    or no server answering where the conninfo points (a wrong host or port),
+    before any connection of the object succeeded. The message names the
+    conninfo (without its secrets), the cause and what to check. It is an
+    Unavailable too, so that code written to fall back or retry on
     Unavailable still does; pg_distlock's own loops raise it at once."""
-
-
-# What libpq says when the server refuses for good (its messages are
-# English unless the server's lc_messages says otherwise; an unmatched one
-# is retried after a first success, as any refusal was before).
-_REFUSED_FOR_GOOD = ("password authentication failed", "authentication failed", "no pg_hba.conf entry",
-                     "does not exist", "invalid connection option", "invalid dsn", "missing \"=\"",
-                     "invalid integer value", "is not permitted to log in", "too many connections for role")
-
-
-def shown_conninfo(conninfo: str) -> str:
-    """`conninfo` as an error may show it: its keywords without the password."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    try:
-        params = {k: v for k, v in conninfo_to_dict(conninfo).items() if k != "password" and v is not None}
-    except psycopg.Error:
-        return "(a malformed conninfo)"
-    return make_conninfo("", **params) or "(the PG* environment variables)"
-
-
-def connect_failure(exc: psycopg.Error, conninfo: str, connected_before: bool) -> DistlockError:
-    """What a failed connect with `conninfo` raises: Misconfigured when
-    retrying cannot help, else Unavailable (to retry), the psycopg error as
-    its cause."""
-    cause = str(exc).strip().replace("\n", " ")
-    for_good = any(words in cause for words in _REFUSED_FOR_GOOD)
-    if connected_before and not for_good:
-        err: DistlockError = Unavailable(f"cannot connect to {shown_conninfo(conninfo)}: {cause}")
-    else:
-        check = ("check the conninfo's user, password and dbname, and the server's pg_hba.conf" if for_good
-                 else "check the conninfo's host and port, and that the server is running")
-        err = Misconfigured(f"cannot connect to {shown_conninfo(conninfo)}: {cause} ({check})")
-    err.__cause__ = exc
-    return err
 
 
 class Deadlock(DistlockError):

@@ -1,5 +1,6 @@
 """The admin calls (the admin capability, docs/privileges.md): pause, resume
-and limit queues; retry, delete or take back jobs; force-release a lease.
+and limit queues; retry, delete or take back jobs; force-release a lease;
+run a task now.
 Each is one server function; the names and return values are its."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ JOBS_SQL = {
     "requeue": "SELECT distlock.requeue_jobs(%s, %s::bigint[])",
 }
 RELEASE_LEASE_SQL = "SELECT distlock.force_release_lease(%s)"
+RUN_NOW_SQL = "SELECT distlock.run_task_now(%s)"
 
 
 def _ids(ids: Sequence[int] | None) -> list[int] | None:
@@ -45,6 +47,11 @@ class AdminLogic(Bound[S]):
 
     def _jobs_op(self, action: str, queue: str | None, ids: Sequence[int] | None) -> fx.Gen[int]:
         return int((yield from fx.first(JOBS_SQL[action], (queue, _ids(ids)))) or 0)
+
+    def _run_task_now_op(self, task_id: int) -> fx.Gen[bool]:
+        if isinstance(task_id, bool) or not isinstance(task_id, int):
+            raise InvalidArgument(f"task_id must be an int, got {task_id!r}")
+        return bool((yield from fx.first(RUN_NOW_SQL, (task_id,))))
 
     def _release_lease_op(self, name: str) -> fx.Gen[bool]:
         return bool((yield from fx.first(RELEASE_LEASE_SQL, (name,))))

@@ -17,6 +17,9 @@ from ..errors import Cancelled, LockLost, LockTimeout, Unavailable
 
 S = TypeVar("S")
 
+# The least time a lock call leaves for getting its connection (seconds).
+MIN_CONNECT_WAIT = 1.0
+
 LOCK_SQL = {
     str: "SELECT distlock.lock(p_key => %s::text, p_timeout => %s::interval, p_shared => %s, p_xact => %s)",
     int: "SELECT distlock.lock(p_key => %s::bigint, p_timeout => %s::interval, p_shared => %s, p_xact => %s)",
@@ -91,8 +94,10 @@ class LockLogic(Losable[S]):
             self.held = True
             self._lost.report("acquired")
             return
-        # A lock call's timeout bounds getting its connection too.
-        session = yield fx.Open(timeout=self.timeout)
+        # A lock call's timeout bounds getting its connection too, but
+        # leaves at least a second for it (a try-lock's 0 would fail while
+        # a new pool opens its first connection, or grows).
+        session = yield fx.Open(timeout=None if self.timeout is None else max(self.timeout, MIN_CONNECT_WAIT))
         try:
             got = yield from fx.first(sql, (self.key, timeout, self.shared, False), on=session)
         except BaseException as exc:

@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     limit.add_argument("max_processing", metavar="N|none", type=_limit,
                        help="at most N jobs of the queue processing at once; none removes the limit")
     limit.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    run_now = commands.add_parser("run-now", help="admin: make a scheduled task due now (its schedule stays)")
+    run_now.add_argument("task_id", type=int, metavar="TASK_ID")
+    run_now.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     release = commands.add_parser("release-lease", help="admin: force-release a lease (its holder's token stops working)")
     release.add_argument("name")
     release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -113,8 +116,8 @@ def _limit(value: str) -> Optional[int]:
 
 
 # What each command needs besides connecting (docs/privileges.md).
-ADMIN_COMMANDS = frozenset({"retry-dead", "delete-dead", "requeue", "pause", "resume", "limit", "release-lease",
-                            "sweep"})
+ADMIN_COMMANDS = frozenset({"retry-dead", "delete-dead", "requeue", "pause", "resume", "limit", "run-now",
+                            "release-lease", "sweep"})
 
 
 def _needed_capability(command: str, role: Optional[str]) -> str:
@@ -260,7 +263,7 @@ def _run(args: argparse.Namespace, conn: psycopg.Connection[Any], out: TextIO,
         return EXIT_OK
     action = actions.plan(conn, command, queue=getattr(args, "queue", None), ids=getattr(args, "ids", None),
                           name=getattr(args, "name", None), timeout_minutes=getattr(args, "timeout_minutes", 30),
-                          max_processing=getattr(args, "max_processing", None))
+                          max_processing=getattr(args, "max_processing", None), task_id=getattr(args, "task_id", None))
     if not (args.yes or confirm(action.question)):
         print("cancelled", file=out)
         return EXIT_PROBLEM

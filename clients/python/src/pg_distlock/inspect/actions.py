@@ -29,7 +29,8 @@ def _which(queue: Optional[str], ids: list[int]) -> str:
 
 
 def plan(conn: psycopg.Connection[Any], command: str, *, queue: Optional[str] = None, ids: Optional[list[int]] = None,
-         name: Optional[str] = None, timeout_minutes: int = 30, max_processing: Optional[int] = None) -> Action:
+         name: Optional[str] = None, timeout_minutes: int = 30, max_processing: Optional[int] = None,
+         task_id: Optional[int] = None) -> Action:
     """The action `command` with its arguments; ValueError when one it needs is missing."""
     ids = ids or []
     if command in ("retry-dead", "delete-dead"):
@@ -56,6 +57,11 @@ def plan(conn: psycopg.Connection[Any], command: str, *, queue: Optional[str] = 
         question = (f"Remove the concurrency limit of queue {queue!r}?" if max_processing is None
                     else f"Limit queue {queue!r} to {max_processing} job(s) processing at once?")
         return Action(command, question, "SELECT distlock.set_queue_limit(%s, %s)", (queue, max_processing))
+    if command == "run-now":
+        if task_id is None:
+            raise ValueError("run-now needs a task id")
+        return Action(command, f"Run task {task_id} now? Its schedule stays as it is.",
+                      "SELECT distlock.run_task_now(%s)", (task_id,))
     if command == "release-lease":
         if not name:
             raise ValueError("release-lease needs a lease name")

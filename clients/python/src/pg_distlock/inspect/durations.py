@@ -15,17 +15,19 @@ def duration(value: Any) -> str:
     if not isinstance(value, timedelta):
         return str(value)
     seconds = value.total_seconds()
-    if seconds < 0:
-        return "-" + duration(-value)
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, second = divmod(int(seconds), 60)
+    # Rounded first, then put in its unit: 59.96 s is "1m 00s", not "60.0 s".
+    millis = round(abs(seconds) * 1000)
+    sign = "-" if seconds < 0 and millis else ""
+    if millis < 1000:
+        return f"{sign}{millis} ms"
+    tenths = round(abs(seconds) * 10)
+    if tenths < 600:
+        return f"{sign}{tenths / 10:.1f} s"
+    minutes, second = divmod(round(abs(seconds)), 60)
     hours, minute = divmod(minutes, 60)
     days, hour = divmod(hours, 24)
     if days:
-        return f"{days}d {hour}h {minute:02d}m"
+        return f"{sign}{days}d {hour}h {minute:02d}m"
     if hours:
-        return f"{hour}h {minute:02d}m {second:02d}s"
-    return f"{minute}m {second:02d}s"
+        return f"{sign}{hour}h {minute:02d}m {second:02d}s"
+    return f"{sign}{minute}m {second:02d}s"

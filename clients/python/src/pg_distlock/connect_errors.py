@@ -1,0 +1,87 @@
+"""What a failed connect means: a conninfo that cannot work (Misconfigured,
+raised at once) or a server that cannot serve now (Unavailable, retried).
+
+libpq reports a failed connect with no SQLSTATE, so its words decide (in
+English unless the server's lc_messages says otherwise: an unmatched
+refusal is retried, as every refusal was before)."""
+
+from __future__ import annotations
+
+import psycopg
+
+from .errors import DistlockError, Misconfigured, Unavailable
+
+# A server answered and refused for good: the conninfo's user or dbname, or
+# the server's pg_hba.conf, is wrong.
+_REFUSED_FOR_GOOD = ("does not exist", "no pg_hba.conf entry", "is not permitted to log in")
+# A failed authentication: a wrong password, or, once connections have
+# succeeded, as likely an outage of the LDAP or RADIUS server behind it,
+# which libpq reports in the same words.
+_AUTHENTICATION = ("authentication failed",)
+# No server answered where the conninfo points: a wrong host or port, or,
+# once connections have succeeded, a server that is down.
+_NO_SERVER = ("Connection refused", "could not translate host name", "No route to host",
+              "Network is unreachable", "No such file or directory")
+# Everything else (starting up, shutting down, too many clients, a
+# read-only server for target_session_attrs, a connect timeout) is "not
+# now", before and after a first success.
+
+
+def shown_conninfo(conninfo: str) -> str:
+    """`conninfo` as an error may show it: its keywords without the secret
+    ones (those libpq marks as secret or debug: password, sslpassword, ...)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return "(a malformed conninfo)"
+    hidden = _secret_keywords()
+    shown = {k: v for k, v in params.items() if k not in hidden and v is not None}
+    return make_conninfo("", **shown) or "(the PG* environment variables)"
+
+
+def _secret_keywords() -> set[str]:
+    keywords = {"password"}
+    try:
+        for option in psycopg.pq.Conninfo.get_defaults():
+            if option.dispchar in (b"*", b"D"):
+                keywords.add(option.keyword.decode())
+    except psycopg.Error:
+        pass
+    return keywords
+
+
+def _parses(conninfo: str) -> bool:
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return False
+    return True
+
+
+def connect_failure(exc: psycopg.Error, conninfo: str, connected_before: bool) -> DistlockError:
+    """What a failed connect with `conninfo` raises, the psycopg error as
+    its cause: Misconfigured when retrying cannot help, else Unavailable."""
+    where = shown_conninfo(conninfo)
+    if not _parses(conninfo):
+        # libpq's words quote the token it could not read, maybe a password.
+        err: DistlockError = Misconfigured(
+            "cannot connect: the conninfo is malformed (libpq's error is this one's cause; it is not shown "
+            "here because it may quote a password)")
+        err.__cause__ = exc
+        return err
+    cause = str(exc).strip().replace("\n", " ")
+    refused_for_good = any(words in cause for words in _REFUSED_FOR_GOOD)
+    wrong_credentials = any(words in cause for words in _AUTHENTICATION)
+    no_server = any(words in cause for words in _NO_SERVER)
+    if refused_for_good or (not connected_before and (wrong_credentials or no_server)):
+        check = ("check the conninfo's host and port, and that the server is running" if no_server
+                 else "check the conninfo's user, password and dbname, and the server's pg_hba.conf")
+        err = Misconfigured(f"cannot connect to {where}: {cause} ({check})")
+    else:
+        err = Unavailable(f"cannot connect to {where}: {cause}")
+    err.__cause__ = exc
+    return err
