@@ -122,6 +122,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.retry_dead_jobs(text, bigint[])'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.delete_dead_jobs(text, bigint[])'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.requeue_jobs(text, bigint[])'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.run_task_now(integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.purge_queue(text, boolean)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_leases(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),

@@ -108,6 +108,14 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'requeue_jobs_wrapper';
 REVOKE ALL ON FUNCTION distlock.requeue_jobs(text, bigint[]) FROM PUBLIC;
 
+-- A task is run now, out of its schedule, by an admin (issue 47, item 5).
+CREATE FUNCTION distlock.run_task_now(
+    p_task_id integer
+) RETURNS boolean
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'run_task_now_wrapper';
+REVOKE ALL ON FUNCTION distlock.run_task_now(integer) FROM PUBLIC;
+
 -- A queue is emptied without reusing job ids (issue 45, item 1).
 CREATE FUNCTION distlock.purge_queue(
     p_queue text,
@@ -371,6 +379,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.retry_dead_jobs(text, bigint[])'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.delete_dead_jobs(text, bigint[])'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.requeue_jobs(text, bigint[])'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.run_task_now(integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.purge_queue(text, boolean)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_leases(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),

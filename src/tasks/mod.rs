@@ -10,6 +10,9 @@ mod lease;
 mod legacy;
 mod prune;
 mod release;
+mod run_now;
+#[cfg(any(test, feature = "pg_test"))]
+mod run_now_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod task_tests;
 
