@@ -21,7 +21,10 @@ UPDATE distlock.task_queue q
    SET status = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN 'dead' ELSE 'pending' END,
        completed_at = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN $2 END,
        lease_expires_at = NULL,
-       last_error = 'lease expired (worker ' OPERATOR(pg_catalog.||) COALESCE(q.worker_id, '?')
+       -- Not the claim's takeover message ('lease expired (worker ...'),
+       -- which marks a job with no place in the runnable index: a job put
+       -- back here keeps its place (claim.rs).
+       last_error = 'lease expired, put back (worker ' OPERATOR(pg_catalog.||) COALESCE(q.worker_id, '?')
                     OPERATOR(pg_catalog.||) ')'
   FROM expired
  WHERE q.id OPERATOR(pg_catalog.=) expired.id

@@ -140,11 +140,6 @@ pub(crate) fn claim_from(
             arguments.extend([place.priority.into(), run_after.into(), place.id.into()]);
         }
         let mut furthest: Option<Place> = None;
-        // Whether a job it returned carries the takeover's mark: taken over
-        // from an expired lease (no place in the runnable index), or put
-        // back by the sweep (a place anywhere): either way, where it read
-        // the runnable index to is not known from `furthest`.
-        let mut marked = false;
         let before = jobs.len();
         let mut run_statement = || {
             let ordered = starts_anywhere.then(crate::plans::ordered_scans);
@@ -159,9 +154,7 @@ pub(crate) fn claim_from(
                         }
                         // A job taken over from an expired lease comes first
                         // whatever its place, so it does not move the start.
-                        let taken_over = row.get::<bool>(10)? == Some(true);
-                        marked |= taken_over;
-                        if starts_anywhere && !taken_over {
+                        if starts_anywhere && row.get::<bool>(10)? != Some(true) {
                             let place = Place {
                                 priority: row.get::<i32>(7)?.unwrap_or_default(),
                                 run_after: row.get::<TimestampWithTimeZone>(9)?.map_or(0, |t| t.into_inner()),
@@ -195,7 +188,11 @@ pub(crate) fn claim_from(
                 // it (it claimed a job) and reads from the head are spaced
                 // by it (the runnable log vouches: claim_start::head_every).
                 let stepped_over = if furthest.is_some() && position.is_some() {
-                    let end = furthest.filter(|_| returned as i64 >= wanted && !marked);
+                    // It read the runnable index up to its last job when it
+                    // returned all it wanted (jobs taken over from expired
+                    // leases come from the lease index, and the sweep puts
+                    // jobs back with another message: queue_reap_expired.sql).
+                    let end = furthest.filter(|_| returned as i64 >= wanted);
                     super::passed_for_good::split_passed(client, stepped_over, &source, claimant.scope, now, end)
                 } else {
                     stepped_over

@@ -38,6 +38,7 @@ mod replication_modes;
 mod review_44;
 mod review_46_7;
 mod review_46_8;
+mod review_46_9;
 mod scopes;
 mod search_path;
 mod shared_memory;

@@ -49,7 +49,9 @@ pub(crate) fn claim_counting_reads_in(consumer: &mut Client, begin: &str, claim:
 /// Has the `n` runnable jobs of `queue` claimed by worker 'crashed' with a
 /// 50 ms lease, waits for the leases to run out and has the sweep put them
 /// back: pending again, at their old places, each with last_error
-/// 'lease expired (worker crashed)'.
+/// 'lease expired, put back (worker crashed)' (before the ninth review the
+/// sweep wrote the claim's own takeover message, 'lease expired (worker
+/// crashed)').
 fn crash_and_reap(c: &mut Client, queue: &str, n: i64) {
     let taken = count(c, &format!("SELECT * FROM distlock.consume_tasks({n}, 'crashed', '50 milliseconds', p_queues => ARRAY['{queue}'])"));
     assert_eq!(taken, n, "the crashed consumer's jobs");
@@ -59,13 +61,13 @@ fn crash_and_reap(c: &mut Client, queue: &str, n: i64) {
     c.batch_execute("SELECT count(*) FROM distlock.check_and_recover_timeout_tasks()").expect("the sweep");
     let reaped = count(
         c,
-        &format!("SELECT 1 FROM distlock.task_queue WHERE queue = '{queue}' AND status = 'pending' AND last_error LIKE 'lease expired (worker %'"),
+        &format!("SELECT 1 FROM distlock.task_queue WHERE queue = '{queue}' AND status = 'pending' AND last_error LIKE 'lease expired, put back (worker %'"),
     );
     assert_eq!(reaped, n, "the sweep put the jobs back");
 }
 
-/// Jobs put back by the sweep (a crashed consumer's: their last_error reads
-/// 'lease expired (worker ...)') keep their old places at the head of the
+/// Jobs put back by the sweep (a crashed consumer's: their last_error read
+/// 'lease expired (worker ...)' then) keep their old places at the head of the
 /// index, so reads from the head claim such jobs first. claim.rs takes a
 /// job carrying that message for one taken over from an expired lease and
 /// leaves it out of `furthest`; a one-job claim that returned it then has

@@ -10,7 +10,7 @@ use crate::claim_order::{jobs_of, PreparedUntilDropped};
 use crate::review_46_7::{claim_counting_reads, claim_counting_reads_in, enqueue};
 use crate::support::*;
 
-fn consume_every(c: &mut Client, worker: &str) -> Option<i64> {
+pub(crate) fn consume_every(c: &mut Client, worker: &str) -> Option<i64> {
     c.query_one(&format!("SELECT (SELECT task_id FROM distlock.consume_task('{worker}'))"), &[])
         .unwrap_or_else(|e| panic!("consume as {worker}: {e}"))
         .get(0)
@@ -19,7 +19,7 @@ fn consume_every(c: &mut Client, worker: &str) -> Option<i64> {
 /// Rolls back prepared claim `gid`, which held job `given_back`, and polls
 /// `consumer`'s claims (every 50 ms, up to 12 s) until it gets that job:
 /// how long that took.
-fn given_back_claimed_after(admin: &mut Client, consumer: &mut Client, gid: &str, given_back: i64, name: &str) -> Duration {
+pub(crate) fn given_back_claimed_after(admin: &mut Client, consumer: &mut Client, gid: &str, given_back: i64, name: &str) -> Duration {
     admin.batch_execute(&format!("ROLLBACK PREPARED '{gid}'")).expect("rollback prepared");
     let rolled_back = Instant::now();
     while rolled_back.elapsed() < Duration::from_secs(12) {
@@ -34,11 +34,25 @@ fn given_back_claimed_after(admin: &mut Client, consumer: &mut Client, gid: &str
     panic!("{name}: the given-back job not claimed within 12 s")
 }
 
+/// A job of queue 'q' (priority 5, three days old) claimed by a transaction
+/// prepared as `gid`, to be given back by ROLLBACK PREPARED behind the
+/// consumer's place (same priority, older): only a read from the head
+/// finds it.
+pub(crate) fn job_held_by_a_prepared_claim(admin: &mut Client, preparer: &mut Client, gid: &str) -> i64 {
+    let given_back = enqueue(admin, "q", "now() - interval '3 days'", 5);
+    preparer
+        .batch_execute(&format!(
+            "BEGIN; SELECT count(*) FROM distlock.consume_task('prepared', p_queues => ARRAY['q']); PREPARE TRANSACTION '{gid}'"
+        ))
+        .expect("a prepared claim");
+    given_back
+}
+
 /// Makes a claim statement by worker 'stalled' last until advisory lock 468
 /// is free: a trigger on the claimed job's new version waits for it. It
 /// stands for a claim statement that simply takes a while (a batch of large
 /// jobs, a slow disk, a starved CPU): nothing else of the claim changes.
-fn install_stall(c: &mut Client) {
+pub(crate) fn install_stall(c: &mut Client) {
     c.batch_execute(
         "CREATE FUNCTION public.review_46_8_stall() RETURNS trigger LANGUAGE plpgsql AS
            $$BEGIN PERFORM pg_catalog.pg_advisory_xact_lock(468); RETURN NULL; END$$;
@@ -52,13 +66,25 @@ fn install_stall(c: &mut Client) {
 /// of every queue) is under way, past its snapshot and its read of the
 /// index; returns the consumer and what it claimed.
 fn claim_with(db: &str, consumer: Client, during: impl FnOnce()) -> (Client, Option<i64>) {
+    let (consumer, jobs) = claim_sql_with(db, consumer, "SELECT task_id FROM distlock.consume_task('stalled')", during);
+    (consumer, jobs.first().copied())
+}
+
+/// Runs `claim` (one statement, worker 'stalled', returning job ids) on
+/// `consumer` and `during` while that statement is under way, past its
+/// snapshot and its read of the index (review_46_8::install_stall holds it
+/// in a trigger on the first job it writes); returns the consumer and the
+/// ids, sorted.
+pub(crate) fn claim_sql_with(db: &str, consumer: Client, claim: &'static str, during: impl FnOnce()) -> (Client, Vec<i64>) {
     let mut lock = connect(db);
     lock.batch_execute("SELECT pg_advisory_lock(468)").expect("hold the stall");
     let mut consumer = consumer;
     let pid = backend_pid(&mut consumer);
     let claim = std::thread::spawn(move || {
-        let job = consume_every(&mut consumer, "stalled");
-        (consumer, job)
+        let mut jobs: Vec<i64> =
+            consumer.query(claim, &[]).unwrap_or_else(|e| panic!("{claim}: {e}")).iter().map(|r| r.get(0)).collect();
+        jobs.sort();
+        (consumer, jobs)
     });
     eventually("the claim statement stalled in its trigger", Duration::from_secs(10), || {
         count(&mut lock, &format!("SELECT FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock' AND wait_event = 'advisory'")) == 1
@@ -90,15 +116,7 @@ fn held_jobs_committed_during_a_read_from_the_head_are_not_counted_as_paused_job
         let (mut admin, mut holder, mut preparer) = (connect(&db), connect(&db), connect(&db));
         let _prepared = PreparedUntilDropped { db: &db, gid };
         install_stall(&mut admin);
-        // A job claimed by a transaction prepared for two-phase commit, to
-        // be given back by ROLLBACK PREPARED behind the consumer's place
-        // (same priority, older): only a read from the head finds it.
-        let given_back = enqueue(&mut admin, "q", "now() - interval '3 days'", 5);
-        preparer
-            .batch_execute(&format!(
-                "BEGIN; SELECT count(*) FROM distlock.consume_task('prepared', p_queues => ARRAY['q']); PREPARE TRANSACTION '{gid}'"
-            ))
-            .expect("a prepared claim");
+        let given_back = job_held_by_a_prepared_claim(&mut admin, &mut preparer, gid);
         admin.batch_execute("SELECT distlock.pause_queue('idle')").expect("pause");
         admin
             .batch_execute(
@@ -148,12 +166,7 @@ fn held_jobs_committed_during_a_read_from_the_head_natural_race() {
     // finds nothing keeps no place: its next claim reads from the head).
     let mut consumer = connect(&db);
     assert_eq!(consume_every(&mut consumer, "w"), None, "nothing yet");
-    let given_back = enqueue(&mut admin, "q", "now() - interval '3 days'", 5);
-    preparer
-        .batch_execute(&format!(
-            "BEGIN; SELECT count(*) FROM distlock.consume_task('prepared', p_queues => ARRAY['q']); PREPARE TRANSACTION '{gid}'"
-        ))
-        .expect("a prepared claim");
+    let given_back = job_held_by_a_prepared_claim(&mut admin, &mut preparer, gid);
     admin.batch_execute("SELECT distlock.pause_queue('idle')").expect("pause");
     jobs_of(&mut admin, "job", "idle", 50000, "1 day");
     admin
