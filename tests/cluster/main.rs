@@ -39,6 +39,7 @@ mod review_44;
 mod review_46_7;
 mod review_46_8;
 mod review_46_9;
+mod run_now;
 mod scopes;
 mod search_path;
 mod shared_memory;
