@@ -126,7 +126,12 @@ SELECT c.id, c.task_name, c.payload,
        CASE WHEN c.dies THEN c.attempts ELSE c.attempts OPERATOR(pg_catalog.+) 1 END,
        c.max_attempts, c.run_after, c.priority,
        CASE WHEN c.dies THEN NULL ELSE $5 OPERATOR(pg_catalog.+) $3 END,
-       CASE WHEN c.status OPERATOR(pg_catalog.=) 'processing'
+       -- The takeover's mark only on a job taken over (claim.rs): one
+       -- that dies here may be retried later, and would carry it into
+       -- the runnable index.
+       CASE WHEN c.dies
+            THEN 'lease expired, no attempt left (worker ' OPERATOR(pg_catalog.||) COALESCE(c.worker_id, '?') OPERATOR(pg_catalog.||) ')'
+            WHEN c.status OPERATOR(pg_catalog.=) 'processing'
             THEN 'lease expired (worker ' OPERATOR(pg_catalog.||) COALESCE(c.worker_id, '?') OPERATOR(pg_catalog.||) ')'
             ELSE c.last_error END,
        CASE WHEN c.dies THEN c.holder_role ELSE $4 END,

@@ -24,8 +24,10 @@ UPDATE distlock.task_queue q
        -- Not the claim's takeover message ('lease expired (worker ...'),
        -- which marks a job with no place in the runnable index: a job put
        -- back here keeps its place (claim.rs).
-       last_error = 'lease expired, put back (worker ' OPERATOR(pg_catalog.||) COALESCE(q.worker_id, '?')
-                    OPERATOR(pg_catalog.||) ')'
+       last_error = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
+                         THEN 'lease expired, no attempt left (worker '
+                         ELSE 'lease expired, put back (worker ' END
+                    OPERATOR(pg_catalog.||) COALESCE(q.worker_id, '?') OPERATOR(pg_catalog.||) ')'
   FROM expired
  WHERE q.id OPERATOR(pg_catalog.=) expired.id
 RETURNING q.status OPERATOR(pg_catalog.=) 'pending'

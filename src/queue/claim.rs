@@ -193,7 +193,7 @@ pub(crate) fn claim_from(
                     // leases come from the lease index, and the sweep puts
                     // jobs back with another message: queue_reap_expired.sql).
                     let end = furthest.filter(|_| returned as i64 >= wanted);
-                    super::passed_for_good::split_passed(client, stepped_over, &source, claimant.scope, now, end)
+                    super::passed_for_good::split_passed(client, stepped_over, start_queue, claimant.scope, now, end)
                 } else {
                     stepped_over
                 };

@@ -7,19 +7,20 @@
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use super::claim::Source;
 use super::entries_read::SteppedOver;
 use super::place::Place;
 use crate::errors::OrRaise;
 use crate::plans::{first_value, plan, types};
 use crate::scopes::Scope;
+use crate::text::Text;
 
 /// After the index: the lowest priority, the latest time, the highest id.
 const TAIL: Place = Place { priority: i32::MIN, run_after: pg_sys::TimestampTz::MAX, id: i64::MAX };
 
 /// `stepped_over` with its passed rows split: those a later read passes
 /// over again stay passed, the rest count as versions it could not see. The
-/// read was along `source` at `now` for a caller of `scope`, has just run in
+/// read was of queue `named` (None: every queue) at `now` for a caller of
+/// `scope`, has just run in
 /// this transaction, and read the index up to `end` (its last job, when
 /// that is known). Counting reads the claim's index from the head over as
 /// many live rows as the read passed over, no further than `end`, only when
@@ -27,7 +28,7 @@ const TAIL: Place = Place { priority: i32::MIN, run_after: pg_sys::TimestampTz::
 pub(crate) fn split_passed(
     client: &SpiClient<'_>,
     stepped_over: SteppedOver,
-    source: &Source<'_>,
+    named: Option<&Text>,
     scope: &Scope,
     now: TimestampWithTimeZone,
     end: Option<Place>,
@@ -43,19 +44,19 @@ pub(crate) fn split_passed(
         scope.clone().into(),
         end.priority.into(),
         // The tail's time is PostgreSQL's infinity.
-        super::claim::timestamp(end.run_after).into(),
+        end.run_after_timestamp().into(),
         end.id.into(),
     ];
     const EVERY: [pgrx::PgOid; 6] =
         [types::INT8, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::INT4, types::TIMESTAMPTZ, types::INT8];
     const ONE_QUEUE: [pgrx::PgOid; 7] =
         [types::INT8, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::INT4, types::TIMESTAMPTZ, types::INT8, types::TEXT];
-    let stmt = match source {
-        Source::Every if scope.is_some() || holds_back_jobs(client) => {
+    let stmt = match named {
+        None if scope.is_some() || holds_back_jobs(client) => {
             plan(client, include_str!("../../sql/queries/queue_passed_for_good.sql"), &EVERY)
         }
-        Source::Queue(queue, _) if scope.is_some() => {
-            arguments.push((*queue).into());
+        Some(queue) if scope.is_some() => {
+            arguments.push(queue.into());
             plan(client, include_str!("../../sql/queries/queue_passed_for_good_in_queue.sql"), &ONE_QUEUE)
         }
         // Nothing but a row lock makes such a claim pass over a live row.

@@ -19,6 +19,12 @@ impl Place {
     /// lowest id.
     pub(crate) const HEAD: Place = Place { priority: i32::MAX, run_after: TimestampTz::MIN, id: i64::MIN };
 
+    /// Its run_after as SQL takes it (the extremes are the infinities).
+    pub(crate) fn run_after_timestamp(&self) -> pgrx::datum::TimestampWithTimeZone {
+        pgrx::datum::TimestampWithTimeZone::try_from(self.run_after)
+            .unwrap_or_else(|_| pgrx::datum::TimestampWithTimeZone::positive_infinity())
+    }
+
     /// The place as the runnable log keeps it.
     pub(crate) fn key(&self) -> runnable_log::Key {
         (self.priority, self.run_after, self.id)

@@ -449,6 +449,30 @@ mod tests {
         );
     }
 
+    /// A job that dies at a claim's takeover, or in the sweep, says so and
+    /// carries no takeover mark ('lease expired (worker ', claim.rs): once
+    /// retried it sits in the runnable index, where a marked job moved no
+    /// claim's start (every claim of such jobs read from the head). Review
+    /// of 107107f.
+    #[pg_test]
+    fn queue_a_job_that_dies_when_its_lease_expires_carries_no_takeover_mark() {
+        let at_claim = enqueue("'a', '{}', now(), 0, 1");
+        one::<i64>("SELECT task_id FROM distlock.consume_task('w', '1 millisecond')");
+        run("SELECT pg_sleep(0.01)");
+        assert_eq!(one::<i64>("SELECT count(*) FROM distlock.consume_task('w2')"), Some(0), "it dies at the takeover");
+        let in_sweep = enqueue("'b', '{}', now(), 0, 1");
+        one::<i64>("SELECT task_id FROM distlock.consume_task('w', '1 millisecond')");
+        run("SELECT pg_sleep(0.01)");
+        run("SELECT count(*) FROM distlock.check_and_recover_timeout_tasks()");
+        run("SELECT distlock.retry_dead_jobs()");
+        for id in [at_claim, in_sweep] {
+            assert_eq!(
+                one::<String>(&format!("SELECT status || ': ' || last_error FROM distlock.jobs WHERE id = {id}")),
+                Some("pending: lease expired, no attempt left (worker w)".into())
+            );
+        }
+    }
+
     #[pg_test]
     fn queue_sweep_returns_expired_leases_to_the_queue() {
         let id = enqueue("'a'");
