@@ -17,10 +17,10 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from ._sync import (CHECK_CONNECT_TIMEOUT, connect_kwargs, connect_timeout, name_database, pool_busy, probed_lately,
+from ._sync import (CHECK_CONNECT_TIMEOUT, connect_kwargs, connect_timeout, name_database, pool_busy, pool_probe_args,
                     remember_probe)
 from .connect_errors import connect_failure
-from .errors import DistlockError, Unavailable, translate
+from .errors import DistlockError, translate
 
 T = TypeVar("T")
 
@@ -50,16 +50,12 @@ async def check_source(source: str, label: str) -> None:
 
 async def pool_timeout_cause(pool: AsyncConnectionPool[Any], timeout: Exception) -> DistlockError:
     """_sync.pool_timeout_cause for asyncio."""
-    conninfo, kwargs = pool.conninfo, pool.kwargs
-    if not isinstance(conninfo, str) or not isinstance(kwargs, dict):
-        return Unavailable(str(timeout))  # made at each connect: nothing to try it with
-    if not pool.get_stats().get("connections_errors", 0):
-        return pool_busy(timeout)  # it never failed to connect: all in use
-    seen = probed_lately(pool)
-    if seen is not None:
-        return seen
+    known = pool_probe_args(pool, timeout)
+    if isinstance(known, DistlockError):
+        return known
+    conninfo, kwargs = known
     try:
-        probe = await psycopg.AsyncConnection.connect(conninfo, **{**kwargs, **connect_timeout(conninfo, 2, kwargs)})
+        probe = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
     except psycopg.Error as exc:
         return remember_probe(pool, connect_failure(exc, conninfo, connected_before=True))
     await probe.close()

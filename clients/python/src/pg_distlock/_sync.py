@@ -101,12 +101,12 @@ def pool_busy(timeout: Exception) -> Unavailable:
     return Unavailable(f"{timeout} (every connection of the pool is in use: raise max_size or hold fewer at once)")
 
 
-def pool_timeout_cause(pool: ConnectionPool[Any], timeout: Exception) -> DistlockError:
-    """What a pool's checkout timeout means: for a pool that never failed
-    to connect, every connection in use (Unavailable, saying so); for one
-    that did, why: a connection of its own, tried at most once per pool
-    every few seconds, says (the connect's error, chained: the pool's own
-    message drops it), or that it was busy after all."""
+def pool_probe_args(pool: Any, timeout: Exception) -> DistlockError | tuple[str, dict[str, Any]]:
+    """What a pool's checkout timeout means, when that is known without a
+    connection of its own: for a pool that never failed to connect, every
+    connection in use (Unavailable, saying so); for one probed in the last
+    few seconds, what that probe found. Otherwise the conninfo and keyword
+    arguments to probe it with (both flavours' pool_timeout_cause)."""
     conninfo, kwargs = pool.conninfo, pool.kwargs
     if not isinstance(conninfo, str) or not isinstance(kwargs, dict):
         return Unavailable(str(timeout))  # made at each connect: nothing to try it with
@@ -115,8 +115,20 @@ def pool_timeout_cause(pool: ConnectionPool[Any], timeout: Exception) -> Distloc
     seen = probed_lately(pool)
     if seen is not None:
         return seen
+    return conninfo, {**kwargs, **connect_timeout(conninfo, 2, kwargs)}
+
+
+def pool_timeout_cause(pool: ConnectionPool[Any], timeout: Exception) -> DistlockError:
+    """What a pool's checkout timeout means (pool_probe_args): when it can
+    only be learned by trying, a connection of its own says why the pool
+    cannot connect (the connect's error, chained: the pool's own message
+    drops it), or that it was busy after all."""
+    known = pool_probe_args(pool, timeout)
+    if isinstance(known, DistlockError):
+        return known
+    conninfo, kwargs = known
     try:
-        probe = psycopg.connect(conninfo, **{**kwargs, **connect_timeout(conninfo, 2, kwargs)})
+        probe = psycopg.connect(conninfo, **kwargs)
     except psycopg.Error as exc:
         return remember_probe(pool, connect_failure(exc, conninfo, connected_before=True))
     probe.close()
