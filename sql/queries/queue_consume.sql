@@ -133,15 +133,21 @@ SELECT c.id, c.task_name, c.payload,
             THEN 'lease expired, no attempt left (worker ' OPERATOR(pg_catalog.||) COALESCE(c.worker_id, '?') OPERATOR(pg_catalog.||) ')'
             WHEN c.status OPERATOR(pg_catalog.=) 'processing'
             THEN 'lease expired (worker ' OPERATOR(pg_catalog.||) COALESCE(c.worker_id, '?') OPERATOR(pg_catalog.||) ')'
+            -- A runnable job can carry the mark's text from elsewhere (a
+            -- consumer's fail_task text, a job an older release's sweep put
+            -- back or that died at its takeover, retried since): said as the
+            -- sweep says it, so that only a takeover carries the mark.
+            WHEN pg_catalog.starts_with(c.last_error, 'lease expired (worker ')
+            THEN 'lease expired, put back (worker '
+                 OPERATOR(pg_catalog.||) pg_catalog.substr(c.last_error, pg_catalog.length('lease expired (worker ') OPERATOR(pg_catalog.+) 1)
             ELSE c.last_error END,
        CASE WHEN c.dies THEN c.holder_role ELSE $4 END,
        c.producer_role, c.queue, c.unique_key
   FROM claimed c
 RETURNING q.id, q.task_name, q.payload, q.attempts, q.max_attempts, q.lease_expires_at, q.priority,
           q.status OPERATOR(pg_catalog.=) 'processing', q.run_after,
-          -- Whether the job may have been taken over from an expired lease
-          -- (the message set above; a runnable job that carries it from an
-          -- earlier attempt only counts as one too): such a job says nothing
+          -- Whether the job was taken over from an expired lease (the
+          -- message set above, which no runnable job keeps): such a job says nothing
           -- of where the runnable jobs this claim read end. Read from the
           -- row rather than by joining the claimed rows, which cost the
           -- one-job loop 7-10 %.

@@ -35,6 +35,7 @@ mod rate_limit_keys;
 mod privileges;
 mod recovery;
 mod replication_modes;
+mod review_33;
 mod review_44;
 mod review_46_7;
 mod review_46_8;
