@@ -72,3 +72,33 @@ fn run_task_now_after_a_lease_ran_out_makes_the_task_due() {
     });
     assert!(run_now(&mut admin, id).expect("run now"), "no live claim runs it");
 }
+
+/// A session-mode claim (no lease: the task lock held by the session) whose
+/// backend died holds no claim: run_task_now answered false until the sweep
+/// ended the run, while any worker could already claim the task when due.
+#[test]
+fn run_task_now_after_a_session_claims_backend_died_makes_the_task_due() {
+    let db = fresh_db("run_now_dead_session_claim");
+    let (mut admin, mut worker) = (connect(&db), connect(&db));
+    let id = nightly(&mut admin);
+    worker.batch_execute(&format!("SELECT distlock.try_acquire_task_lock({id}, 'w')")).expect("claim");
+    assert!(!run_now(&mut admin, id).expect("run now while it runs"), "a live session claim runs it");
+    let pid = backend_pid(&mut worker);
+    admin.batch_execute(&format!("SELECT pg_terminate_backend({pid})")).expect("terminate");
+    eventually("the holder to be gone", Duration::from_secs(5), || {
+        count(&mut admin, &format!("SELECT 1 FROM pg_stat_activity WHERE pid = {pid}")) == 0
+    });
+    assert!(run_now(&mut admin, id).expect("run now"), "its holder is gone: no live claim runs it");
+}
+
+/// The same when the session lives on but let its locks go, as a pooler's
+/// DISCARD ALL does.
+#[test]
+fn run_task_now_after_a_session_claim_lost_its_lock_makes_the_task_due() {
+    let db = fresh_db("run_now_discarded_session_claim");
+    let (mut admin, mut worker) = (connect(&db), connect(&db));
+    let id = nightly(&mut admin);
+    worker.batch_execute(&format!("SELECT distlock.try_acquire_task_lock({id}, 'w')")).expect("claim");
+    worker.batch_execute("DISCARD ALL").expect("a pooler's reset");
+    assert!(run_now(&mut admin, id).expect("run now"), "nobody holds the task lock: no live claim runs it");
+}
