@@ -15,6 +15,8 @@ use pgrx::datum::{FromDatum, IntoDatum};
 use crate::errors::OrRaise;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult, SpiTupleTable};
 
+pub(crate) mod in_snapshot;
+
 thread_local! {
     static PLANS: RefCell<HashMap<usize, Rc<OwnedPreparedStatement>>> = RefCell::new(HashMap::new());
 }

@@ -179,6 +179,10 @@ pub(crate) fn claim_from(
                 .or_raise();
             made_dead + (jobs.len() - before)
         };
+        // What the statement sees of other transactions, as near as SPI
+        // lets us (passed_for_good.rs counts in it what a read from the head
+        // passed over): taken right before it, only when there may be a count.
+        let snapshot = (head_read_from.is_some() && position.is_some()).then(crate::plans::in_snapshot::HeldSnapshot::now);
         let returned = run_statement();
         end.made_dead |= made_dead > 0;
         if starts_anywhere {
@@ -187,13 +191,14 @@ pub(crate) fn claim_from(
                 // What it met matters only when the next claims start after
                 // it (it claimed a job) and reads from the head are spaced
                 // by it (the runnable log vouches: claim_start::head_every).
-                let stepped_over = if furthest.is_some() && position.is_some() {
+                let stepped_over = if let (Some(_), Some(snapshot)) = (furthest, &snapshot) {
                     // It read the runnable index up to its last job when it
                     // returned all it wanted (jobs taken over from expired
                     // leases come from the lease index, and the sweep puts
                     // jobs back with another message: queue_reap_expired.sql).
                     let end = furthest.filter(|_| returned as i64 >= wanted);
-                    super::passed_for_good::split_passed(client, stepped_over, start_queue, claimant.scope, now, end)
+                    let read = super::passed_for_good::HeadReadDone { named: start_queue, scope: claimant.scope, now, end, snapshot };
+                    super::passed_for_good::split_passed(client, stepped_over, read)
                 } else {
                     stepped_over
                 };

@@ -10,6 +10,7 @@ use pgrx::spi::SpiClient;
 use super::entries_read::SteppedOver;
 use super::place::Place;
 use crate::errors::OrRaise;
+use crate::plans::in_snapshot::{first_int8_in, HeldSnapshot};
 use crate::plans::{first_value, plan, types};
 use crate::scopes::Scope;
 use crate::text::Text;
@@ -17,30 +18,34 @@ use crate::text::Text;
 /// After the index: the lowest priority, the latest time, the highest id.
 const TAIL: Place = Place { priority: i32::MIN, run_after: pg_sys::TimestampTz::MAX, id: i64::MAX };
 
+/// A read from the head that has just run in this transaction: of queue
+/// `named` (None: every queue), at `now`, for a caller of `scope`, up to
+/// `end` (its last job, when that is known), in `snapshot` (taken right
+/// before it).
+pub(crate) struct HeadReadDone<'a> {
+    pub named: Option<&'a Text>,
+    pub scope: &'a Scope,
+    pub now: TimestampWithTimeZone,
+    pub end: Option<Place>,
+    pub snapshot: &'a HeldSnapshot,
+}
+
 /// `stepped_over` with its passed rows split: those a later read passes
-/// over again stay passed, the rest count as versions it could not see. The
-/// read was of queue `named` (None: every queue) at `now` for a caller of
-/// `scope`, has just run in
-/// this transaction, and read the index up to `end` (its last job, when
-/// that is known). Counting reads the claim's index from the head over as
-/// many live rows as the read passed over, no further than `end`, only when
-/// something can make a claim pass over a live row for good.
-pub(crate) fn split_passed(
-    client: &SpiClient<'_>,
-    stepped_over: SteppedOver,
-    named: Option<&Text>,
-    scope: &Scope,
-    now: TimestampWithTimeZone,
-    end: Option<Place>,
-) -> SteppedOver {
+/// over again stay passed, the rest count as versions it could not see.
+/// Counting reads the claim's index from the head over as many live rows
+/// as the read passed over, no further than its end, only when something
+/// can make a claim pass over a live row for good. It counts in the read's
+/// snapshot: jobs committed while the read ran, which it did not see, would
+/// otherwise fill the count and leave out what it passed over.
+pub(crate) fn split_passed(client: &SpiClient<'_>, stepped_over: SteppedOver, read: HeadReadDone<'_>) -> SteppedOver {
     if stepped_over.passed == 0 {
         return stepped_over;
     }
-    let scope = scope.as_parameter();
-    let end = end.unwrap_or(TAIL);
+    let scope = read.scope.as_parameter();
+    let end = read.end.unwrap_or(TAIL);
     let mut arguments = vec![
         stepped_over.passed.into(),
-        now.into(),
+        read.now.into(),
         scope.clone().into(),
         end.priority.into(),
         // The tail's time is PostgreSQL's infinity.
@@ -51,19 +56,19 @@ pub(crate) fn split_passed(
         [types::INT8, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::INT4, types::TIMESTAMPTZ, types::INT8];
     const ONE_QUEUE: [pgrx::PgOid; 7] =
         [types::INT8, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::INT4, types::TIMESTAMPTZ, types::INT8, types::TEXT];
-    let stmt = match named {
+    let (sql, arg_types): (&'static str, &[pgrx::PgOid]) = match read.named {
         None if scope.is_some() || holds_back_jobs(client) => {
-            plan(client, include_str!("../../sql/queries/queue_passed_for_good.sql"), &EVERY)
+            (include_str!("../../sql/queries/queue_passed_for_good.sql"), &EVERY)
         }
         Some(queue) if scope.is_some() => {
             arguments.push(queue.into());
-            plan(client, include_str!("../../sql/queries/queue_passed_for_good_in_queue.sql"), &ONE_QUEUE)
+            (include_str!("../../sql/queries/queue_passed_for_good_in_queue.sql"), &ONE_QUEUE)
         }
         // Nothing but a row lock makes such a claim pass over a live row.
         _ => return stepped_over.with_lasting(0),
     };
     let ordered = crate::plans::ordered_scans();
-    let lasting = client.select(&*stmt, None, &arguments).and_then(first_value::<i64>).or_raise();
+    let lasting = first_int8_in(client, sql, arg_types, &arguments, read.snapshot);
     drop(ordered);
     stepped_over.with_lasting(lasting.unwrap_or(stepped_over.passed))
 }

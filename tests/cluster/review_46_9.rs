@@ -160,10 +160,9 @@ fn a_read_from_the_head_that_also_takes_over_an_expired_lease_keeps_its_end() {
 /// over count as nothing lasting. Once the new jobs are claimed by others,
 /// reads from the head come every second over the paused backlog instead
 /// of every 10 s (4 s of one-job claims read it again). With the commit
-/// after the claim (the control) they are spaced.
+/// after the claim (the control) they are spaced. The count now runs in a
+/// snapshot taken right before the claim (plans/in_snapshot.rs).
 #[test]
-#[ignore = "known (ninth review of issue 46): the count runs in a newer snapshot than the claim; \
-            it needs the claim's own snapshot (docs/design/queue-storage.md)"]
 fn jobs_committed_ahead_of_the_claim_during_a_read_from_the_head_do_not_uncount_the_paused_backlog() {
     let mut result: Vec<i64> = Vec::new();
     for commit_during_the_claim in [false, true] {
