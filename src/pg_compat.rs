@@ -94,3 +94,19 @@ mod custom_wait_event {
         })
     }
 }
+
+/// A wait set that lasts as long as the backend. 17 made its owner a
+/// resource owner (none: the backend's life) instead of a memory context.
+///
+/// # Safety
+/// As `pg_sys::CreateWaitEventSet`.
+pub unsafe fn create_backend_wait_set(events: i32) -> *mut pg_sys::WaitEventSet {
+    #[cfg(feature = "pg15")]
+    {
+        pg_sys::CreateWaitEventSet(pg_sys::TopMemoryContext, events)
+    }
+    #[cfg(not(feature = "pg15"))]
+    {
+        pg_sys::CreateWaitEventSet(std::ptr::null_mut(), events)
+    }
+}
