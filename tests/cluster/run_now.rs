@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 
 /// A daily 03:00 task, next due at its next slot.
-fn nightly(c: &mut Client) -> i32 {
+pub(crate) fn nightly(c: &mut Client) -> i32 {
     c.query_one(
         "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron) VALUES ('nightly', 'report', '0 3 * * *') RETURNING id",
         &[],
