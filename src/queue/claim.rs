@@ -181,8 +181,13 @@ pub(crate) fn claim_from(
         };
         // What the statement sees of other transactions, as near as SPI
         // lets us (passed_for_good.rs counts in it what a read from the head
-        // passed over): taken right before it, only when there may be a count.
-        let snapshot = (head_read_from.is_some() && position.is_some()).then(crate::plans::in_snapshot::HeldSnapshot::now);
+        // passed over): taken right before it, only when there may be a
+        // count, and after the locks it takes first (a claim queued behind
+        // DDL would otherwise wait between the two snapshots).
+        let snapshot = (head_read_from.is_some() && position.is_some()).then(|| {
+            lock_claim_tables();
+            crate::plans::in_snapshot::HeldSnapshot::now()
+        });
         let returned = run_statement();
         end.made_dead |= made_dead > 0;
         if starts_anywhere {
@@ -220,4 +225,18 @@ pub(crate) fn claim_from(
         }
     }
     end
+}
+
+/// Takes the table locks a claim statement takes before its snapshot, in
+/// the modes it takes them (a weaker one first would be a lock upgrade,
+/// which can deadlock with DDL): the queue's table for its writes, the
+/// queue settings for its reads. The statement's own requests then find
+/// them held. A table gone meanwhile is left to the statement to report.
+fn lock_claim_tables() {
+    for (table, mode) in [(c"task_queue", pg_sys::RowExclusiveLock), (c"queue_settings", pg_sys::AccessShareLock)] {
+        let oid = crate::version::table_oid(table);
+        if oid != pg_sys::InvalidOid {
+            unsafe { pg_sys::LockRelationOid(oid, mode as pg_sys::LOCKMODE) };
+        }
+    }
 }

@@ -117,21 +117,7 @@ fn held_jobs_committed_during_a_read_from_the_head_are_not_counted_as_paused_job
         let _prepared = PreparedUntilDropped { db: &db, gid };
         install_stall(&mut admin);
         let given_back = job_held_by_a_prepared_claim(&mut admin, &mut preparer, gid);
-        admin.batch_execute("SELECT distlock.pause_queue('idle')").expect("pause");
-        admin
-            .batch_execute(
-                "SELECT distlock.enqueue_tasks('job', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 50000)),
-                                               now() - interval '1 day', 0, p_queue => 'idle');
-                 SELECT distlock.enqueue_tasks('job', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 50000)),
-                                               now() - interval '1 day', 10, p_queue => 'q');",
-            )
-            .expect("50,000 paused jobs and 50,000 to hold");
-        holder
-            .batch_execute(
-                "BEGIN;
-                 SELECT count(*) FROM generate_series(1, 50) g, distlock.consume_tasks(1000 + g * 0, 'held', p_queues => ARRAY['q'])",
-            )
-            .expect("an open claim of 50,000 jobs");
+        paused_backlog_and_an_open_claim_of_50_000(&mut admin, &mut holder);
         let mine = enqueue(&mut admin, "q", "now() - interval '2 days'", 5);
         // A new backend: its first claim reads from the head.
         let (mut consumer, claimed) = claim_with(&db, connect(&db), || {
@@ -167,20 +153,7 @@ fn held_jobs_committed_during_a_read_from_the_head_natural_race() {
     let mut consumer = connect(&db);
     assert_eq!(consume_every(&mut consumer, "w"), None, "nothing yet");
     let given_back = job_held_by_a_prepared_claim(&mut admin, &mut preparer, gid);
-    admin.batch_execute("SELECT distlock.pause_queue('idle')").expect("pause");
-    jobs_of(&mut admin, "job", "idle", 50000, "1 day");
-    admin
-        .batch_execute(
-            "SELECT distlock.enqueue_tasks('job', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 50000)),
-                                           now() - interval '1 day', 10, p_queue => 'q');",
-        )
-        .expect("50,000 jobs to hold");
-    holder
-        .batch_execute(
-            "BEGIN;
-             SELECT count(*) FROM generate_series(1, 50) g, distlock.consume_tasks(1000 + g * 0, 'held', p_queues => ARRAY['q'])",
-        )
-        .expect("an open claim of 50,000 jobs");
+    paused_backlog_and_an_open_claim_of_50_000(&mut admin, &mut holder);
     let mine = enqueue(&mut admin, "q", "now() - interval '2 days'", 5);
     let pid = backend_pid(&mut consumer);
     let claim = std::thread::spawn(move || {
@@ -303,4 +276,23 @@ fn a_read_from_the_head_the_runnable_log_does_not_vouch_for_does_not_count_what_
         "reads from the head the runnable log does not vouch for (repeated every 100 ms whatever they met) \
          read the paused backlog twice, counting jobs passed over for good for nothing: {result:?}"
     );
+}
+
+/// 50,000 jobs in paused queue 'idle' (due a day ago), and 50,000 of
+/// priority 10 in queue q that `holder` claims in a transaction left open.
+pub(crate) fn paused_backlog_and_an_open_claim_of_50_000(admin: &mut Client, holder: &mut Client) {
+    admin.batch_execute("SELECT distlock.pause_queue('idle')").expect("pause");
+    jobs_of(admin, "job", "idle", 50000, "1 day");
+    admin
+        .batch_execute(
+            "SELECT distlock.enqueue_tasks('job', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 50000)),
+                                           now() - interval '1 day', 10, p_queue => 'q');",
+        )
+        .expect("50,000 jobs to hold");
+    holder
+        .batch_execute(
+            "BEGIN;
+             SELECT count(*) FROM generate_series(1, 50) g, distlock.consume_tasks(1000 + g * 0, 'held', p_queues => ARRAY['q'])",
+        )
+        .expect("an open claim of 50,000 jobs");
 }

@@ -200,23 +200,8 @@ fn jobs_committed_ahead_of_the_claim_during_a_read_from_the_head_do_not_uncount_
                 "SELECT count(*) FROM generate_series(1, 50) g, distlock.consume_tasks(1000 + g * 0, 'other', p_queues => ARRAY['urgent'])",
             )
             .expect("the urgent jobs claimed");
-        let started = Instant::now();
-        let mut reads = Vec::new();
-        while started.elapsed() < Duration::from_secs(4) {
-            let job = crate::review_46_7::enqueue(&mut admin, "q", "now()", 0);
-            let (claimed, read) = crate::review_46_7::claim_counting_reads(
-                &mut consumer,
-                "SELECT (SELECT task_id FROM distlock.consume_task('w'))",
-            );
-            assert_eq!(claimed, Some(job), "{name}: claims go on after the place");
-            if read > 1000 {
-                eprintln!("{name}: a claim {:?} after the read from the head read {read} entries", head_read_at.elapsed());
-            }
-            reads.push(read);
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let reads = one_job_claims_for_4_s(&mut admin, &mut consumer, "w", name, head_read_at);
         let read: i64 = reads.iter().sum();
-        eprintln!("{name}: {} one-job claims in 4 s read {read} runnable index entries (most in one: {:?})", reads.len(), reads.iter().max());
         result.push(read);
     }
     // Both pay once for the dead entries of the urgent jobs other consumers
@@ -230,4 +215,36 @@ fn jobs_committed_ahead_of_the_claim_during_a_read_from_the_head_do_not_uncount_
          within a second, as jobs committed ahead of the claim's last job filled the count's first 50,000 and the \
          paused backlog counted as nothing lasting"
     );
+}
+
+/// One-job claims by `consumer` (as `worker`) for 4 s, each of a job just
+/// enqueued in queue q, 100 ms apart, after a read from the head at
+/// `head_read_at`: the runnable index entries each read.
+pub(crate) fn one_job_claims_for_4_s(
+    admin: &mut Client,
+    consumer: &mut Client,
+    worker: &str,
+    name: &str,
+    head_read_at: Instant,
+) -> Vec<i64> {
+    let started = Instant::now();
+    let mut reads = Vec::new();
+    let claim = format!("SELECT (SELECT task_id FROM distlock.consume_task('{worker}'))");
+    while started.elapsed() < Duration::from_secs(4) {
+        let job = crate::review_46_7::enqueue(admin, "q", "now()", 0);
+        let (claimed, read) = crate::review_46_7::claim_counting_reads(consumer, &claim);
+        assert_eq!(claimed, Some(job), "{name}: claims go on after the place");
+        if read > 1000 {
+            eprintln!("{name}: a claim {:?} after the read from the head read {read} entries", head_read_at.elapsed());
+        }
+        reads.push(read);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "{name}: {} one-job claims in 4 s read {} runnable index entries (most in one: {:?})",
+        reads.len(),
+        reads.iter().sum::<i64>(),
+        reads.iter().max()
+    );
+    reads
 }
