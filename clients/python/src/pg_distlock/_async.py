@@ -20,7 +20,7 @@ from ._core import features
 from ._sync import (CHECK_CONNECT_TIMEOUT, connect_kwargs, connect_timeout, name_database, pool_busy, pool_probe_args,
                     remember_probe)
 from .connect_errors import connect_failure
-from .errors import DistlockError, translate
+from .errors import DistlockError, old_library, translate
 
 T = TypeVar("T")
 
@@ -173,8 +173,10 @@ class Runtime:
             conn = await self._shared_connection()
             try:
                 yield conn
-            except psycopg.Error:
-                if conn.broken or conn.closed:
+            except psycopg.Error as exc:
+                # The next call opens a new connection: this one is lost, or
+                # its session may not write with the library it loaded.
+                if conn.broken or conn.closed or old_library(exc):
                     if self._shared is conn:
                         self._shared = None
                     await conn.close()

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 from ._core import effects as fx
 from ._core import features
 from .connect_errors import connect_failure
-from .errors import DistlockError, Unavailable, translate
+from .errors import DistlockError, Unavailable, old_library, translate
 
 T = TypeVar("T")
 
@@ -262,8 +262,10 @@ class Runtime:
             conn = self._shared_connection()
             try:
                 yield conn
-            except psycopg.Error:
-                if conn.broken or conn.closed:
+            except psycopg.Error as exc:
+                # The next call opens a new connection: this one is lost, or
+                # its session may not write with the library it loaded.
+                if conn.broken or conn.closed or old_library(exc):
                     with self._shared_lock:
                         if self._shared is conn:
                             self._shared = None

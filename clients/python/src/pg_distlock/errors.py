@@ -75,9 +75,10 @@ class NotFound(DistlockError):
 
 class Unavailable(DistlockError):
     """The server cannot serve the call here and now: the connection failed or
-    was ended (08xxx, 57P01-57P03), or it reached a standby (25006). Reconnect,
-    with a multi-host conninfo and target_session_attrs=read-write after a
-    failover, and retry."""
+    was ended (08xxx, 57P01-57P03), it reached a standby (25006), or its
+    session still runs the library from before an extension update
+    (old_library). Reconnect, with a multi-host conninfo and
+    target_session_attrs=read-write after a failover, and retry."""
 
 
 ConnectionLost = Unavailable
@@ -139,6 +140,17 @@ def _database_of(exc: psycopg.Error) -> str:
     return name if isinstance(name, str) else "(unknown)"
 
 
+def old_library(exc: psycopg.Error) -> bool:
+    """Whether the library guard refused a write (src/library_guard.rs): the
+    session loaded pg_distlock's library before ALTER EXTENSION UPDATE. A
+    library of 0.4.0 or later says so (55000); an older one has no guard
+    function to call (42883). A new session loads the new library (with
+    pg_distlock in shared_preload_libraries, once the server restarted)."""
+    message = exc.diag.message_primary or ""
+    return ((exc.sqlstate == "55000" and "runs pg_distlock's library" in message)
+            or (exc.sqlstate == "42883" and '"distlock_library_guard"' in message))
+
+
 def translate(exc: psycopg.Error) -> DistlockError:
     """The DistlockError for a psycopg error; a failure without SQLSTATE is a
     lost or refused connection."""
@@ -147,7 +159,11 @@ def translate(exc: psycopg.Error) -> DistlockError:
         Unavailable if isinstance(exc, psycopg.OperationalError) else DistlockError
     )
     message = exc.diag.message_primary if sqlstate and exc.diag.message_primary else str(exc)
-    if sqlstate in ("3F000", "42883") and "distlock" in message:
+    if old_library(exc):
+        cls = Unavailable
+        message = (f"{message} (this session loaded pg_distlock's library before the extension was updated: "
+                   "reconnect; with pg_distlock in shared_preload_libraries, restart the server first)")
+    elif sqlstate in ("3F000", "42883") and "distlock" in message:
         # schema "distlock" does not exist; function distlock.… does not exist
         database = _database_of(exc)
         cls = NotInstalled

@@ -25,7 +25,7 @@ from .features import require_installed
 from . import telemetry
 from .holds import default_owner
 from .keeper import Keeper, Lost, Seconds, interval, positive
-from ..errors import Misconfigured, PermissionDenied, Unavailable
+from ..errors import InvalidArgument, Misconfigured, NotInstalled, PermissionDenied, Unavailable
 
 S = TypeVar("S")
 
@@ -34,6 +34,11 @@ log = telemetry.logger("leader")
 CAMPAIGN_SQL = "SELECT is_leader, term, leader FROM distlock.try_become_leader(%s, %s, %s)"
 RESIGN_SQL = "SELECT distlock.resign_leader(%s, %s)"
 
+
+# What no later campaign can change: the role lacks the capability or the
+# group is outside its scope, the extension is missing, the conninfo cannot
+# work, or the server refuses an argument.
+CANNOT_CAMPAIGN = (PermissionDenied, NotInstalled, Misconfigured, InvalidArgument)
 
 # How long start() waits for the first campaign's answer (seconds).
 FIRST_CAMPAIGN_WAIT = 5.0
@@ -78,9 +83,8 @@ class LeaderLogic(Bound[S]):
         self.leader: str | None = None
         """The node the server last named as leader."""
         self.failure: BaseException | None = None
-        """What a callback raised, or a campaign that cannot succeed (the
-        role lacks the capability, the group is outside its scope, the
-        extension is missing): the node resigned and stopped campaigning."""
+        """What a callback raised, or a campaign that cannot succeed
+        (CANNOT_CAMPAIGN): the node resigned and stopped campaigning."""
         self._first_round: fx.Flag = self._rt.new_flag()
         self._lost = Lost(self._rt.new_flag, None, then=self._demoted)
         self._lost.identify("leader", group)
@@ -142,14 +146,18 @@ class LeaderLogic(Bound[S]):
                 sent = time.monotonic()
                 try:
                     won = yield from self._campaign()
-                except Unavailable as exc:
-                    if isinstance(exc, Misconfigured):
-                        self._cannot_campaign(exc)
-                        return
-                    won = False
-                except Exception as exc:
+                except CANNOT_CAMPAIGN as exc:
                     self._cannot_campaign(exc)
                     return
+                except Unavailable:
+                    won = False  # the next round reconnects
+                except Exception as exc:
+                    # What can pass: a statement or lock timeout (a DDL holds
+                    # leader_state), a deadlock, a serialization failure.
+                    if not self._stop.is_set():
+                        log.warning("pg_distlock: %s's campaign for %r failed, trying again in %g s: %s",
+                                    self.node, self.group, self.every, exc)
+                    won = False
                 finally:
                     self._first_round.set()
                 if won and not self._stop.is_set():

@@ -1,0 +1,116 @@
+"""Review 33 of the Python client (the changes 256134c..742088c): each test
+is a break the review found, and fails without its fix."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import pytest
+
+import pg_distlock
+from pg_distlock import aio
+from conftest import Db, PRIMARY, connect, dsn, eventually
+
+
+# -- F2. A campaign that fails for a reason that can pass is tried again
+
+
+def test_a_standby_node_keeps_campaigning_after_a_campaign_hits_its_statement_timeout(
+        db: Db, caplog: pytest.LogCaptureFixture) -> None:
+    """b's campaign waits behind a lock of leader_state (a DDL, an extension
+    update) until its statement_timeout ends it: 57014, Cancelled. b used to
+    stop campaigning for good, so it never took over from a."""
+    group = "rev33-timeout"
+    a = pg_distlock.Leader(db.dsn, group, node="a", ttl=3)
+    b = pg_distlock.Leader(dsn(PRIMARY, db.name, options="'-c statement_timeout=300'"), group, node="b", ttl=3)
+    blocker = connect(db.dsn)
+    try:
+        a.start()
+        assert a.wait_elected(timeout=10)
+        b.start()
+        assert b.leader == "a"
+        with caplog.at_level(logging.WARNING, logger="pg_distlock.leader"):
+            blocker.execute("BEGIN")
+            blocker.execute("LOCK TABLE distlock.leader_state IN ACCESS EXCLUSIVE MODE")
+            eventually(lambda: any("statement timeout" in r.getMessage() for r in caplog.records),
+                       what="b's campaign ended by its statement_timeout")
+            blocker.execute("COMMIT")
+        a.stop()
+        assert b.wait_elected(timeout=10)
+    finally:
+        blocker.close()
+        for node in (a, b):
+            try:
+                node.close()
+            except pg_distlock.DistlockError:
+                pass
+
+
+OLD_LIBRARY_REFUSALS = [
+    ("42883", 'could not find function "distlock_library_guard" in file "/usr/lib/postgresql/15/lib/pg_distlock.so"'),
+    ("55000", "this session runs pg_distlock's library 0.4.0, but this database's pg_distlock is 0.5.0"),
+]
+
+
+def refuse_writes_of_old_library_sessions(db: Db, table: str, refusal: tuple[str, str]) -> Callable[[str], None]:
+    """Makes `table` refuse the writes of chosen sessions as the library
+    guard refuses a session that loaded the library before ALTER EXTENSION
+    UPDATE (src/library_guard.rs); returns what chooses them: the sessions
+    named `application_name` now (a new session is not refused)."""
+    sqlstate, message = refusal
+    db.admin.execute("CREATE TABLE IF NOT EXISTS public.old_library_backends (pid integer PRIMARY KEY)")
+    db.admin.execute(f"""
+        CREATE OR REPLACE FUNCTION public.refuse_old_library() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF EXISTS (SELECT FROM public.old_library_backends WHERE pid = pg_backend_pid()) THEN
+            RAISE EXCEPTION USING ERRCODE = '{sqlstate}', MESSAGE = $m${message}$m$;
+          END IF;
+          RETURN NULL;
+        END $$""")
+    db.admin.execute(f"CREATE TRIGGER refuse_old_library BEFORE INSERT OR UPDATE OR DELETE ON {table}"
+                     " FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_old_library()")
+
+    def choose(application_name: str) -> None:
+        assert db.value("WITH old AS (INSERT INTO public.old_library_backends SELECT pid FROM pg_stat_activity"
+                        " WHERE application_name = %s RETURNING pid) SELECT count(*) FROM old",
+                        application_name) == 1
+
+    return choose
+
+
+@pytest.mark.parametrize("refusal", OLD_LIBRARY_REFUSALS, ids=["library-before-0.4.0", "older-library"])
+def test_a_standby_node_whose_session_kept_the_old_library_reconnects_and_takes_over(
+        db: Db, refusal: tuple[str, str]) -> None:
+    """During an extension update, b campaigns on a session that may not
+    write. It used to stop for good (NotInstalled, LeaseLost); retrying
+    alone would keep the refused session."""
+    refused = refuse_writes_of_old_library_sessions(db, "distlock.leader_state", refusal)
+    group = "rev33-upgrade"
+    a = pg_distlock.Leader(db.dsn, group, node="a", ttl=3)
+    b = pg_distlock.Leader(db.dsn, group, node="b", ttl=3)
+    try:
+        a.start()
+        assert a.wait_elected(timeout=10)
+        b.start()
+        assert b.leader == "a"
+        refused("pg_distlock:leader:b")
+        a.stop()
+        assert b.wait_elected(timeout=10)
+    finally:
+        for node in (a, b):
+            try:
+                node.close()
+            except pg_distlock.DistlockError:
+                pass
+
+
+async def test_an_asyncio_call_refused_for_the_old_library_is_unavailable_and_the_next_reconnects(db: Db) -> None:
+    refused = refuse_writes_of_old_library_sessions(db, "distlock.queue_settings", OLD_LIBRARY_REFUSALS[1])
+    async with aio.Admin(f"{db.dsn} application_name=rev33-admin") as admin:
+        assert await admin.pause_queue("mail")
+        refused("rev33-admin")
+        with pytest.raises(pg_distlock.Unavailable) as raised:
+            await admin.resume_queue("mail")
+        assert "reconnect" in str(raised.value)
+        assert await admin.resume_queue("mail")
