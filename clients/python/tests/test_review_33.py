@@ -3,14 +3,42 @@ is a break the review found, and fails without its fix."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from typing import Callable
+import signal
+import threading
+from typing import Callable, Iterator
 
 import pytest
 
 import pg_distlock
 from pg_distlock import aio
 from conftest import Db, PRIMARY, connect, dsn, eventually
+
+
+def leader_backends(db: Db, node: str, where: str) -> int:
+    """How many backends of `node`'s campaign (its default application_name) match `where`."""
+    return int(db.value(f"SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND {where}",
+                        f"pg_distlock:leader:{node}") or 0)
+
+
+def group_held_by(db: Db, group: str, node: str) -> bool:
+    return bool(db.value("SELECT count(*) FROM distlock.leader_state WHERE group_name = %s AND leader = %s",
+                         group, node))
+
+
+@contextlib.contextmanager
+def leader_state_locked(db: Db) -> Iterator[None]:
+    """leader_state locked until the block ends, as a DDL or an extension
+    update locks it: a campaign meanwhile waits in the server."""
+    blocker = connect(db.dsn)
+    try:
+        blocker.execute("BEGIN")
+        blocker.execute("LOCK TABLE distlock.leader_state IN ACCESS EXCLUSIVE MODE")
+        yield
+    finally:
+        blocker.close()  # and with it the lock
 
 
 # -- F2. A campaign that fails for a reason that can pass is tried again
@@ -24,22 +52,17 @@ def test_a_standby_node_keeps_campaigning_after_a_campaign_hits_its_statement_ti
     group = "rev33-timeout"
     a = pg_distlock.Leader(db.dsn, group, node="a", ttl=3)
     b = pg_distlock.Leader(dsn(PRIMARY, db.name, options="'-c statement_timeout=300'"), group, node="b", ttl=3)
-    blocker = connect(db.dsn)
     try:
         a.start()
         assert a.wait_elected(timeout=10)
         b.start()
         assert b.leader == "a"
-        with caplog.at_level(logging.WARNING, logger="pg_distlock.leader"):
-            blocker.execute("BEGIN")
-            blocker.execute("LOCK TABLE distlock.leader_state IN ACCESS EXCLUSIVE MODE")
+        with caplog.at_level(logging.WARNING, logger="pg_distlock.leader"), leader_state_locked(db):
             eventually(lambda: any("statement timeout" in r.getMessage() for r in caplog.records),
                        what="b's campaign ended by its statement_timeout")
-            blocker.execute("COMMIT")
         a.stop()
         assert b.wait_elected(timeout=10)
     finally:
-        blocker.close()
         for node in (a, b):
             try:
                 node.close()
@@ -114,3 +137,61 @@ async def test_an_asyncio_call_refused_for_the_old_library_is_unavailable_and_th
             await admin.resume_queue("mail")
         assert "reconnect" in str(raised.value)
         assert await admin.resume_queue("mail")
+
+
+# -- F3. A start() that does not return leaves nothing campaigning
+
+
+def interrupt_main_thread_when(condition: Callable[[], object]) -> threading.Thread:
+    """SIGINT to the main thread (Ctrl-C: KeyboardInterrupt there) once `condition` holds."""
+    def watch() -> None:
+        eventually(condition, what="the moment to interrupt")
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    return watcher
+
+
+def zombie_campaign_waits(db: Db) -> bool:
+    return leader_backends(db, "zombie", "wait_event_type = 'Lock'") > 0
+
+
+def assert_nothing_campaigned(db: Db, group: str, elected: list[int]) -> None:
+    """Once a campaign statement that waited has ended, zombie neither holds
+    `group` nor heard it was elected."""
+    eventually(lambda: not leader_backends(db, "zombie", "state = 'active'"), what="the campaign's end")
+    assert not group_held_by(db, group, "zombie")
+    assert elected == []
+
+
+def test_a_leader_start_interrupted_by_ctrl_c_leaves_nothing_campaigning(db: Db) -> None:
+    """Ctrl-C while start() waits for the first campaign's answer: start()
+    closed its connection but left the campaign running, which won once
+    the lock it waited for was free, for an object its caller thinks never
+    started (nothing would ever stop it)."""
+    group = "rev33-interrupted"
+    elected: list[int] = []
+    zombie = pg_distlock.Leader(db.dsn, group, node="zombie", ttl=3, on_elected=elected.append)
+    with leader_state_locked(db):
+        watcher = interrupt_main_thread_when(lambda: zombie_campaign_waits(db))
+        with pytest.raises(KeyboardInterrupt):
+            zombie.start()
+        watcher.join(10)
+    assert_nothing_campaigned(db, group, elected)
+
+
+async def test_a_cancelled_asyncio_leader_start_leaves_nothing_campaigning(db: Db) -> None:
+    """asyncio.wait_for(leader.start(), 2) (a startup guard, a framework's
+    lifespan timeout) cancelling start() while it waits for the first
+    campaign's answer: as with Ctrl-C in the blocking API."""
+    group = "rev33-cancelled"
+    elected: list[int] = []
+    zombie = aio.Leader(db.dsn, group, node="zombie", ttl=3, on_elected=elected.append)
+    with leader_state_locked(db):
+        start = asyncio.ensure_future(zombie.start())
+        await asyncio.to_thread(eventually, lambda: zombie_campaign_waits(db), 10.0, "the first campaign waiting")
+        start.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await start
+    await asyncio.to_thread(assert_nothing_campaigned, db, group, elected)

@@ -144,11 +144,24 @@ class Leader(LeaderLogic[Source]):
         try:
             self._rt.run(self._start_op())
         except BaseException:
-            # Nothing will close it: `with` never entered its block.
-            self._rt.close()
+            # Nothing else will stop or close it: `with` never entered its block.
+            self._abandon_start()
             raise
         if self.handle_signals:
             self._restore_signals = resign_on_signals(self._stop_quietly)
+
+    def _abandon_start(self) -> None:
+        """start() raised (a first campaign that cannot succeed, Ctrl-C while
+        it waited for one): stops what it started and closes the connection,
+        so that nothing campaigns for an object whose caller saw no start."""
+        try:
+            self._stop.set()
+            # The first campaign may wait in the server (for a lock of
+            # leader_state): ended there, it cannot win once the wait is over.
+            self._rt.cancel_shared()
+            self._stop_quietly()
+        finally:
+            self._rt.close()
 
     def _stop_quietly(self) -> None:
         try:

@@ -222,6 +222,13 @@ class Runtime:
         except psycopg.Error:
             pass  # nothing to cancel, or the connection is gone: the loop sees it
 
+    def cancel_shared(self) -> None:
+        """Cancels the statement running on the connection opened for a
+        conninfo source, if any (from any thread)."""
+        shared = self._shared
+        if shared is not None:
+            self.cancel(Held(shared, owned=False))
+
     def accept_callable(self, fn: Callable[..., Any] | None, what: str) -> None:
         """A coroutine function would only be called, never run: refused."""
         if fn is not None and inspect.iscoroutinefunction(fn):

@@ -128,11 +128,29 @@ class Leader(LeaderLogic[AsyncSource]):
         try:
             await self._rt.run(self._start_op())
         except BaseException:
-            # Nothing will close it: `async with` never entered its block.
-            await self._rt.close()
+            # Nothing else will stop or close it: `async with` never entered its block.
+            await self._abandon_start()
             raise
         if self.handle_signals:
             self._restore_signals = resign_on_signals(self._stop_quietly)
+
+    async def _abandon_start(self) -> None:
+        """start() raised (a first campaign that cannot succeed, or start was
+        cancelled, as asyncio.wait_for does, while it waited for one): stops
+        what it started and closes the connection, so that nothing campaigns
+        for an object whose caller saw no start."""
+        try:
+            self._stop.set()
+            campaigner, self._campaigner = self._campaigner, None
+            if isinstance(campaigner, asyncio.Future):
+                # Its campaign may wait in the server (for a lock of
+                # leader_state): psycopg cancels the statement with the task,
+                # so it cannot win once the wait is over.
+                campaigner.cancel()
+                await asyncio.wait({campaigner})
+            await self._stop_quietly()
+        finally:
+            await self._rt.close()
 
     async def _stop_quietly(self) -> None:
         try:
