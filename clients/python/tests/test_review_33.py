@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
+import struct
 import threading
 from typing import Callable, Iterator
 
@@ -15,6 +17,7 @@ import pytest
 import pg_distlock
 from pg_distlock import aio
 from conftest import Db, PRIMARY, connect, dsn, eventually
+from test_review_47 import FakeServer, run_in_thread
 
 
 def leader_backends(db: Db, node: str, where: str) -> int:
@@ -195,3 +198,78 @@ async def test_a_cancelled_asyncio_leader_start_leaves_nothing_campaigning(db: D
         with pytest.raises(asyncio.CancelledError):
             await start
     await asyncio.to_thread(assert_nothing_campaigned, db, group, elected)
+
+
+# -- F4. Credentials and transport settings that cannot work are Misconfigured
+
+
+class PasswordAskingServer(FakeServer):
+    """Asks each connection for a cleartext password, as a server whose
+    pg_hba.conf line says password, md5 or scram-sha-256 asks for one."""
+
+    def __init__(self) -> None:
+        super().__init__(PRIMARY, None)
+
+    def _serve(self, client: socket.socket) -> None:
+        try:
+            self._read_startup(client)
+            client.sendall(b"R" + struct.pack("!ii", 8, 3))  # AuthenticationCleartextPassword
+            client.recv(1)  # until the client gives up
+        except OSError:
+            pass
+        finally:
+            client.close()
+
+
+def run_raises_misconfigured(conninfo: str) -> pg_distlock.Misconfigured:
+    """A QueueWorker's run() on `conninfo` raises Misconfigured within 5 s,
+    rather than retrying forever."""
+    worker = pg_distlock.QueueWorker(conninfo, lambda job: None, wait=0.2, handle_signals=False)
+    thread, outcome = run_in_thread(worker)
+    try:
+        eventually(lambda: outcome, timeout=5, what="run() to raise")
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert isinstance(outcome[0], pg_distlock.Misconfigured), outcome[0]
+    return outcome[0]
+
+
+def test_a_conninfo_without_the_password_the_server_asks_for_is_misconfigured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """libpq says 'fe_sendauth: no password supplied' (no password in the
+    conninfo, PGPASSWORD or the passfile): it used to be retried forever."""
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    server = PasswordAskingServer()
+    try:
+        conninfo = dsn(server.port, "x", passfile="/nonexistent")
+        with pytest.raises(pg_distlock.Misconfigured) as raised:
+            pg_distlock.Client(conninfo)
+        assert "no password supplied" in str(raised.value)
+        run_raises_misconfigured(conninfo)
+    finally:
+        server.close()
+
+
+def test_a_role_without_connect_privilege_is_misconfigured(db: Db) -> None:
+    role = "rev33_noconnect"
+    db.admin.execute(f"DROP ROLE IF EXISTS {role}")
+    db.admin.execute(f"CREATE ROLE {role} LOGIN")
+    db.admin.execute(f"REVOKE CONNECT ON DATABASE {db.name} FROM PUBLIC")
+    try:
+        conninfo = dsn(PRIMARY, db.name, user=role)
+        with pytest.raises(pg_distlock.Misconfigured) as raised:
+            pg_distlock.Client(conninfo)
+        assert "permission denied for database" in str(raised.value)
+        run_raises_misconfigured(conninfo)
+    finally:
+        db.admin.execute(f"GRANT CONNECT ON DATABASE {db.name} TO PUBLIC")
+        db.admin.execute(f"DROP ROLE {role}")
+
+
+def test_a_conninfo_requiring_ssl_of_a_server_without_it_is_misconfigured(db: Db) -> None:
+    """The test cluster has ssl = off."""
+    conninfo = dsn(PRIMARY, db.name, sslmode="require")
+    with pytest.raises(pg_distlock.Misconfigured) as raised:
+        pg_distlock.Client(conninfo)
+    assert "SSL was required" in str(raised.value)
+    run_raises_misconfigured(conninfo)

@@ -57,19 +57,25 @@ class FakeServer:
             data += chunk
         return data
 
+    @classmethod
+    def _read_startup(cls, client: socket.socket) -> None:
+        """Reads a connection's first packets as a server without SSL or GSSAPI
+        encryption does: an SSLRequest or GSSENCRequest is answered 'N', then
+        comes the startup packet."""
+        while True:
+            length, code = struct.unpack("!ii", cls._read(client, 8))
+            cls._read(client, length - 8)
+            if code not in (80877103, 80877104):
+                return
+            client.sendall(b"N")
+
     def _serve(self, client: socket.socket) -> None:
         refusal = self.refusal
         try:
             if refusal is None:
                 self._forward(client)
                 return
-            while True:  # SSLRequest / GSSENCRequest: 'N', then the startup packet
-                length, code = struct.unpack("!ii", self._read(client, 8))
-                self._read(client, length - 8)
-                if code in (80877103, 80877104):
-                    client.sendall(b"N")
-                    continue
-                break
+            self._read_startup(client)
             sqlstate, message = refusal
             fields = b"".join(k + v.encode() + b"\0" for k, v in
                               ((b"S", "FATAL"), (b"V", "FATAL"), (b"C", sqlstate), (b"M", message))) + b"\0"

@@ -12,8 +12,14 @@ import psycopg
 from .errors import DistlockError, Misconfigured, Unavailable
 
 # A server answered and refused for good: the conninfo's user or dbname, or
-# the server's pg_hba.conf, is wrong.
-_REFUSED_FOR_GOOD = ("does not exist", "no pg_hba.conf entry", "is not permitted to log in")
+# the server's pg_hba.conf, is wrong; the role may not connect to the
+# database; the conninfo gives no password where one is asked for, or
+# requires what the server does not offer (SSL, GSSAPI encryption,
+# channel binding).
+_REFUSED_FOR_GOOD = ("does not exist", "no pg_hba.conf entry", "is not permitted to log in",
+                     "permission denied for database", "no password supplied", "but SSL was required",
+                     "GSSAPI encryption required", "GSSAPI encryption, but it was required",
+                     "channel binding required", "channel binding is required")
 # A failed authentication: a wrong password, or, once connections have
 # succeeded, as likely an outage of the LDAP or RADIUS server behind it,
 # which libpq reports in the same words.
@@ -79,7 +85,8 @@ def connect_failure(exc: psycopg.Error, conninfo: str, connected_before: bool) -
     no_server = any(words in cause for words in _NO_SERVER)
     if refused_for_good or (not connected_before and (wrong_credentials or no_server)):
         check = ("check the conninfo's host and port, and that the server is running" if no_server
-                 else "check the conninfo's user, password and dbname, and the server's pg_hba.conf")
+                 else "check the conninfo's user, password, dbname and sslmode, and the server's pg_hba.conf"
+                      " and the role's CONNECT privilege")
         err = Misconfigured(f"cannot connect to {where}: {cause} ({check})")
     else:
         err = Unavailable(f"cannot connect to {where}: {cause}")
