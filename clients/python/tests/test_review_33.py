@@ -273,3 +273,42 @@ def test_a_conninfo_requiring_ssl_of_a_server_without_it_is_misconfigured(db: Db
         pg_distlock.Client(conninfo)
     assert "SSL was required" in str(raised.value)
     run_raises_misconfigured(conninfo)
+
+
+# -- F5. Client() leaves a server that says "not now" to its pool
+
+
+def test_a_worker_made_from_a_client_while_the_server_starts_up_waits_for_it(
+        db: Db, caplog: pytest.LogCaptureFixture) -> None:
+    """client = Client(DSN); client.queue_worker(h).run() during a restart:
+    Client() raised Unavailable, so the worker the README says rides out a
+    restart never ran."""
+    server = FakeServer(PRIMARY, ("57P03", "the database system is starting up"))
+    try:
+        with caplog.at_level(logging.WARNING, logger="pg_distlock"):
+            client = pg_distlock.Client(dsn(server.port, db.name))
+        assert any("starting up" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+        server.refusal = None  # the server is up
+        done: list[int] = []
+        worker = client.queue_worker(lambda job: done.append(job.id), wait=0.2, handle_signals=False)
+        thread, outcome = run_in_thread(worker)
+        try:
+            job = pg_distlock.Queue(db.dsn).enqueue("after-restart", {})
+            eventually(lambda: done == [job] or outcome, timeout=20, what="the job or the worker's end")
+            assert not outcome, f"run() ended: {outcome[0]!r}"
+        finally:
+            worker.stop()
+            thread.join(30)
+            client.close()
+    finally:
+        server.close()
+
+
+async def test_an_asyncio_client_opened_while_the_server_starts_up_serves_once_it_is_up(db: Db) -> None:
+    server = FakeServer(PRIMARY, ("57P03", "the database system is starting up"))
+    try:
+        async with aio.Client(dsn(server.port, db.name)) as client:
+            server.refusal = None  # the server is up
+            assert (await client.features()).settle_and_consume
+    finally:
+        server.close()

@@ -160,9 +160,9 @@ def test_a_worker_started_while_its_server_restarts_waits_for_it(db: Db, refusal
 def test_a_client_made_while_the_server_starts_up_is_not_misconfigured(db: Db) -> None:
     server = FakeServer(PRIMARY, ("57P03", "the database system is starting up"))
     try:
-        with pytest.raises(pg_distlock.Unavailable) as raised:
-            pg_distlock.Client(dsn(server.port, db.name))
-        assert not isinstance(raised.value, pg_distlock.Misconfigured), raised.value
+        # Not even Unavailable: the pool keeps connecting in the background,
+        # so a worker made from the client rides out the restart (review 33).
+        pg_distlock.Client(dsn(server.port, db.name)).close()
     finally:
         server.close()
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 from ._core import effects as fx
 from ._core import features
 from ._sync import (CHECK_CONNECT_TIMEOUT, connect_kwargs, connect_timeout, name_database, pool_busy, pool_probe_args,
-                    remember_probe)
+                    raise_if_misconfigured, remember_probe)
 from .connect_errors import connect_failure
 from .errors import DistlockError, old_library, translate
 
@@ -43,7 +43,8 @@ async def check_source(source: str, label: str) -> None:
                 source, **kwargs, **connect_timeout(source, CHECK_CONNECT_TIMEOUT, kwargs)) as conn:
             database, installed = (await run_statement(conn, fx.Execute(features.INSTALLED_SQL)))[0]
     except psycopg.Error as exc:
-        raise connect_failure(exc, source, connected_before=False) from exc
+        raise_if_misconfigured(exc, source)
+        return  # "not now": the pool connects once the server lets it
     if not installed:
         raise features.not_installed(database)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 import os
 import queue
@@ -22,9 +23,11 @@ if TYPE_CHECKING:
 from ._core import effects as fx
 from ._core import features
 from .connect_errors import connect_failure
-from .errors import DistlockError, Unavailable, old_library, translate
+from .errors import DistlockError, Misconfigured, Unavailable, old_library, translate
 
 T = TypeVar("T")
+
+log = logging.getLogger("pg_distlock.client")
 
 Source = Union[psycopg.Connection[Any], "ConnectionPool[Any]", str]
 """A connection (used as is), a psycopg_pool.ConnectionPool, or a conninfo
@@ -58,9 +61,22 @@ def check_source(source: str, label: str) -> None:
         with psycopg.connect(source, **kwargs, **connect_timeout(source, CHECK_CONNECT_TIMEOUT, kwargs)) as conn:
             database, installed = run_statement(conn, fx.Execute(features.INSTALLED_SQL))[0]
     except psycopg.Error as exc:
-        raise connect_failure(exc, source, connected_before=False) from exc
+        raise_if_misconfigured(exc, source)
+        return  # "not now": the pool connects once the server lets it
     if not installed:
         raise features.not_installed(database)
+
+
+def raise_if_misconfigured(exc: psycopg.Error, source: str) -> None:
+    """check_source could not connect: raises Misconfigured. A server
+    that says "not now" (starting up, too many clients, no answer in time)
+    is only logged: the pool keeps connecting in the background, so that a
+    worker made from the client rides out a restart as one made from the
+    conninfo does."""
+    failure = connect_failure(exc, source, connected_before=False)
+    if isinstance(failure, Misconfigured):
+        raise failure from exc
+    log.warning("pg_distlock: %s; the pool keeps trying in the background", failure)
 
 
 def connect_timeout(conninfo: str, timeout: float | None, given: dict[str, Any] | None = None) -> dict[str, Any]:
