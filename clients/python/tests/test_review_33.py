@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import signal
 import socket
@@ -16,6 +17,7 @@ import pytest
 
 import pg_distlock
 from pg_distlock import aio
+from pg_distlock.cli import main
 from conftest import Db, PRIMARY, connect, dsn, eventually
 from test_review_47 import FakeServer, run_in_thread
 
@@ -312,3 +314,26 @@ async def test_an_asyncio_client_opened_while_the_server_starts_up_serves_once_i
             assert (await client.features()).settle_and_consume
     finally:
         server.close()
+
+
+# -- F6. An admin call's argument out of its parameter's range
+
+
+def test_admin_numbers_beyond_a_32_bit_integer_are_invalid_arguments(db: Db) -> None:
+    """psycopg sends a Python int beyond int4 as bigint, and the server knew
+    no run_task_now(bigint): 42883, which read as 'pg_distlock is not
+    installed, run CREATE EXTENSION'."""
+    with pg_distlock.Client(db.dsn) as client:
+        admin = client.admin()
+        for call in (lambda: admin.run_task_now(2**31), lambda: admin.set_queue_limit("q", 2**31)):
+            with pytest.raises(pg_distlock.InvalidArgument):
+                call()
+
+
+def test_the_cli_says_a_task_id_beyond_a_32_bit_integer_is_out_of_range(
+        db: Db, capsys: pytest.CaptureFixture[str]) -> None:
+    """`pg-distlock run-now 3000000000` said 'function
+    distlock.run_task_now(bigint) does not exist'."""
+    main(["--dsn", db.dsn, "run-now", str(2**31), "--yes"], stdin=io.StringIO(), stdout=io.StringIO())
+    error = capsys.readouterr().err
+    assert "out of range" in error and "does not exist" not in error, error

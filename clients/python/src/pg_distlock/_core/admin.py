@@ -13,16 +13,19 @@ from ..errors import InvalidArgument
 
 S = TypeVar("S")
 
-PAUSE_SQL = "SELECT distlock.pause_queue(%s)"
-RESUME_SQL = "SELECT distlock.resume_queue(%s)"
-LIMIT_SQL = "SELECT distlock.set_queue_limit(%s, %s)"
+# Each parameter cast to its argument's type: psycopg types a Python int by
+# its value (bigint beyond int4), and the server knows no such function
+# (42883) where a cast gives 22003, InvalidArgument.
+PAUSE_SQL = "SELECT distlock.pause_queue(%s::text)"
+RESUME_SQL = "SELECT distlock.resume_queue(%s::text)"
+LIMIT_SQL = "SELECT distlock.set_queue_limit(%s::text, %s::integer)"
 JOBS_SQL = {
-    "retry_dead": "SELECT distlock.retry_dead_jobs(%s, %s::bigint[])",
-    "delete_dead": "SELECT distlock.delete_dead_jobs(%s, %s::bigint[])",
-    "requeue": "SELECT distlock.requeue_jobs(%s, %s::bigint[])",
+    "retry_dead": "SELECT distlock.retry_dead_jobs(%s::text, %s::bigint[])",
+    "delete_dead": "SELECT distlock.delete_dead_jobs(%s::text, %s::bigint[])",
+    "requeue": "SELECT distlock.requeue_jobs(%s::text, %s::bigint[])",
 }
-RELEASE_LEASE_SQL = "SELECT distlock.force_release_lease(%s)"
-RUN_NOW_SQL = "SELECT distlock.run_task_now(%s)"
+RELEASE_LEASE_SQL = "SELECT distlock.force_release_lease(%s::text)"
+RUN_NOW_SQL = "SELECT distlock.run_task_now(%s::integer)"
 
 
 def _ids(ids: Sequence[int] | None) -> list[int] | None:

@@ -9,6 +9,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from . import reads
+from .._core.admin import JOBS_SQL, LIMIT_SQL, PAUSE_SQL, RELEASE_LEASE_SQL, RESUME_SQL, RUN_NOW_SQL
 
 
 @dataclass(frozen=True)
@@ -37,36 +38,35 @@ def plan(conn: psycopg.Connection[Any], command: str, *, queue: Optional[str] = 
         dead = reads.count_dead(conn, queue, ids)
         known = "" if dead is None else f"{dead} "
         verb = "Retry" if command == "retry-dead" else "Delete"
-        function = "retry_dead_jobs" if command == "retry-dead" else "delete_dead_jobs"
         return Action(command, f"{verb} {known}dead job(s) {_which(queue, ids)}?",
-                      f"SELECT distlock.{function}(%s, %s::bigint[])", (queue, ids or None))
+                      JOBS_SQL[command.replace("-", "_")], (queue, ids or None))
     if command == "requeue":
         held = reads.count_jobs(conn, "processing", queue, ids)
         known = "" if held is None else f"{held} "
         return Action(command, f"Return {known}processing job(s) {_which(queue, ids)} to the queue? "
                                "Their consumers' settles will be refused.",
-                      "SELECT distlock.requeue_jobs(%s, %s::bigint[])", (queue, ids or None))
+                      JOBS_SQL["requeue"], (queue, ids or None))
     if command in ("pause", "resume"):
         if not queue:
             raise ValueError(f"{command} needs a queue")
         return Action(command, f"{command.capitalize()} queue {queue!r}?",
-                      f"SELECT distlock.{command}_queue(%s)", (queue,))
+                      PAUSE_SQL if command == "pause" else RESUME_SQL, (queue,))
     if command == "limit":
         if not queue:
             raise ValueError("limit needs a queue")
         question = (f"Remove the concurrency limit of queue {queue!r}?" if max_processing is None
                     else f"Limit queue {queue!r} to {max_processing} job(s) processing at once?")
-        return Action(command, question, "SELECT distlock.set_queue_limit(%s, %s)", (queue, max_processing))
+        return Action(command, question, LIMIT_SQL, (queue, max_processing))
     if command == "run-now":
         if task_id is None:
             raise ValueError("run-now needs a task id")
         return Action(command, f"Run task {task_id} now? Its schedule stays as it is.",
-                      "SELECT distlock.run_task_now(%s)", (task_id,))
+                      RUN_NOW_SQL, (task_id,))
     if command == "release-lease":
         if not name:
             raise ValueError("release-lease needs a lease name")
         return Action(command, f"Force-release lease {name!r}? Its holder's token stops working.",
-                      "SELECT distlock.force_release_lease(%s)", (name,))
+                      RELEASE_LEASE_SQL, (name,))
     if command == "sweep":
         return Action(command,
                       f"Run the recovery sweep (timeout {timeout_minutes} minutes for tasks without their own)?",
