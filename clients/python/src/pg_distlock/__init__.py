@@ -298,9 +298,10 @@ class Queue(QueueLogic[Source]):
 
 
 class Admin(AdminLogic[Source]):
-    """The admin calls, for a role with the admin capability (scoped: only
-    names in its scope): `PermissionDenied` otherwise. Each runs one server
-    function (docs/queue.md, docs/leases.md)."""
+    """The admin calls, for a role with the admin capability (which is never
+    scoped: an admin acts on every queue, job, lease and task):
+    `PermissionDenied` otherwise. Each runs one server function
+    (docs/queue.md, docs/leases.md)."""
 
     _runtime = staticmethod(Runtime)
     _rt: Runtime
