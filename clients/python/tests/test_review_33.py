@@ -49,22 +49,17 @@ def leader_state_locked(db: Db) -> Iterator[None]:
 # -- F2. A campaign that fails for a reason that can pass is tried again
 
 
-def test_a_standby_node_keeps_campaigning_after_a_campaign_hits_its_statement_timeout(
-        db: Db, caplog: pytest.LogCaptureFixture) -> None:
-    """b's campaign waits behind a lock of leader_state (a DDL, an extension
-    update) until its statement_timeout ends it: 57014, Cancelled. b used to
-    stop campaigning for good, so it never took over from a."""
-    group = "rev33-timeout"
+def b_takes_over_after(db: Db, group: str, meanwhile: Callable[[], None], b_conninfo: str | None = None) -> None:
+    """a leads `group`; b, started behind it, lost its first campaign. After
+    `meanwhile()`, a resigns: b must lead within 10 s."""
     a = pg_distlock.Leader(db.dsn, group, node="a", ttl=3)
-    b = pg_distlock.Leader(dsn(PRIMARY, db.name, options="'-c statement_timeout=300'"), group, node="b", ttl=3)
+    b = pg_distlock.Leader(b_conninfo or db.dsn, group, node="b", ttl=3)
     try:
         a.start()
         assert a.wait_elected(timeout=10)
         b.start()
         assert b.leader == "a"
-        with caplog.at_level(logging.WARNING, logger="pg_distlock.leader"), leader_state_locked(db):
-            eventually(lambda: any("statement timeout" in r.getMessage() for r in caplog.records),
-                       what="b's campaign ended by its statement_timeout")
+        meanwhile()
         a.stop()
         assert b.wait_elected(timeout=10)
     finally:
@@ -73,6 +68,20 @@ def test_a_standby_node_keeps_campaigning_after_a_campaign_hits_its_statement_ti
                 node.close()
             except pg_distlock.DistlockError:
                 pass
+
+
+def test_a_standby_node_keeps_campaigning_after_a_campaign_hits_its_statement_timeout(
+        db: Db, caplog: pytest.LogCaptureFixture) -> None:
+    """b's campaign waits behind a lock of leader_state (a DDL, an extension
+    update) until its statement_timeout ends it: 57014, Cancelled. b used to
+    stop campaigning for good, so it never took over from a."""
+    def campaign_ends_by_its_statement_timeout() -> None:
+        with caplog.at_level(logging.WARNING, logger="pg_distlock.leader"), leader_state_locked(db):
+            eventually(lambda: any("statement timeout" in r.getMessage() for r in caplog.records),
+                       what="b's campaign ended by its statement_timeout")
+
+    b_takes_over_after(db, "rev33-timeout", campaign_ends_by_its_statement_timeout,
+                       b_conninfo=dsn(PRIMARY, db.name, options="'-c statement_timeout=300'"))
 
 
 OLD_LIBRARY_REFUSALS = [
@@ -114,23 +123,7 @@ def test_a_standby_node_whose_session_kept_the_old_library_reconnects_and_takes_
     write. It used to stop for good (NotInstalled, LeaseLost); retrying
     alone would keep the refused session."""
     refused = refuse_writes_of_old_library_sessions(db, "distlock.leader_state", refusal)
-    group = "rev33-upgrade"
-    a = pg_distlock.Leader(db.dsn, group, node="a", ttl=3)
-    b = pg_distlock.Leader(db.dsn, group, node="b", ttl=3)
-    try:
-        a.start()
-        assert a.wait_elected(timeout=10)
-        b.start()
-        assert b.leader == "a"
-        refused("pg_distlock:leader:b")
-        a.stop()
-        assert b.wait_elected(timeout=10)
-    finally:
-        for node in (a, b):
-            try:
-                node.close()
-            except pg_distlock.DistlockError:
-                pass
+    b_takes_over_after(db, "rev33-upgrade", lambda: refused("pg_distlock:leader:b"))
 
 
 async def test_an_asyncio_call_refused_for_the_old_library_is_unavailable_and_the_next_reconnects(db: Db) -> None:
