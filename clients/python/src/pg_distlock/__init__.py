@@ -158,7 +158,7 @@ class Leader(LeaderLogic[Source]):
             self._stop.set()
             # The first campaign may wait in the server (for a lock of
             # leader_state): ended there, it cannot win once the wait is over.
-            self._rt.cancel_shared()
+            self._rt.cancel_statements()
             self._stop_quietly()
         finally:
             self._rt.close()

@@ -20,7 +20,7 @@ from ._core import features
 from ._sync import (CHECK_CONNECT_TIMEOUT, connect_kwargs, connect_timeout, name_database, pool_busy, pool_probe_args,
                     raise_if_misconfigured, remember_probe)
 from .connect_errors import connect_failure
-from .errors import DistlockError, old_library, translate
+from .errors import DistlockError, session_must_go, translate
 
 T = TypeVar("T")
 
@@ -176,15 +176,26 @@ class Runtime:
                 yield conn
             except psycopg.Error as exc:
                 # The next call opens a new connection: this one is lost, or
-                # its session may not write with the library it loaded.
-                if conn.broken or conn.closed or old_library(exc):
+                # its session cannot serve (errors.session_must_go).
+                if conn.broken or conn.closed or session_must_go(exc):
                     if self._shared is conn:
                         self._shared = None
                     await conn.close()
                 raise
         else:
             async with self.source.connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                except psycopg.Error as exc:
+                    # Closed, the pool replaces it rather than hand it out again;
+                    # its other sessions are as old (or reach the same read-only
+                    # server): drained (psycopg_pool 3.2+), each is replaced.
+                    if session_must_go(exc):
+                        await conn.close()
+                        drain = getattr(self.source, "drain", None)
+                        if drain is not None:
+                            await drain()
+                    raise
 
     async def _shared_connection(self) -> psycopg.AsyncConnection[Any]:
         async with self._shared_lock:

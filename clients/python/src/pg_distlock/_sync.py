@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 from ._core import effects as fx
 from ._core import features
 from .connect_errors import connect_failure
-from .errors import DistlockError, Misconfigured, Unavailable, old_library, translate
+from .errors import DistlockError, Misconfigured, Unavailable, session_must_go, translate
 
 T = TypeVar("T")
 
@@ -214,6 +214,9 @@ class Runtime:
         self.source = source
         self._shared: psycopg.Connection[Any] | None = None
         self._shared_lock = threading.Lock()
+        self._borrowed: set[psycopg.Connection[Any]] = set()
+        """Connections of a pool or connection source a statement runs on now
+        (cancel_statements)."""
         self._features: weakref.WeakKeyDictionary[Any, features.Features] = weakref.WeakKeyDictionary()
         self.label = "pg_distlock"
         """The application_name of connections opened from a conninfo that names none."""
@@ -238,12 +241,15 @@ class Runtime:
         except psycopg.Error:
             pass  # nothing to cancel, or the connection is gone: the loop sees it
 
-    def cancel_shared(self) -> None:
-        """Cancels the statement running on the connection opened for a
-        conninfo source, if any (from any thread)."""
+    def cancel_statements(self) -> None:
+        """Cancels the statements this runtime runs now on its source's
+        connections (the one opened for a conninfo source, those borrowed
+        from a pool or a connection source), from any thread."""
         shared = self._shared
-        if shared is not None:
-            self.cancel(Held(shared, owned=False))
+        with self._shared_lock:
+            running = list(self._borrowed)
+        for conn in ([shared] if shared is not None else []) + running:
+            self.cancel(Held(conn, owned=False))
 
     def accept_callable(self, fn: Callable[..., Any] | None, what: str) -> None:
         """A coroutine function would only be called, never run: refused."""
@@ -280,23 +286,45 @@ class Runtime:
         if isinstance(on, Held):
             yield on.conn
         elif isinstance(self.source, psycopg.Connection):
-            yield self.source
+            with self._borrowing(self.source):
+                yield self.source
         elif isinstance(self.source, str):
             conn = self._shared_connection()
             try:
                 yield conn
             except psycopg.Error as exc:
                 # The next call opens a new connection: this one is lost, or
-                # its session may not write with the library it loaded.
-                if conn.broken or conn.closed or old_library(exc):
+                # its session cannot serve (errors.session_must_go).
+                if conn.broken or conn.closed or session_must_go(exc):
                     with self._shared_lock:
                         if self._shared is conn:
                             self._shared = None
                     conn.close()
                 raise
         else:
-            with self.source.connection() as conn:
-                yield conn
+            with self.source.connection() as conn, self._borrowing(conn):
+                try:
+                    yield conn
+                except psycopg.Error as exc:
+                    # Closed, the pool replaces it rather than hand it out again;
+                    # its other sessions are as old (or reach the same read-only
+                    # server): drained (psycopg_pool 3.2+), each is replaced.
+                    if session_must_go(exc):
+                        conn.close()
+                        drain = getattr(self.source, "drain", None)
+                        if drain is not None:
+                            drain()
+                    raise
+
+    @contextmanager
+    def _borrowing(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        with self._shared_lock:
+            self._borrowed.add(conn)
+        try:
+            yield
+        finally:
+            with self._shared_lock:
+                self._borrowed.discard(conn)
 
     def _shared_connection(self) -> psycopg.Connection[Any]:
         with self._shared_lock:

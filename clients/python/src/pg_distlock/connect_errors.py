@@ -12,18 +12,19 @@ import psycopg
 from .errors import DistlockError, Misconfigured, Unavailable
 
 # A server answered and refused for good: the conninfo's user or dbname, or
-# the server's pg_hba.conf, is wrong; the role may not connect to the
-# database; the conninfo gives no password where one is asked for, or
-# requires what the server does not offer (SSL, GSSAPI encryption,
-# channel binding).
-_REFUSED_FOR_GOOD = ("does not exist", "no pg_hba.conf entry", "is not permitted to log in",
-                     "permission denied for database", "no password supplied", "but SSL was required",
-                     "GSSAPI encryption required", "GSSAPI encryption, but it was required",
-                     "channel binding required", "channel binding is required")
-# A failed authentication: a wrong password, or, once connections have
-# succeeded, as likely an outage of the LDAP or RADIUS server behind it,
-# which libpq reports in the same words.
-_AUTHENTICATION = ("authentication failed",)
+# the server's pg_hba.conf, is wrong; the role may not log in.
+_REFUSED_FOR_GOOD = ("does not exist", "no pg_hba.conf entry", "is not permitted to log in")
+# Refused in words that mean a wrong conninfo or role before a first
+# success, and once connections have succeeded as likely a passing state:
+# the role may not connect to the database (or a drain revoked CONNECT for
+# maintenance), the conninfo gives no password where one is asked for, it
+# requires what the server does not offer (SSL, GSSAPI encryption, which
+# also fails while a Kerberos ticket awaits renewal, channel binding), or
+# the password is wrong (or the LDAP or RADIUS server behind it is down,
+# which libpq reports in the same words).
+_REFUSED_BEFORE_A_SUCCESS = ("permission denied for database", "no password supplied", "but SSL was required",
+                             "GSSAPI encryption required", "GSSAPI encryption, but it was required",
+                             "channel binding required", "channel binding is required", "authentication failed")
 # No server answered where the conninfo points: a wrong host or port, or,
 # once connections have succeeded, a server that is down.
 _NO_SERVER = ("Connection refused", "could not translate host name", "No route to host",
@@ -81,7 +82,7 @@ def connect_failure(exc: psycopg.Error, conninfo: str, connected_before: bool) -
         return err
     cause = str(exc).strip().replace("\n", " ")
     refused_for_good = any(words in cause for words in _REFUSED_FOR_GOOD)
-    wrong_credentials = any(words in cause for words in _AUTHENTICATION)
+    wrong_credentials = any(words in cause for words in _REFUSED_BEFORE_A_SUCCESS)
     no_server = any(words in cause for words in _NO_SERVER)
     if refused_for_good or (not connected_before and (wrong_credentials or no_server)):
         check = ("check the conninfo's host and port, and that the server is running" if no_server

@@ -147,8 +147,19 @@ def old_library(exc: psycopg.Error) -> bool:
     function to call (42883). A new session loads the new library (with
     pg_distlock in shared_preload_libraries, once the server restarted)."""
     message = exc.diag.message_primary or ""
+    # PostgreSQL translates its own words and quotes (lc_messages), never the
+    # symbol's name; pg_distlock's own message is not translated.
     return ((exc.sqlstate == "55000" and "runs pg_distlock's library" in message)
-            or (exc.sqlstate == "42883" and '"distlock_library_guard"' in message))
+            or (exc.sqlstate == "42883" and "distlock_library_guard" in message))
+
+
+def session_must_go(exc: psycopg.Error) -> bool:
+    """Whether the session that raised `exc` cannot serve the next call
+    either, while a new one may: it loaded pg_distlock's library before an
+    update (old_library), or it reached a read-only server (25006: a
+    standby, or a primary demoted by a failover, where a new connection of
+    a multi-host conninfo or a pool's next one finds the primary)."""
+    return old_library(exc) or exc.sqlstate == "25006"
 
 
 def translate(exc: psycopg.Error) -> DistlockError:

@@ -25,7 +25,7 @@ from .features import require_installed
 from . import telemetry
 from .holds import default_owner
 from .keeper import Keeper, Lost, Seconds, interval, positive
-from ..errors import InvalidArgument, Misconfigured, NotInstalled, PermissionDenied, Unavailable
+from ..errors import DistlockError, InvalidArgument, Misconfigured, NotInstalled, PermissionDenied, Unavailable
 
 S = TypeVar("S")
 
@@ -42,6 +42,8 @@ CANNOT_CAMPAIGN = (PermissionDenied, NotInstalled, Misconfigured, InvalidArgumen
 
 # How long start() waits for the first campaign's answer (seconds).
 FIRST_CAMPAIGN_WAIT = 5.0
+# How often a campaign that keeps failing for an unavailable server says so.
+UNAVAILABLE_LOG_EVERY = 300.0
 
 
 def safety_margin(ttl: float) -> float:
@@ -141,26 +143,41 @@ class LeaderLogic(Bound[S]):
         return (yield from self._campaign())
 
     def _campaigning(self) -> fx.Gen[None]:
-        while not self._stop.is_set():
+        # Its own stop: a later start() makes a new flag, which must not
+        # revive this loop if it outlived stop()'s wait for it.
+        stop = self._stop
+        unavailable = UnavailableLog(self.node, self.group)
+        while not stop.is_set():
             if not self.elected.is_set():
                 sent = time.monotonic()
                 try:
                     won = yield from self._campaign()
+                    unavailable.ended()
                 except CANNOT_CAMPAIGN as exc:
                     self._cannot_campaign(exc)
                     return
-                except Unavailable:
-                    won = False  # the next round reconnects
+                except Unavailable as exc:
+                    won = False  # the next round runs on a new session (errors.session_must_go)
+                    if not stop.is_set():
+                        unavailable.failed(exc)
                 except Exception as exc:
                     # What can pass: a statement or lock timeout (a DDL holds
                     # leader_state), a deadlock, a serialization failure.
-                    if not self._stop.is_set():
+                    if not stop.is_set():
                         log.warning("pg_distlock: %s's campaign for %r failed, trying again in %g s: %s",
                                     self.node, self.group, self.every, exc)
                     won = False
                 finally:
                     self._first_round.set()
-                if won and not self._stop.is_set():
+                if won and stop.is_set():
+                    # Won while stopping (an abandoned start): nobody will
+                    # renew or resign this term, so give it back now.
+                    try:
+                        yield from fx.execute(RESIGN_SQL, (self.group, self.node))
+                    except DistlockError:
+                        pass  # it ends with its TTL
+                    return
+                if won:
                     yield from self._keeper.stop()
                     self._lost.reset()
                     # Renewing before anyone hears of the election.
@@ -170,7 +187,7 @@ class LeaderLogic(Bound[S]):
                     log.info("pg_distlock: %s leads %r in term %s", self.node, self.group, self.term)
                     if self.on_elected is not None:
                         yield from self._callback(self.on_elected, self.term)
-            if (yield fx.Sleep(self.every, self._stop)):
+            if (yield fx.Sleep(self.every, stop)):
                 return
 
     def _cannot_campaign(self, exc: Exception) -> None:
@@ -247,3 +264,31 @@ class LeaderLogic(Bound[S]):
             yield fx.Join(self._callbacks, timeout=self.every + 5.0)
         if self.failure is not None:
             raise self.failure
+
+
+class UnavailableLog:
+    """Says why campaigns keep failing for a server that cannot serve them
+    (a standby, a library that needs the server restarted after an update):
+    a WARNING at the first failure and every UNAVAILABLE_LOG_EVERY seconds
+    while they last, and one line when a campaign gets an answer again."""
+
+    def __init__(self, node: str, group: str) -> None:
+        self.node = node
+        self.group = group
+        self.since: float | None = None
+        self.logged_at = 0.0
+
+    def failed(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        elif now - self.logged_at < UNAVAILABLE_LOG_EVERY:
+            return
+        self.logged_at = now
+        log.warning("pg_distlock: %s cannot campaign for %r now (for %.0f s), trying again: %s",
+                    self.node, self.group, now - self.since, exc)
+
+    def ended(self) -> None:
+        if self.since is not None:
+            log.info("pg_distlock: %s's campaigns for %r are answered again", self.node, self.group)
+            self.since = None
