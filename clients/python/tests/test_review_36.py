@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
 import psycopg
 import pytest
@@ -17,6 +18,20 @@ from test_review_47 import run_in_thread
 
 
 # -- R36-1. A running worker or leader meets a REVOKE CONNECT maintenance drain
+
+
+def refuse_every_session_as_old_library(db: Db) -> None:
+    """Every write to leader_state refused in the library guard's words, as
+    in a server with pg_distlock preloaded after an update, until its
+    restart."""
+    db.admin.execute("""
+        CREATE OR REPLACE FUNCTION public.refuse_all() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          RAISE EXCEPTION USING ERRCODE = '55000',
+            MESSAGE = $m$this session runs pg_distlock's library 0.4.0, but this database's pg_distlock is 0.5.0$m$;
+        END $$""")
+    db.admin.execute("CREATE TRIGGER refuse_all BEFORE INSERT OR UPDATE OR DELETE ON distlock.leader_state"
+                     " FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_all()")
 
 
 def drain_role(db: Db, role: str, seconds: float = 2.0) -> None:
@@ -53,13 +68,20 @@ def test_a_leader_rides_out_a_revoke_connect_maintenance_drain(db: Db) -> None:
     days stops campaigning for good (Misconfigured) the first time a DBA
     drains the database, and never leads again once CONNECT is granted back.
     Before 7ef59e7 it was retried."""
-    role = "rev36_leader"
+    # The drain lasts longer than the term: the leader must campaign again.
+    leader_rides_out(db, "rev36_leader", "rev36-drain", lambda role: drain_role(db, role, seconds=5.0))
+
+
+def leader_rides_out(db: Db, role: str, group: str, drain: Callable[[str], None]) -> None:
+    """A leader connected as `role` (made here, with the worker capability)
+    leads `group`, `drain(role)` runs, and it leads again afterwards with no
+    failure recorded."""
     conninfo = make_role(db, role, "worker")
-    leader = pg_distlock.Leader(conninfo, "rev36-drain", node="a", ttl=3)
+    leader = pg_distlock.Leader(conninfo, group, node="a", ttl=3)
     try:
         leader.start()
         assert leader.wait_elected(timeout=10)
-        drain_role(db, role, seconds=5.0)  # longer than the term: the leader must campaign again
+        drain(role)
         assert leader.wait_elected(timeout=15), "never led again after the drain"
         assert leader.failure is None, leader.failure
     finally:
@@ -224,14 +246,7 @@ def test_a_leader_refused_for_the_old_library_on_every_session_says_so(
     and is refused again, forever, and logs nothing (Unavailable is
     swallowed by the campaign loop): no node leads and nobody is told that
     the server needs its restart."""
-    db.admin.execute("""
-        CREATE OR REPLACE FUNCTION public.refuse_all() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-          RAISE EXCEPTION USING ERRCODE = '55000',
-            MESSAGE = $m$this session runs pg_distlock's library 0.4.0, but this database's pg_distlock is 0.5.0$m$;
-        END $$""")
-    db.admin.execute("CREATE TRIGGER refuse_all BEFORE INSERT OR UPDATE OR DELETE ON distlock.leader_state"
-                     " FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_all()")
+    refuse_every_session_as_old_library(db)
     leader = pg_distlock.Leader(db.dsn, "rev36-preloaded", node="p", ttl=3)
     try:
         with caplog.at_level(logging.WARNING, logger="pg_distlock"):

@@ -20,6 +20,7 @@ from ._core import features
 from ._sync import (CHECK_CONNECT_TIMEOUT, connect_kwargs, connect_timeout, name_database, pool_busy, pool_probe_args,
                     raise_if_misconfigured, remember_probe)
 from .connect_errors import connect_failure
+from .pool_drain import drain_due
 from .errors import DistlockError, session_must_go, translate
 
 T = TypeVar("T")
@@ -190,7 +191,9 @@ class Runtime:
                     # Closed, the pool replaces it rather than hand it out again;
                     # its other sessions are as old (or reach the same read-only
                     # server): drained (psycopg_pool 3.2+), each is replaced.
-                    if session_must_go(exc):
+                    # Not more often than pool_drain.py says: new sessions
+                    # may be refused too (a server that needs a restart).
+                    if session_must_go(exc) and drain_due(self.source):
                         await conn.close()
                         drain = getattr(self.source, "drain", None)
                         if drain is not None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 from ._core import effects as fx
 from ._core import features
 from .connect_errors import connect_failure
+from .pool_drain import drain_due
 from .errors import DistlockError, Misconfigured, Unavailable, session_must_go, translate
 
 T = TypeVar("T")
@@ -216,7 +217,7 @@ class Runtime:
         self._shared_lock = threading.Lock()
         self._borrowed: set[psycopg.Connection[Any]] = set()
         """Connections of a pool or connection source a statement runs on now
-        (cancel_statements)."""
+        (cancel_statements); a connection source's is not (the caller's own)."""
         self._features: weakref.WeakKeyDictionary[Any, features.Features] = weakref.WeakKeyDictionary()
         self.label = "pg_distlock"
         """The application_name of connections opened from a conninfo that names none."""
@@ -244,7 +245,7 @@ class Runtime:
     def cancel_statements(self) -> None:
         """Cancels the statements this runtime runs now on its source's
         connections (the one opened for a conninfo source, those borrowed
-        from a pool or a connection source), from any thread."""
+        from a pool), from any thread."""
         shared = self._shared
         with self._shared_lock:
             running = list(self._borrowed)
@@ -286,8 +287,9 @@ class Runtime:
         if isinstance(on, Held):
             yield on.conn
         elif isinstance(self.source, psycopg.Connection):
-            with self._borrowing(self.source):
-                yield self.source
+            # Not marked borrowed: the caller's connection may be running the
+            # caller's own statement, which cancel_statements must not end.
+            yield self.source
         elif isinstance(self.source, str):
             conn = self._shared_connection()
             try:
@@ -309,7 +311,9 @@ class Runtime:
                     # Closed, the pool replaces it rather than hand it out again;
                     # its other sessions are as old (or reach the same read-only
                     # server): drained (psycopg_pool 3.2+), each is replaced.
-                    if session_must_go(exc):
+                    # Not more often than pool_drain.py says: new sessions
+                    # may be refused too (a server that needs a restart).
+                    if session_must_go(exc) and drain_due(self.source):
                         conn.close()
                         drain = getattr(self.source, "drain", None)
                         if drain is not None:

@@ -11,18 +11,18 @@ import psycopg
 
 from .errors import DistlockError, Misconfigured, Unavailable
 
-# A server answered and refused for good: the conninfo's user or dbname, or
-# the server's pg_hba.conf, is wrong; the role may not log in.
-_REFUSED_FOR_GOOD = ("does not exist", "no pg_hba.conf entry", "is not permitted to log in")
-# Refused in words that mean a wrong conninfo or role before a first
-# success, and once connections have succeeded as likely a passing state:
-# the role may not connect to the database (or a drain revoked CONNECT for
-# maintenance), the conninfo gives no password where one is asked for, it
+# Refused in words that mean a wrong conninfo, role or server setup before
+# a first success, and once connections have succeeded as likely a passing
+# state an operator will undo: the database or role does not exist (a
+# restore), no pg_hba.conf entry (a maintenance swap), the role may not log
+# in or connect to the database (a drain made it NOLOGIN or revoked
+# CONNECT), the conninfo gives no password where one is asked for, it
 # requires what the server does not offer (SSL, GSSAPI encryption, which
 # also fails while a Kerberos ticket awaits renewal, channel binding), or
 # the password is wrong (or the LDAP or RADIUS server behind it is down,
 # which libpq reports in the same words).
-_REFUSED_BEFORE_A_SUCCESS = ("permission denied for database", "no password supplied", "but SSL was required",
+_REFUSED_BEFORE_A_SUCCESS = ("does not exist", "no pg_hba.conf entry", "is not permitted to log in",
+                             "permission denied for database", "no password supplied", "but SSL was required",
                              "GSSAPI encryption required", "GSSAPI encryption, but it was required",
                              "channel binding required", "channel binding is required", "authentication failed")
 # No server answered where the conninfo points: a wrong host or port, or,
@@ -81,10 +81,9 @@ def connect_failure(exc: psycopg.Error, conninfo: str, connected_before: bool) -
         err.__cause__ = exc
         return err
     cause = str(exc).strip().replace("\n", " ")
-    refused_for_good = any(words in cause for words in _REFUSED_FOR_GOOD)
     wrong_credentials = any(words in cause for words in _REFUSED_BEFORE_A_SUCCESS)
     no_server = any(words in cause for words in _NO_SERVER)
-    if refused_for_good or (not connected_before and (wrong_credentials or no_server)):
+    if not connected_before and (wrong_credentials or no_server):
         check = ("check the conninfo's host and port, and that the server is running" if no_server
                  else "check the conninfo's user, password, dbname and sslmode, and the server's pg_hba.conf"
                       " and the role's CONNECT privilege")

@@ -25,7 +25,7 @@ from .features import require_installed
 from . import telemetry
 from .holds import default_owner
 from .keeper import Keeper, Lost, Seconds, interval, positive
-from ..errors import DistlockError, InvalidArgument, Misconfigured, NotInstalled, PermissionDenied, Unavailable
+from ..errors import InvalidArgument, Misconfigured, NotInstalled, PermissionDenied, Unavailable
 
 S = TypeVar("S")
 
@@ -170,12 +170,11 @@ class LeaderLogic(Bound[S]):
                 finally:
                     self._first_round.set()
                 if won and stop.is_set():
-                    # Won while stopping (an abandoned start): nobody will
-                    # renew or resign this term, so give it back now.
-                    try:
-                        yield from fx.execute(RESIGN_SQL, (self.group, self.node))
-                    except DistlockError:
-                        pass  # it ends with its TTL
+                    # Won while stopping (an abandoned start whose campaign
+                    # could not be cancelled): left to run out with its TTL,
+                    # as a crashed node's. Not resigned: resigning names the
+                    # node, not the term, and would end a term a new start
+                    # of the same node has won since (review 37).
                     return
                 if won:
                     yield from self._keeper.stop()
@@ -269,26 +268,30 @@ class LeaderLogic(Bound[S]):
 class UnavailableLog:
     """Says why campaigns keep failing for a server that cannot serve them
     (a standby, a library that needs the server restarted after an update):
-    a WARNING at the first failure and every UNAVAILABLE_LOG_EVERY seconds
-    while they last, and one line when a campaign gets an answer again."""
+    a WARNING at most every UNAVAILABLE_LOG_EVERY seconds while failures
+    come, however they alternate with answers, and one line when a campaign
+    is answered again after a failure that was reported."""
 
     def __init__(self, node: str, group: str) -> None:
         self.node = node
         self.group = group
         self.since: float | None = None
-        self.logged_at = 0.0
+        self.logged_at: float | None = None
+        self.reported = False
 
     def failed(self, exc: Exception) -> None:
         now = time.monotonic()
         if self.since is None:
             self.since = now
-        elif now - self.logged_at < UNAVAILABLE_LOG_EVERY:
+        if self.logged_at is not None and now - self.logged_at < UNAVAILABLE_LOG_EVERY:
             return
         self.logged_at = now
+        self.reported = True
         log.warning("pg_distlock: %s cannot campaign for %r now (for %.0f s), trying again: %s",
                     self.node, self.group, now - self.since, exc)
 
     def ended(self) -> None:
-        if self.since is not None:
+        if self.reported:
             log.info("pg_distlock: %s's campaigns for %r are answered again", self.node, self.group)
-            self.since = None
+        self.since = None
+        self.reported = False
