@@ -14,7 +14,7 @@ import pg_distlock
 from conftest import PRIMARY, STANDBY, Db, dsn, eventually
 from test_review_33 import (OLD_LIBRARY_REFUSALS, assert_nothing_campaigned, b_takes_over_after, group_held_by, interrupt_main_thread_when,
                             leader_state_locked, refuse_writes_of_old_library_sessions, zombie_campaign_waits)
-from test_review_47 import run_in_thread
+from test_review_47 import worker_rides_out
 
 
 # -- R36-1. A running worker or leader meets a REVOKE CONNECT maintenance drain
@@ -95,20 +95,9 @@ def leader_rides_out(db: Db, role: str, group: str, drain: Callable[[str], None]
 def test_a_queue_worker_rides_out_a_revoke_connect_maintenance_drain(db: Db) -> None:
     role = "rev36_consumer"
     conninfo = make_role(db, role, "consumer")
-    done: list[int] = []
-    worker = pg_distlock.QueueWorker(conninfo, lambda job: done.append(job.id), wait=0.2, handle_signals=False)
-    thread, outcome = run_in_thread(worker)
     try:
-        first = pg_distlock.Queue(db.dsn).enqueue("one", {})
-        eventually(lambda: done == [first] or outcome, what="the first job")
-        assert not outcome, f"run() ended before the drain: {outcome[0]!r}"
-        drain_role(db, role)
-        second = pg_distlock.Queue(db.dsn).enqueue("two", {})
-        eventually(lambda: done == [first, second] or outcome, timeout=20, what="the second job or the end")
-        assert not outcome, f"run() ended: {outcome[0]!r}"
+        worker_rides_out(db, conninfo, lambda: drain_role(db, role))
     finally:
-        worker.stop()
-        thread.join(30)
         drop_role(db, role)
 
 

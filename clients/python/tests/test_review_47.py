@@ -7,7 +7,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import psycopg
 import pytest
@@ -212,28 +212,40 @@ def test_a_role_at_its_connection_limit_is_retried_after_a_first_success(db: Db)
     db.admin.execute(f"CREATE ROLE {role} LOGIN")
     db.admin.execute("SELECT distlock.grant_capability(%s, 'consumer')", (role,))
     conninfo = dsn(PRIMARY, db.name, user=role)
+
+    def limit_reached_for_a_while() -> None:
+        # The role's other sessions fill its limit; the worker's session ends.
+        db.admin.execute(f"ALTER ROLE {role} CONNECTION LIMIT 0")
+        db.admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+        time.sleep(1.5)
+        db.admin.execute(f"ALTER ROLE {role} CONNECTION LIMIT -1")
+
+    try:
+        worker_rides_out(db, conninfo, limit_reached_for_a_while)
+    finally:
+        db.admin.execute(f"ALTER ROLE {role} CONNECTION LIMIT -1")
+        db.admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+        db.admin.execute(f"DROP OWNED BY {role}")
+        db.admin.execute(f"DROP ROLE {role}")
+
+
+def worker_rides_out(db: Db, conninfo: str, disturb: Callable[[], None]) -> None:
+    """A QueueWorker of `conninfo` handles a job, `disturb()` runs, and it
+    handles the next job without its run() having ended."""
     done: list[int] = []
     worker = pg_distlock.QueueWorker(conninfo, lambda job: done.append(job.id), wait=0.2, handle_signals=False)
     thread, outcome = run_in_thread(worker)
     try:
         first = pg_distlock.Queue(db.dsn).enqueue("one", {})
         eventually(lambda: done == [first] or outcome, what="the first job")
-        assert not outcome, f"run() ended before the limit: {outcome[0]!r}"
-        # The role's other sessions fill its limit; the worker's session ends.
-        db.admin.execute(f"ALTER ROLE {role} CONNECTION LIMIT 0")
-        db.admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
-        time.sleep(1.5)
-        db.admin.execute(f"ALTER ROLE {role} CONNECTION LIMIT -1")
+        assert not outcome, f"run() ended before the disturbance: {outcome[0]!r}"
+        disturb()
         second = pg_distlock.Queue(db.dsn).enqueue("two", {})
         eventually(lambda: done == [first, second] or outcome, timeout=20, what="the second job or the end")
         assert not outcome, f"run() ended: {outcome[0]!r}"
     finally:
-        db.admin.execute(f"ALTER ROLE {role} CONNECTION LIMIT -1")
         worker.stop()
         thread.join(30)
-        db.admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
-        db.admin.execute(f"DROP OWNED BY {role}")
-        db.admin.execute(f"DROP ROLE {role}")
 
 
 # -- 3. The password in the message of a malformed conninfo
