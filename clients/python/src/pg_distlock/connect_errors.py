@@ -81,9 +81,9 @@ def connect_failure(exc: psycopg.Error, conninfo: str, connected_before: bool) -
         err.__cause__ = exc
         return err
     cause = str(exc).strip().replace("\n", " ")
-    wrong_credentials = any(words in cause for words in _REFUSED_BEFORE_A_SUCCESS)
+    refused = any(words in cause for words in _REFUSED_BEFORE_A_SUCCESS)
     no_server = any(words in cause for words in _NO_SERVER)
-    if not connected_before and (wrong_credentials or no_server):
+    if not connected_before and (refused or no_server):
         check = ("check the conninfo's host and port, and that the server is running" if no_server
                  else "check the conninfo's user, password, dbname and sslmode, and the server's pg_hba.conf"
                       " and the role's CONNECT privilege")
