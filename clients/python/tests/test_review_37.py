@@ -145,7 +145,10 @@ def test_a_refusal_every_new_session_repeats_does_not_reopen_the_pool_at_every_c
                 leader.close()
             except pg_distlock.DistlockError:
                 pass
-    assert opened <= 4, f"{opened} connections opened in 3 s by a refusal that every new session repeats"
+    # One reconnect per refused campaign (the refused session is closed,
+    # review 38) and one drain of the pool's 4: not the pool at every call.
+    rounds = int(3 / 0.2) + 2
+    assert opened <= 4 + rounds, f"{opened} connections opened in 3 s by a refusal that every new session repeats"
 
 
 # -- R37-4. Other refusals an operator undoes still stop a running worker for good
@@ -193,7 +196,7 @@ def test_a_campaign_failing_every_other_round_is_not_reported_at_every_round(cap
     every round (every ttl/3 s), which the 5-minute limit meant to stop."""
     from pg_distlock._core.election import UnavailableLog
 
-    unavailable = UnavailableLog("n", "g")
+    unavailable = UnavailableLog("n", "g", 2.0)
     with caplog.at_level(logging.INFO, logger="pg_distlock"):
         for _ in range(10):
             unavailable.failed(pg_distlock.Unavailable("sorry, too many clients already"))

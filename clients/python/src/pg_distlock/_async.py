@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from ._sync import (CHECK_CONNECT_TIMEOUT, connect_kwargs, connect_timeout, name_database, pool_busy, pool_probe_args,
-                    raise_if_misconfigured, remember_probe)
+from ._sync import (CHECK_CONNECT_TIMEOUT, connect_kwargs, connect_timeout, name_database, pool_busy, pool_connected_once,
+                    pool_probe_args, raise_if_misconfigured, remember_probe)
 from .connect_errors import connect_failure
 from .pool_drain import drain_due
 from .errors import DistlockError, session_must_go, translate
@@ -59,7 +59,7 @@ async def pool_timeout_cause(pool: AsyncConnectionPool[Any], timeout: Exception)
     try:
         probe = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
     except psycopg.Error as exc:
-        return remember_probe(pool, connect_failure(exc, conninfo, connected_before=True))
+        return remember_probe(pool, connect_failure(exc, conninfo, connected_before=pool_connected_once(pool)))
     await probe.close()
     return remember_probe(pool, pool_busy(timeout))
 
@@ -190,13 +190,13 @@ class Runtime:
                 except psycopg.Error as exc:
                     # Closed, the pool replaces it rather than hand it out again;
                     # its other sessions are as old (or reach the same read-only
-                    # server): drained (psycopg_pool 3.2+), each is replaced.
-                    # Not more often than pool_drain.py says: new sessions
-                    # may be refused too (a server that needs a restart).
-                    if session_must_go(exc) and drain_due(self.source):
+                    # server): drained (psycopg_pool 3.2+), each is replaced,
+                    # not more often than pool_drain.py says (new sessions may
+                    # be refused too: a server that needs a restart).
+                    if session_must_go(exc):
                         await conn.close()
                         drain = getattr(self.source, "drain", None)
-                        if drain is not None:
+                        if drain is not None and drain_due(self.source):
                             await drain()
                     raise
 

@@ -118,6 +118,15 @@ def pool_busy(timeout: Exception) -> Unavailable:
     return Unavailable(f"{timeout} (every connection of the pool is in use: raise max_size or hold fewer at once)")
 
 
+def pool_connected_once(pool: Any) -> bool:
+    """Whether a pool ever opened a connection: until then a refusal is a
+    wrong conninfo (connect_errors.connect_failure), as for a conninfo source."""
+    try:
+        return bool(pool.get_stats().get("connections_num", 0))
+    except Exception:
+        return True  # no stats to tell: retried, as before a first success was told apart
+
+
 def pool_probe_args(pool: Any, timeout: Exception) -> DistlockError | tuple[str, dict[str, Any]]:
     """What a pool's checkout timeout means, when that is known without a
     connection of its own: for a pool that never failed to connect, every
@@ -147,7 +156,7 @@ def pool_timeout_cause(pool: ConnectionPool[Any], timeout: Exception) -> Distloc
     try:
         probe = psycopg.connect(conninfo, **kwargs)
     except psycopg.Error as exc:
-        return remember_probe(pool, connect_failure(exc, conninfo, connected_before=True))
+        return remember_probe(pool, connect_failure(exc, conninfo, connected_before=pool_connected_once(pool)))
     probe.close()
     return remember_probe(pool, pool_busy(timeout))
 
@@ -310,13 +319,13 @@ class Runtime:
                 except psycopg.Error as exc:
                     # Closed, the pool replaces it rather than hand it out again;
                     # its other sessions are as old (or reach the same read-only
-                    # server): drained (psycopg_pool 3.2+), each is replaced.
-                    # Not more often than pool_drain.py says: new sessions
-                    # may be refused too (a server that needs a restart).
-                    if session_must_go(exc) and drain_due(self.source):
+                    # server): drained (psycopg_pool 3.2+), each is replaced,
+                    # not more often than pool_drain.py says (new sessions may
+                    # be refused too: a server that needs a restart).
+                    if session_must_go(exc):
                         conn.close()
                         drain = getattr(self.source, "drain", None)
-                        if drain is not None:
+                        if drain is not None and drain_due(self.source):
                             drain()
                     raise
 

@@ -2,7 +2,8 @@
 (errors.session_must_go): at most once per pool every DRAIN_EVERY seconds,
 so that a refusal every new session repeats too (a server that needs a
 restart after an update, a conninfo that reaches a standby) costs one
-reconnect per failed call rather than the whole pool each time."""
+reconnect per failed call (the refused session is always closed) rather
+than the whole pool each time."""
 
 from __future__ import annotations
 

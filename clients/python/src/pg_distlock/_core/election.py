@@ -146,7 +146,7 @@ class LeaderLogic(Bound[S]):
         # Its own stop: a later start() makes a new flag, which must not
         # revive this loop if it outlived stop()'s wait for it.
         stop = self._stop
-        unavailable = UnavailableLog(self.node, self.group)
+        unavailable = UnavailableLog(self.node, self.group, self.every)
         while not stop.is_set():
             if not self.elected.is_set():
                 sent = time.monotonic()
@@ -162,10 +162,10 @@ class LeaderLogic(Bound[S]):
                         unavailable.failed(exc)
                 except Exception as exc:
                     # What can pass: a statement or lock timeout (a DDL holds
-                    # leader_state), a deadlock, a serialization failure.
+                    # leader_state), a deadlock, a serialization failure;
+                    # said as rarely as an unavailable server.
                     if not stop.is_set():
-                        log.warning("pg_distlock: %s's campaign for %r failed, trying again in %g s: %s",
-                                    self.node, self.group, self.every, exc)
+                        unavailable.failed(exc)
                     won = False
                 finally:
                     self._first_round.set()
@@ -266,15 +266,17 @@ class LeaderLogic(Bound[S]):
 
 
 class UnavailableLog:
-    """Says why campaigns keep failing for a server that cannot serve them
-    (a standby, a library that needs the server restarted after an update):
+    """Says why campaigns keep failing for a reason that can pass (a server
+    that cannot serve them: a standby, a library that needs the server
+    restarted after an update; a statement or lock timeout):
     a WARNING at most every UNAVAILABLE_LOG_EVERY seconds while failures
     come, however they alternate with answers, and one line when a campaign
     is answered again after a failure that was reported."""
 
-    def __init__(self, node: str, group: str) -> None:
+    def __init__(self, node: str, group: str, every: float) -> None:
         self.node = node
         self.group = group
+        self.every = every
         self.since: float | None = None
         self.logged_at: float | None = None
         self.reported = False
@@ -287,8 +289,8 @@ class UnavailableLog:
             return
         self.logged_at = now
         self.reported = True
-        log.warning("pg_distlock: %s cannot campaign for %r now (for %.0f s), trying again: %s",
-                    self.node, self.group, now - self.since, exc)
+        log.warning("pg_distlock: %s's campaigns for %r fail (for %.0f s), trying again every %g s: %s",
+                    self.node, self.group, now - self.since, self.every, exc)
 
     def ended(self) -> None:
         if self.reported:
