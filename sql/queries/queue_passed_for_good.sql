@@ -3,15 +3,15 @@
 -- queue saw and passed over, how many it passed over for good: those of a
 -- paused or limited queue (claimed through queue_consume_queue.sql if at
 -- all) and, for a caller of scope $3, those outside it. The others were
--- locked (claim_start.rs). Run after the claim, in its transaction: the
--- jobs it claimed are no longer runnable, so the first $1 runnable jobs in
--- the claim's order are the ones it passed over, read no further than the
--- place $4, $5, $6 where it stopped (the tail of the index when that is
--- not known). Both bounds: the count's snapshot is newer than the claim's,
--- and jobs held by others that committed in between are gone from it, so
--- the first $1 alone could reach past where the claim read (into a paused
--- backlog); the place alone is not known when the claim returned a job
--- the sweep put back (it carries the takeover's mark). Two ranges, as the
+-- locked (claim_start.rs). Run after the claim, in its transaction, in a
+-- snapshot taken right before it (plans/in_snapshot.rs) with the command
+-- id advanced: the jobs it claimed are no longer runnable, so the first $1
+-- runnable jobs in the claim's order are the ones it passed over, read no
+-- further than the place $4, $5, $6 where it stopped (the tail of the
+-- index when that is not known). Both bounds: the two snapshots are not
+-- the same one (SPI does not hand out the claim's), and the place alone is
+-- not known when the claim returned only jobs taken over from expired
+-- leases (they carry the takeover's mark). Two ranges, as the
 -- claim reads them: a higher priority than $4, then $4 up to ($5, $6).
 SELECT pg_catalog.count(*)
   FROM (SELECT queue, task_name

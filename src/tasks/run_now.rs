@@ -37,8 +37,9 @@ fn run_task_now(p_task_id: Option<i32>) -> bool {
             raise_disabled(task_id);
         }
         // A session-mode claim (no lease) runs while its backend holds the
-        // task's lock, read now that the row is locked: a claim that
-        // committed after this call's first snapshot shows there too.
+        // task's lock, read now that the row is locked, in a statement of
+        // its own: a claim that committed after this call's first snapshot
+        // shows there too (task_lock_held.sql).
         let claimed = leased.unwrap_or_else(|| {
             let stmt = plan(client, include_str!("../../sql/queries/task_lock_held.sql"), &[types::INT4]);
             client.select(&*stmt, None, &[task_id.into()]).and_then(first_value::<bool>).or_raise().unwrap_or(true)
