@@ -26,10 +26,8 @@ WITH expired AS (
        AND NOT EXISTS (SELECT FROM distlock.queue_settings s
                         WHERE s.queue OPERATOR(pg_catalog.=) $7
                           AND (s.paused OR (s.max_processing IS NOT NULL AND NOT $8)))
-       AND ($6 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                    WHERE pg_catalog.starts_with(task_name, s.prefix))
-                      AND EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                    WHERE pg_catalog.starts_with(queue, s.prefix))))
+       AND ($6 IS NULL OR (task_name OPERATOR(pg_catalog.^@) ANY ($6)
+                      AND queue OPERATOR(pg_catalog.^@) ANY ($6)))
      ORDER BY lease_expires_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
@@ -45,10 +43,8 @@ WITH expired AS (
                         WHERE s.queue OPERATOR(pg_catalog.=) $7
                           AND (s.paused OR (s.max_processing IS NOT NULL AND NOT $8)))
        AND run_after OPERATOR(pg_catalog.<=) $5
-       AND ($6 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                    WHERE pg_catalog.starts_with(task_name, s.prefix))
-                      AND EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                    WHERE pg_catalog.starts_with(queue, s.prefix))))
+       AND ($6 IS NULL OR (task_name OPERATOR(pg_catalog.^@) ANY ($6)
+                      AND queue OPERATOR(pg_catalog.^@) ANY ($6)))
        AND priority OPERATOR(pg_catalog.>) $9
      ORDER BY priority DESC, run_after, id
      LIMIT $1
@@ -62,10 +58,8 @@ WITH expired AS (
                         WHERE s.queue OPERATOR(pg_catalog.=) $7
                           AND (s.paused OR (s.max_processing IS NOT NULL AND NOT $8)))
        AND run_after OPERATOR(pg_catalog.<=) $5
-       AND ($6 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                    WHERE pg_catalog.starts_with(task_name, s.prefix))
-                      AND EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                    WHERE pg_catalog.starts_with(queue, s.prefix))))
+       AND ($6 IS NULL OR (task_name OPERATOR(pg_catalog.^@) ANY ($6)
+                      AND queue OPERATOR(pg_catalog.^@) ANY ($6)))
        AND priority OPERATOR(pg_catalog.=) $9
        AND (run_after, id) OPERATOR(pg_catalog.>=) ($10, $11)
      ORDER BY priority DESC, run_after, id
@@ -80,10 +74,8 @@ WITH expired AS (
                         WHERE s.queue OPERATOR(pg_catalog.=) $7
                           AND (s.paused OR (s.max_processing IS NOT NULL AND NOT $8)))
        AND run_after OPERATOR(pg_catalog.<=) $5
-       AND ($6 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                    WHERE pg_catalog.starts_with(task_name, s.prefix))
-                      AND EXISTS (SELECT FROM pg_catalog.unnest($6) AS s(prefix)
-                                    WHERE pg_catalog.starts_with(queue, s.prefix))))
+       AND ($6 IS NULL OR (task_name OPERATOR(pg_catalog.^@) ANY ($6)
+                      AND queue OPERATOR(pg_catalog.^@) ANY ($6)))
        AND priority OPERATOR(pg_catalog.<) $9
      ORDER BY priority DESC, run_after, id
      LIMIT $1

@@ -34,7 +34,5 @@ SELECT pg_catalog.count(*)
          LIMIT $1) AS passed
  WHERE queue OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT s.queue FROM distlock.queue_settings s
                                               WHERE s.paused OR s.max_processing IS NOT NULL))
-    OR NOT ($3 IS NULL OR (EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
-                                    WHERE pg_catalog.starts_with(task_name, s.prefix))
-                      AND EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
-                                    WHERE pg_catalog.starts_with(queue, s.prefix))))
+    OR NOT ($3 IS NULL OR (task_name OPERATOR(pg_catalog.^@) ANY ($3)
+                      AND queue OPERATOR(pg_catalog.^@) ANY ($3)))

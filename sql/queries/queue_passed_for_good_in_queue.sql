@@ -35,7 +35,5 @@ SELECT pg_catalog.count(*)
                   ORDER BY queue, priority DESC, run_after, id
                   LIMIT $1)) AS ranges
          LIMIT $1) AS passed
- WHERE NOT (EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
-                     WHERE pg_catalog.starts_with(task_name, s.prefix))
-            AND EXISTS (SELECT FROM pg_catalog.unnest($3) AS s(prefix)
-                         WHERE pg_catalog.starts_with(queue, s.prefix)))
+ WHERE NOT (task_name OPERATOR(pg_catalog.^@) ANY ($3)
+            AND queue OPERATOR(pg_catalog.^@) ANY ($3))

@@ -240,10 +240,11 @@ fn next_due(client: &SpiClient<'_>, now: pg_sys::TimestampTz, scope: &Scope, rou
                 _ => None,
             };
             arguments.push(queues.into());
+            arguments.push(unsafe { pg_sys::MyDatabaseId }.into());
             plan(
                 client,
                 include_str!("../../sql/queries/queue_next_due.sql"),
-                &[types::TIMESTAMPTZ, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT_ARRAY],
+                &[types::TIMESTAMPTZ, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT_ARRAY, types::OID],
             )
         }
     };

@@ -7,7 +7,7 @@ use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 
 use crate::errors::OrRaise;
-use crate::plans::{first_value, plan};
+use crate::plans::{first_value, plan, types};
 
 /// Whether this database has a prepared transaction (never, without a
 /// server that allows them: max_prepared_transactions is 0 by default).
@@ -22,7 +22,8 @@ pub(crate) fn prepared_transactions_here(client: &SpiClient<'_>) -> bool {
         })
     });
     allowed && {
-        let stmt = plan(client, include_str!("../../sql/queries/queue_prepared_here.sql"), &[]);
-        client.select(&*stmt, None, &[]).and_then(first_value::<bool>).or_raise().unwrap_or(false)
+        let stmt = plan(client, include_str!("../../sql/queries/queue_prepared_here.sql"), &[types::OID]);
+        let database = unsafe { pg_sys::MyDatabaseId };
+        client.select(&*stmt, None, &[database.into()]).and_then(first_value::<bool>).or_raise().unwrap_or(false)
     }
 }

@@ -274,6 +274,8 @@ fn plant_sql(c: &mut Client, n: usize, object: &Used) -> Option<(String, String,
     let hit = format!("PERFORM {HOSTILE}.hit({n});");
     match *object {
         Used::Function(oid) => {
+            // A record made by OUT parameters (pg_prepared_xact()) is planted
+            // as declared: its arguments name every column.
             let row = c
                 .query_one(
                     "SELECT p.proname::text, p.oid::regprocedure::text, p.prokind::text, \
@@ -281,7 +283,8 @@ fn plant_sql(c: &mut Client, n: usize, object: &Used) -> Option<(String, String,
                             p.pronargs::int, p.prorettype::regtype::text, n.nspname::text, \
                             EXISTS (SELECT 1 FROM unnest(p.proargtypes::oid[] || p.prorettype) t \
                                      JOIN pg_type ty ON ty.oid = t WHERE ty.typtype = 'p' \
-                                      AND ty.typname NOT IN ('void', 'anyelement', 'anyarray')) \
+                                      AND ty.typname NOT IN ('void', 'anyelement', 'anyarray') \
+                                      AND NOT (ty.typname = 'record' AND p.proallargtypes IS NOT NULL)) \
                        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = $1",
                     &[&pg_oid(oid)],
                 )
