@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from ._sync import (CHECK_CONNECT_TIMEOUT, connect_kwargs, connect_timeout, name_database, pool_busy, pool_connected_once,
-                    pool_probe_args, raise_if_misconfigured, remember_probe)
+from ._sync import (CHECK_CONNECT_TIMEOUT, chained, connect_kwargs, connect_timeout, name_database, pool_busy,
+                    pool_connected_once, pool_probe_args, raise_if_misconfigured, remember_probe, time_left)
 from .connect_errors import connect_failure
 from .pool_drain import drain_due
 from .errors import DistlockError, session_must_go, translate
@@ -166,13 +166,16 @@ class Runtime:
                 send, error = None, exc
 
     @asynccontextmanager
-    async def _borrow(self, on: fx.Session | None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def _borrow(
+        self, on: fx.Session | None, by: float | None = None,
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """_sync.Runtime._borrow for asyncio."""
         if isinstance(on, Held):
             yield on.conn
         elif isinstance(self.source, psycopg.AsyncConnection):
             yield self.source
         elif isinstance(self.source, str):
-            conn = await self._shared_connection()
+            conn = await self._shared_connection(time_left(by))
             try:
                 yield conn
             except psycopg.Error as exc:
@@ -184,26 +187,35 @@ class Runtime:
                     await conn.close()
                 raise
         else:
-            async with self.source.connection() as conn:
-                try:
-                    yield conn
-                except psycopg.Error as exc:
-                    # Closed, the pool replaces it rather than hand it out again;
-                    # its other sessions are as old (or reach the same read-only
-                    # server): drained (psycopg_pool 3.2+), each is replaced,
-                    # not more often than pool_drain.py says (new sessions may
-                    # be refused too: a server that needs a restart).
-                    if session_must_go(exc):
-                        await conn.close()
-                        drain = getattr(self.source, "drain", None)
-                        if drain is not None and drain_due(self.source):
-                            await drain()
-                    raise
+            from psycopg_pool import PoolTimeout
 
-    async def _shared_connection(self) -> psycopg.AsyncConnection[Any]:
+            given = False
+            try:
+                async with self.source.connection(timeout=time_left(by)) as conn:
+                    given = True
+                    try:
+                        yield conn
+                    except psycopg.Error as exc:
+                        # Closed, the pool replaces it rather than hand it out again;
+                        # its other sessions are as old (or reach the same read-only
+                        # server): drained (psycopg_pool 3.2+), each is replaced,
+                        # not more often than pool_drain.py says (new sessions may
+                        # be refused too: a server that needs a restart).
+                        if session_must_go(exc):
+                            await conn.close()
+                            drain = getattr(self.source, "drain", None)
+                            if drain is not None and drain_due(self.source):
+                                await drain()
+                        raise
+            except PoolTimeout as exc:
+                if given or by is None:
+                    raise
+                raise chained(await pool_timeout_cause(self.source, exc), exc)
+
+    async def _shared_connection(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
         async with self._shared_lock:
             if self._shared is None or self._shared.closed:
-                self._shared = await self._connect()
+                self._shared = await self._connect(timeout)
             return self._shared
 
     async def _connect(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
@@ -220,7 +232,7 @@ class Runtime:
 
     async def _perform(self, effect: fx.Effect) -> Any:
         if isinstance(effect, fx.Execute):
-            async with self._borrow(effect.on) as conn:
+            async with self._borrow(effect.on, effect.checkout_by) as conn:
                 return await run_statement(conn, effect)
         if isinstance(effect, fx.Sleep):
             if effect.until is None:
@@ -278,7 +290,7 @@ class Runtime:
         try:
             return Held(await self.source.getconn(timeout=timeout), owned=True)
         except PoolTimeout as exc:
-            raise (await pool_timeout_cause(self.source, exc)) from exc
+            raise chained(await pool_timeout_cause(self.source, exc), exc)
 
     async def _close(self, session: fx.Session, discard: bool) -> None:
         assert isinstance(session, Held)

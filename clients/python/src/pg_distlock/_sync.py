@@ -144,6 +144,21 @@ def pool_probe_args(pool: Any, timeout: Exception) -> DistlockError | tuple[str,
     return conninfo, {**kwargs, **connect_timeout(conninfo, 2, kwargs)}
 
 
+def time_left(by: float | None) -> float | None:
+    """Seconds until `by` (time.monotonic(), fx.Execute.checkout_by) for a
+    checkout or a connect, at least a millisecond: a pool refuses a checkout
+    of 0 s even with a connection ready. None (the source's own limits) for None."""
+    return None if by is None else max(by - time.monotonic(), 0.001)
+
+
+def chained(error: DistlockError, timeout: Exception) -> DistlockError:
+    """pool_timeout_cause's `error`, its cause the failed connect a probe
+    found, else the pool's timeout."""
+    if error.__cause__ is None:
+        error.__cause__ = timeout
+    return error
+
+
 def pool_timeout_cause(pool: ConnectionPool[Any], timeout: Exception) -> DistlockError:
     """What a pool's checkout timeout means (pool_probe_args): when it can
     only be learned by trying, a connection of its own says why the pool
@@ -292,7 +307,9 @@ class Runtime:
                 send, error = None, exc
 
     @contextmanager
-    def _borrow(self, on: fx.Session | None) -> Iterator[psycopg.Connection[Any]]:
+    def _borrow(self, on: fx.Session | None, by: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """A connection to run a statement on; one of the source's must be
+        had by `by` (fx.Execute.checkout_by), or Unavailable naming why not."""
         if isinstance(on, Held):
             yield on.conn
         elif isinstance(self.source, psycopg.Connection):
@@ -300,7 +317,7 @@ class Runtime:
             # caller's own statement, which cancel_statements must not end.
             yield self.source
         elif isinstance(self.source, str):
-            conn = self._shared_connection()
+            conn = self._shared_connection(time_left(by))
             try:
                 yield conn
             except psycopg.Error as exc:
@@ -313,21 +330,30 @@ class Runtime:
                     conn.close()
                 raise
         else:
-            with self.source.connection() as conn, self._borrowing(conn):
-                try:
-                    yield conn
-                except psycopg.Error as exc:
-                    # Closed, the pool replaces it rather than hand it out again;
-                    # its other sessions are as old (or reach the same read-only
-                    # server): drained (psycopg_pool 3.2+), each is replaced,
-                    # not more often than pool_drain.py says (new sessions may
-                    # be refused too: a server that needs a restart).
-                    if session_must_go(exc):
-                        conn.close()
-                        drain = getattr(self.source, "drain", None)
-                        if drain is not None and drain_due(self.source):
-                            drain()
+            from psycopg_pool import PoolTimeout
+
+            given = False
+            try:
+                with self.source.connection(timeout=time_left(by)) as conn, self._borrowing(conn):
+                    given = True
+                    try:
+                        yield conn
+                    except psycopg.Error as exc:
+                        # Closed, the pool replaces it rather than hand it out again;
+                        # its other sessions are as old (or reach the same read-only
+                        # server): drained (psycopg_pool 3.2+), each is replaced,
+                        # not more often than pool_drain.py says (new sessions may
+                        # be refused too: a server that needs a restart).
+                        if session_must_go(exc):
+                            conn.close()
+                            drain = getattr(self.source, "drain", None)
+                            if drain is not None and drain_due(self.source):
+                                drain()
+                        raise
+            except PoolTimeout as exc:
+                if given or by is None:
                     raise
+                raise chained(pool_timeout_cause(self.source, exc), exc)
 
     @contextmanager
     def _borrowing(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
@@ -339,10 +365,10 @@ class Runtime:
             with self._shared_lock:
                 self._borrowed.discard(conn)
 
-    def _shared_connection(self) -> psycopg.Connection[Any]:
+    def _shared_connection(self, timeout: float | None = None) -> psycopg.Connection[Any]:
         with self._shared_lock:
             if self._shared is None or self._shared.closed:
-                self._shared = self._connect()
+                self._shared = self._connect(timeout)
             return self._shared
 
     def _connect(self, timeout: float | None = None) -> psycopg.Connection[Any]:
@@ -358,7 +384,7 @@ class Runtime:
 
     def _perform(self, effect: fx.Effect) -> Any:
         if isinstance(effect, fx.Execute):
-            with self._borrow(effect.on) as conn:
+            with self._borrow(effect.on, effect.checkout_by) as conn:
                 return run_statement(conn, effect)
         if isinstance(effect, fx.Sleep):
             if effect.until is None:
@@ -408,7 +434,7 @@ class Runtime:
         try:
             return Held(self.source.getconn(timeout=timeout), owned=True)
         except PoolTimeout as exc:
-            raise pool_timeout_cause(self.source, exc) from exc
+            raise chained(pool_timeout_cause(self.source, exc), exc)
 
     def _close(self, session: fx.Session, discard: bool) -> None:
         assert isinstance(session, Held)

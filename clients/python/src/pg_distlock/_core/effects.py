@@ -56,6 +56,11 @@ class Execute:
     params: Sequence[Any] | Mapping[str, Any] = ()
     on: Session | None = None
     in_caller_xact: bool = False
+    checkout_by: float | None = None
+    """When (time.monotonic()) getting a connection of the source must have
+    succeeded (a pool's checkout, a new connection's connect_timeout), or
+    Unavailable naming why not, as Open(timeout) raises; None: the source's
+    own limits. Unused with `on` or a connection source."""
 
 
 @dataclass(frozen=True)
@@ -143,12 +148,18 @@ class Join:
 Effect = Execute | Probe | Detect | Open | Close | Sleep | Call | Receive | Spawn | Join
 
 
-def execute(sql: str, params: Sequence[Any] | Mapping[str, Any] = (), on: Session | None = None) -> Gen[Rows]:
-    rows: Rows = yield Execute(sql, params, on)
+def execute(
+    sql: str, params: Sequence[Any] | Mapping[str, Any] = (), on: Session | None = None,
+    checkout_by: float | None = None,
+) -> Gen[Rows]:
+    rows: Rows = yield Execute(sql, params, on, checkout_by=checkout_by)
     return rows
 
 
-def first(sql: str, params: Sequence[Any] | Mapping[str, Any] = (), on: Session | None = None) -> Gen[Any]:
+def first(
+    sql: str, params: Sequence[Any] | Mapping[str, Any] = (), on: Session | None = None,
+    checkout_by: float | None = None,
+) -> Gen[Any]:
     """The first column of the first row, None without rows."""
-    rows = yield from execute(sql, params, on)
+    rows = yield from execute(sql, params, on, checkout_by)
     return rows[0][0] if rows else None

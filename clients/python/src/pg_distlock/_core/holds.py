@@ -58,7 +58,10 @@ class TtlHold(Losable[S]):
         self._keeper = Keeper(self._rt.new_flag, self._lost, self.ttl, every, self._renew, f"{self.kind} {name!r}")
         self.held = False
 
-    def _take(self) -> fx.Gen[Any]:
+    def _take(self, checkout_by: float) -> fx.Gen[Any]:
+        """One attempt of acquire(), whose connection must be had by
+        `checkout_by`. Not so a renewal: a hold is not lost while the pool
+        is busy for a while, only once its TTL passes unconfirmed."""
         raise NotImplementedError
 
     def _renew(self) -> fx.Gen[bool]:
@@ -73,10 +76,10 @@ class TtlHold(Losable[S]):
             raise RuntimeError(f"{self.kind} {self.name!r} is already held by this object: release it first")
         sent = time.monotonic()
 
-        def attempt() -> fx.Gen[Any]:
+        def attempt(checkout_by: float) -> fx.Gen[Any]:
             nonlocal sent
             sent = time.monotonic()
-            return (yield from self._take())
+            return (yield from self._take(checkout_by))
 
         granted = yield from retry_until(attempt, self.wait, f"{self.kind} {self.name!r}")
         self._lost.reset()
@@ -104,9 +107,10 @@ class LeaseLogic(TtlHold[S]):
     kind = "lease"
     token: int | None = None
 
-    def _take(self) -> fx.Gen[Any]:
+    def _take(self, checkout_by: float) -> fx.Gen[Any]:
         self.token = yield from fx.first(
-            "SELECT distlock.acquire_lease(%s, %s, %s)", (self.name, self.owner, interval(self.ttl))
+            "SELECT distlock.acquire_lease(%s, %s, %s)", (self.name, self.owner, interval(self.ttl)),
+            checkout_by=checkout_by,
         )
         return self.token
 
@@ -131,13 +135,17 @@ class SemaphoreLogic(TtlHold[S]):
         self.max = at_least(max, "max", 1)
         super().__init__(source, name, owner, ttl, **options)
 
-    def _take(self) -> fx.Gen[Any]:
-        return (yield from self._renew())
+    def _take(self, checkout_by: float) -> fx.Gen[Any]:
+        return (yield from self._acquire_semaphore(checkout_by))
 
     def _renew(self) -> fx.Gen[bool]:
         # acquire_semaphore renews the owner's place when it has one.
+        return (yield from self._acquire_semaphore(None))
+
+    def _acquire_semaphore(self, checkout_by: float | None) -> fx.Gen[bool]:
         return bool((yield from fx.first(
-            "SELECT distlock.acquire_semaphore(%s, %s, %s, %s)", (self.name, self.max, self.owner, interval(self.ttl))
+            "SELECT distlock.acquire_semaphore(%s, %s, %s, %s)", (self.name, self.max, self.owner, interval(self.ttl)),
+            checkout_by=checkout_by,
         )))
 
     def _give_back(self) -> fx.Gen[bool]:

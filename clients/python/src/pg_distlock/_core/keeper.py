@@ -178,13 +178,28 @@ class Keeper:
                 return
 
 
-def retry_until(attempt: Callable[[], fx.Gen[Any]], wait: float, what: str) -> fx.Gen[Any]:
-    """Calls `attempt` until it returns something other than None or False,
-    backing off up to `wait` seconds; then LockTimeout."""
+# The least time a call that waits leaves for getting its connection
+# (seconds): a try (a wait of 0) would fail while a new pool opens its
+# first connection, or grows.
+MIN_CONNECT_WAIT = 1.0
+
+
+def checkout_deadline(wait: float) -> float:
+    """When a call that waits `wait` seconds must have got its connection
+    (fx.Execute.checkout_by)."""
+    return time.monotonic() + max(wait, MIN_CONNECT_WAIT)
+
+
+def retry_until(attempt: Callable[[float], fx.Gen[Any]], wait: float, what: str) -> fx.Gen[Any]:
+    """Calls `attempt(checkout_by)` until it returns something other than
+    None or False, backing off up to `wait` seconds; then LockTimeout. Each
+    attempt's statement must get its connection by `checkout_by`, which
+    `wait` also bounds (checkout_deadline)."""
     deadline = time.monotonic() + wait
+    checkout_by = checkout_deadline(wait)
     delay = 0.02
     while True:
-        result = yield from attempt()
+        result = yield from attempt(checkout_by)
         if result is not None and result is not False:
             return result
         left = deadline - time.monotonic()

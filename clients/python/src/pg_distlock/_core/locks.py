@@ -12,13 +12,10 @@ from typing import Any, TypeVar
 
 from . import effects as fx
 from .base import Losable
-from .keeper import LostCallback, Seconds, interval, non_negative, positive, seconds
+from .keeper import MIN_CONNECT_WAIT, LostCallback, Seconds, interval, non_negative, positive, seconds
 from ..errors import Cancelled, LockLost, LockTimeout, Unavailable
 
 S = TypeVar("S")
-
-# The least time a lock call leaves for getting its connection (seconds).
-MIN_CONNECT_WAIT = 1.0
 
 LOCK_SQL = {
     str: "SELECT distlock.lock(p_key => %s::text, p_timeout => %s::interval, p_shared => %s, p_xact => %s)",

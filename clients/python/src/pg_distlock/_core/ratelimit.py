@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from . import effects as fx
 from .base import Bound
-from .keeper import Seconds, at_least, non_negative, positive
+from .keeper import Seconds, at_least, checkout_deadline, non_negative, positive
 from ..errors import RateLimited
 
 S = TypeVar("S")
@@ -26,13 +26,16 @@ class Throttle:
     """Seconds until the limit is fully replenished."""
 
 
-def throttle_op(key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1) -> fx.Gen[Throttle]:
+def throttle_op(
+    key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1,
+    checkout_by: float | None = None,
+) -> fx.Gen[Throttle]:
     at_least(max_burst, "max_burst", 0)
     at_least(count_per_period, "count_per_period", 1)
     at_least(quantity, "quantity", 0)
     rows = yield from fx.execute(
         "SELECT allowed, \"limit\", remaining, retry_after_ms, reset_after_ms FROM distlock.throttle(%s, %s, %s, %s, %s)",
-        (key, max_burst, count_per_period, positive(period, "period"), quantity),
+        (key, max_burst, count_per_period, positive(period, "period"), quantity), checkout_by=checkout_by,
     )
     allowed, limit, remaining, retry_ms, reset_ms = rows[0]
     retry = None if allowed or retry_ms is None or retry_ms < 0 else retry_ms / 1000.0
@@ -57,15 +60,19 @@ class RateLimiterLogic(Bound[S]):
         self.count_per_period = at_least(count_per_period, "count_per_period", 1)
         self.period = positive(period, "period")
 
-    def _try_acquire_op(self, quantity: int = 1) -> fx.Gen[Throttle]:
-        return (yield from throttle_op(self.key, self.max_burst, self.count_per_period, self.period, quantity))
+    def _try_acquire_op(self, quantity: int = 1, checkout_by: float | None = None) -> fx.Gen[Throttle]:
+        return (yield from throttle_op(self.key, self.max_burst, self.count_per_period, self.period, quantity,
+                                       checkout_by))
 
     def _acquire_op(self, quantity: int = 1, timeout: Seconds | None = None) -> fx.Gen[Throttle]:
         """Waits the server's retry delay until allowed; RateLimited when that
-        would take longer than `timeout` or can never succeed."""
-        deadline = None if timeout is None else time.monotonic() + non_negative(timeout, "timeout")
+        would take longer than `timeout` or can never succeed. `timeout`
+        also bounds getting a connection (keeper.checkout_deadline)."""
+        wait = None if timeout is None else non_negative(timeout, "timeout")
+        deadline = None if wait is None else time.monotonic() + wait
+        checkout_by = None if wait is None else checkout_deadline(wait)
         while True:
-            result = yield from self._try_acquire_op(quantity)
+            result = yield from self._try_acquire_op(quantity, checkout_by)
             if result.allowed:
                 return result
             if result.retry_after is None:
