@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
+import subprocess
+import sys
 import threading
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
@@ -19,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 import pg_distlock
 from pg_distlock import aio
-from conftest import Db, PRIMARY, dsn
+from conftest import Db, PRIMARY, dsn, eventually
 from test_review_47 import FakeServer
 
 KINDS = ["lease", "semaphore", "rate_limiter"]
@@ -237,3 +240,156 @@ async def test_an_asyncio_acquire_on_a_conninfo_whose_server_does_not_answer_end
     assert took < 2 + BOUND, f"{took:.1f} s"
     assert "timeout expired" in str(error), error
 
+
+# -- Attacks on the bound (shared/REVIEW.md): renewals, cancellation, Ctrl-C
+
+
+async def eventually_async(check: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def waiting_for(pool: Any) -> Callable[[], bool]:
+    return lambda: pool.get_stats().get("requests_waiting", 0) >= 1
+
+
+# Longer than an acquire's least bound of 1 s: the duration under test, not
+# a wait for something to happen.
+PAST_THE_BOUND = 1.5
+
+
+@contextlib.contextmanager
+def renewals_of(name: str, caplog: pytest.LogCaptureFixture) -> Iterator[list[object]]:
+    """The renewals of `name` reported meanwhile; no renewal may fail."""
+    renewed: list[object] = []
+    remove = pg_distlock.add_telemetry_hook(
+        lambda event: renewed.append(event) if event.kind == "renewed" and event.name == name else None)
+    try:
+        with caplog.at_level(logging.INFO, logger="pg_distlock"):
+            yield renewed
+    finally:
+        remove()
+    failed = [r.getMessage() for r in caplog.records if "renewing" in r.getMessage()]
+    assert not failed, failed
+
+
+@pytest.mark.parametrize("kind", ["lease", "semaphore"])
+def test_a_renewal_waits_for_a_busy_pool_past_the_acquires_bound(
+        db: Db, name: str, kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Only acquire's attempts are bounded: a renewal waits for the pool as
+    it did (the hold ends only when its TTL passes unconfirmed), or a pool
+    busy for a second would log failed renewals and, with a short TTL, lose
+    the hold. (A semaphore's attempt and its renewal are one statement.)"""
+    with pg_distlock.Client(db.dsn, min_size=1, max_size=1) as client, renewals_of(name, caplog) as renewed:
+        made, acquire = hold(kind, client, name, 0, renew_every=0.2)
+        acquire()
+        with all_taken(client.pool):
+            eventually(waiting_for(client.pool), what="a renewal waiting for the pool")
+            time.sleep(PAST_THE_BOUND)
+            before = len(renewed)
+        eventually(lambda: len(renewed) > before, what="the renewal that waited")
+        assert made.held and not made.lost.is_set()
+
+
+@pytest.mark.parametrize("kind", ["lease", "semaphore"])
+async def test_an_asyncio_renewal_waits_for_a_busy_pool_past_the_acquires_bound(
+        db: Db, name: str, kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    with renewals_of(name, caplog) as renewed:
+        async with aio.Client(db.dsn, min_size=1, max_size=1) as client:
+            made, acquire = hold(kind, client, name, 0, renew_every=0.2)
+            await acquire()
+            async with all_taken_async(client.pool):
+                await eventually_async(waiting_for(client.pool), what="a renewal waiting for the pool")
+                await asyncio.sleep(PAST_THE_BOUND)
+                before = len(renewed)
+            await eventually_async(lambda: len(renewed) > before, what="the renewal that waited")
+            assert made.held and not made.lost.is_set()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_acquire_cancelled_while_it_waits_for_the_pool_leaves_the_pool_whole(
+        db: Db, name: str, kind: str) -> None:
+    """asyncio.wait_for() or a task's cancel() during the checkout: the
+    object holds nothing and can acquire again, and the pool's one
+    connection is handed out again (not lost to the cancelled waiter)."""
+    async with aio.Client(db.dsn, min_size=1, max_size=1) as client:
+        await client.pool.wait()
+        made, acquire = hold(kind, client, name, 5)
+        async with all_taken_async(client.pool):
+            waiting = asyncio.ensure_future(acquire())
+            await eventually_async(waiting_for(client.pool), what="the acquire waiting for the pool")
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+        assert not getattr(made, "held", False)
+        await asyncio.wait_for(acquire(), 5)
+        assert client.pool.get_stats()["pool_size"] == 1
+
+
+CTRL_C_CHILD = r"""
+import signal, sys, threading, time
+from psycopg_pool import ConnectionPool
+import pg_distlock
+
+# A background job's children start with SIGINT ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+conninfo, name, kind = sys.argv[1:4]
+pool = ConnectionPool(conninfo, min_size=2, max_size=2, kwargs={"autocommit": True}, open=True)
+pool.wait()
+client = pg_distlock.Client(pool)
+if kind == "lease":
+    made = client.lease(name, ttl=30, wait=30); acquire = made.acquire
+elif kind == "semaphore":
+    made = client.semaphore(name, 2, ttl=30, wait=30); acquire = made.acquire
+else:
+    made = client.rate_limiter(name, max_burst=5, count_per_period=10, period=60)
+    acquire = lambda: made.acquire(timeout=30)
+taken = [pool.getconn(), pool.getconn()]
+
+def tell():
+    deadline = time.monotonic() + 10
+    while pool.get_stats().get("requests_waiting", 0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("waiting", flush=True)
+
+threading.Thread(target=tell, daemon=True).start()
+try:
+    acquire()
+    print("acquired while the pool had nothing to give", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", getattr(made, "held", False), flush=True)
+    for conn in taken:
+        pool.putconn(conn)
+    started = time.monotonic()
+    acquire()
+    print("again", getattr(made, "held", True), time.monotonic() - started, flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ctrl_c_while_an_acquire_waits_for_the_pool_ends_it_at_once(db: Db, name: str, kind: str) -> None:
+    """KeyboardInterrupt during the checkout ends acquire() at once, holding
+    nothing, and the same object acquires again. (psycopg_pool's blocking
+    pool then hands the next connection given back to the interrupted
+    waiter, and that connection is lost to the pool: its WaitingClient
+    catches Exception only. Hence two connections here.)"""
+    import os
+    import signal
+
+    child = subprocess.Popen([sys.executable, "-c", CTRL_C_CHILD, db.dsn, name, kind],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "waiting"
+        os.kill(child.pid, signal.SIGINT)
+        sent = time.monotonic()
+        interrupted = child.stdout.readline().split()
+        took = time.monotonic() - sent
+        out, err = child.communicate(timeout=20)
+    finally:
+        child.kill()
+    assert interrupted == ["interrupted", "False"] and took < 1, (interrupted, took, err)
+    words = out.split()
+    assert words[:2] == ["again", "True"] and float(words[2]) < 1, (out, err)
