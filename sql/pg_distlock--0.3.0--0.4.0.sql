@@ -405,6 +405,17 @@ DECLARE
 BEGIN
     FOR g IN SELECT rc.role, rc.capability, rc.scope FROM distlock.role_capabilities rc
               WHERE rc.capability OPERATOR(pg_catalog.=) ANY (ARRAY['admin', 'monitor']) LOOP
+        -- A role dropped without revoke_capability (DROP OWNED, DROP ROLE)
+        -- leaves its row, its regrole a bare number that no GRANT takes:
+        -- skipped, so that the update goes through.
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles r
+                        WHERE r.oid OPERATOR(pg_catalog.=) g.role::pg_catalog.oid) THEN
+            RAISE WARNING 'pg_distlock: role % no longer exists: its % capability is not granted again',
+                g.role::pg_catalog.oid, g.capability
+                USING HINT = pg_catalog.format('Delete its row: DELETE FROM distlock.role_capabilities '
+                                               'WHERE role::pg_catalog.oid = %s;', g.role::pg_catalog.oid);
+            CONTINUE;
+        END IF;
         PERFORM distlock.grant_capability(g.role, g.capability, g.scope);
     END LOOP;
 END

@@ -421,9 +421,11 @@ pub(crate) fn consume_after(
             (false, false) => None,
         };
         // Until the update to 0.4.0, wakers may switch how they name queues
-        // while this consumer sleeps (wake::queues_named_as_0_3_0).
+        // while this consumer sleeps (wake::queues_named_as_0_3_0); one that
+        // registered before the switch is never woken by name after it.
+        let named_as_0_3_0 = sleeper.as_ref().is_some_and(Sleeper::named_as_0_3_0);
         let soon = match soon {
-            None if super::wake::queues_named_as_0_3_0() => Some(LEGACY_NAMES_RETRY_MS),
+            None if named_as_0_3_0 || super::wake::queues_named_as_0_3_0() => Some(LEGACY_NAMES_RETRY_MS),
             soon => soon,
         };
         let due = due.map(|due| due.at);

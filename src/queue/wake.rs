@@ -79,7 +79,12 @@ pub(crate) fn queues_named_as_0_3_0() -> bool {
 /// 17+ without preload sharing these tables with this library's until the
 /// update, still wake each other (after the update they may not claim).
 pub(crate) fn queue_hash(queue: &[u8]) -> u32 {
-    let secret = crate::shared::server_secret().filter(|_| !queues_named_as_0_3_0());
+    queue_hash_named(queue, queues_named_as_0_3_0())
+}
+
+/// [`queue_hash`], named as 0.3.0 names queues when `as_0_3_0`.
+fn queue_hash_named(queue: &[u8], as_0_3_0: bool) -> u32 {
+    let secret = crate::shared::server_secret().filter(|_| !as_0_3_0);
     let Some([k0, k1]) = secret else {
         // FNV-1a, 0.3.0's.
         return queue.iter().fold(0x811c_9dc5_u32, |h, b| (h ^ *b as u32).wrapping_mul(0x0100_0193)).max(1);
@@ -297,6 +302,10 @@ pub struct Sleeper {
     /// Nothing reads with the calling statement's snapshot after the wait:
     /// it sleeps without holding back the xmin horizon. Found at its first sleep.
     releases_horizon: OnceCell<bool>,
+    /// It named its queues as 0.3.0 does (registered before the update to
+    /// 0.4.0 committed): wakers name them otherwise since, so it must look
+    /// again each second for the rest of its wait (consume.rs).
+    named_as_0_3_0: bool,
 }
 
 /// What woke a sleeper: a commit that made jobs of this queue (hash) runnable.
@@ -323,8 +332,11 @@ impl Sleeper {
         entry.latch.store(sleepers::my_latch(), ORDER);
         entry.database.store(unsafe { pg_sys::MyDatabaseId }.to_u32(), ORDER);
         let named = queues.filter(|queues| queues.len() <= NAMED_QUEUES).unwrap_or(&[]);
+        // Read once: an update committing while this registers must not
+        // leave some queues named one way and the others the other.
+        let as_0_3_0 = queues_named_as_0_3_0();
         for (slot, queue) in entry.queues.iter().zip(named) {
-            slot.store(queue_hash(queue.bytes()), ORDER);
+            slot.store(queue_hash_named(queue.bytes(), as_0_3_0), ORDER);
         }
         entry.queue_count.store(named.len() as u32, ORDER);
         // Too many queues to name: the entry reads as a sleeper of every
@@ -338,12 +350,19 @@ impl Sleeper {
         ACTIVE.set(Some((entry, None)));
         entry.pid.store(me, ORDER);
         table.sleeping.fetch_add(1, ORDER);
-        Sleeper::in_entry(Some(entry))
+        let mut sleeper = Sleeper::in_entry(Some(entry));
+        sleeper.named_as_0_3_0 = as_0_3_0 && !named.is_empty();
+        sleeper
+    }
+
+    /// Whether it named its queues as 0.3.0 does (see the field).
+    pub fn named_as_0_3_0(&self) -> bool {
+        self.named_as_0_3_0
     }
 
     /// A sleeper registered in `entry`; None: one that polls, with nothing to register in.
     fn in_entry(entry: Option<&'static sleepers::Sleeper>) -> Self {
-        Sleeper { entry, pass_on: Cell::new(None), releases_horizon: OnceCell::new() }
+        Sleeper { entry, pass_on: Cell::new(None), releases_horizon: OnceCell::new(), named_as_0_3_0: false }
     }
 
     /// The look after `wake_up` filled its batch before it tried the queues

@@ -38,6 +38,7 @@ mod replication_modes;
 mod review_33;
 mod review_35;
 mod review_38;
+mod review_41;
 mod review_44;
 mod review_46_7;
 mod review_46_8;
