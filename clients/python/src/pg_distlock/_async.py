@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from ._sync import (CHECK_CONNECT_TIMEOUT, chained, connect_kwargs, connect_timeout, name_database, pool_busy,
-                    pool_connected_once, pool_probe_args, raise_if_misconfigured, remember_probe, time_left)
+from ._sync import (CHECK_CONNECT_TIMEOUT, chained, connect_kwargs, connect_timeout, name_database,
+                    pool_busy, pool_connected_once, pool_probe_args, raise_if_misconfigured, remember_probe, time_left)
 from .connect_errors import connect_failure
 from .pool_drain import drain_due
 from .errors import DistlockError, session_must_go, translate
@@ -213,10 +213,18 @@ class Runtime:
                 raise chained(await pool_timeout_cause(self.source, exc), exc)
 
     async def _shared_connection(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
+        # _sync.Runtime._shared_connection: connects outside the lock.
+        async with self._shared_lock:
+            if self._shared is not None and not self._shared.closed:
+                return self._shared
+        conn = await self._connect(timeout)
         async with self._shared_lock:
             if self._shared is None or self._shared.closed:
-                self._shared = await self._connect(timeout)
-            return self._shared
+                self._shared = conn
+                return conn
+            kept = self._shared
+        await conn.close()
+        return kept
 
     async def _connect(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
         """A connection of the conninfo source; Misconfigured when retrying

@@ -144,11 +144,17 @@ def pool_probe_args(pool: Any, timeout: Exception) -> DistlockError | tuple[str,
     return conninfo, {**kwargs, **connect_timeout(conninfo, 2, kwargs)}
 
 
+# The longest a bounded checkout or connect waits (seconds): a wait of 1e10 s
+# overflowed the platform's time_t in the pool's condition wait.
+MAX_CHECKOUT_WAIT = 86400.0
+
+
 def time_left(by: float | None) -> float | None:
     """Seconds until `by` (time.monotonic(), fx.Execute.checkout_by) for a
-    checkout or a connect, at least a millisecond: a pool refuses a checkout
-    of 0 s even with a connection ready. None (the source's own limits) for None."""
-    return None if by is None else max(by - time.monotonic(), 0.001)
+    checkout or a connect, at least a millisecond (a pool refuses a checkout
+    of 0 s even with a connection ready) and at most MAX_CHECKOUT_WAIT. None
+    (the source's own limits) for None."""
+    return None if by is None else min(max(by - time.monotonic(), 0.001), MAX_CHECKOUT_WAIT)
 
 
 def chained(error: DistlockError, timeout: Exception) -> DistlockError:
@@ -366,10 +372,21 @@ class Runtime:
                 self._borrowed.discard(conn)
 
     def _shared_connection(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+        # Connects outside the lock: a call bounded by `timeout` must not wait
+        # for another call's connect (unbounded: psycopg's 130 s against a
+        # server that does not answer). Of two connects at once, the first
+        # kept wins and the other is closed.
+        with self._shared_lock:
+            if self._shared is not None and not self._shared.closed:
+                return self._shared
+        conn = self._connect(timeout)
         with self._shared_lock:
             if self._shared is None or self._shared.closed:
-                self._shared = self._connect(timeout)
-            return self._shared
+                self._shared = conn
+                return conn
+            kept = self._shared
+        conn.close()
+        return kept
 
     def _connect(self, timeout: float | None = None) -> psycopg.Connection[Any]:
         """A connection of the conninfo source; Misconfigured when retrying

@@ -190,16 +190,25 @@ def checkout_deadline(wait: float) -> float:
     return time.monotonic() + max(wait, MIN_CONNECT_WAIT)
 
 
+def try_checkout_by(checkout_by: float | None) -> float | None:
+    """A try's own checkout deadline within a call's `checkout_by`: each try
+    gets at least MIN_CONNECT_WAIT, so that the last try of a wait, made as
+    it runs out, is not refused for a pool busy for a moment (it would read
+    as Unavailable where the answer is LockTimeout or RateLimited)."""
+    return None if checkout_by is None else max(checkout_by, time.monotonic() + MIN_CONNECT_WAIT)
+
+
 def retry_until(attempt: Callable[[float], fx.Gen[Any]], wait: float, what: str) -> fx.Gen[Any]:
     """Calls `attempt(checkout_by)` until it returns something other than
     None or False, backing off up to `wait` seconds; then LockTimeout. Each
     attempt's statement must get its connection by `checkout_by`, which
-    `wait` also bounds (checkout_deadline)."""
+    `wait` also bounds (checkout_deadline), or within MIN_CONNECT_WAIT of
+    the try (try_checkout_by)."""
     deadline = time.monotonic() + wait
     checkout_by = checkout_deadline(wait)
     delay = 0.02
     while True:
-        result = yield from attempt(checkout_by)
+        result = yield from attempt(max(checkout_by, time.monotonic() + MIN_CONNECT_WAIT))
         if result is not None and result is not False:
             return result
         left = deadline - time.monotonic()

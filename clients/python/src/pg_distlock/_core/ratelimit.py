@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from . import effects as fx
 from .base import Bound
-from .keeper import Seconds, at_least, checkout_deadline, non_negative, positive
+from .keeper import Seconds, at_least, checkout_deadline, non_negative, positive, try_checkout_by
 from ..errors import RateLimited
 
 S = TypeVar("S")
@@ -72,7 +72,7 @@ class RateLimiterLogic(Bound[S]):
         deadline = None if wait is None else time.monotonic() + wait
         checkout_by = None if wait is None else checkout_deadline(wait)
         while True:
-            result = yield from self._try_acquire_op(quantity, checkout_by)
+            result = yield from self._try_acquire_op(quantity, try_checkout_by(checkout_by))
             if result.allowed:
                 return result
             if result.retry_after is None:
