@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import os
 import signal
+import sys
 import weakref
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, TypeVar, Union
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from ._sync import (CHECK_CONNECT_TIMEOUT, chained, connect_kwargs, connect_timeout, name_database,
+from ._sync import (CHECK_CONNECT_TIMEOUT, busy_connecting, chained, connect_kwargs, connect_timeout, name_database,
                     pool_busy, pool_connected_once, pool_probe_args, raise_if_misconfigured, remember_probe, time_left)
 from .connect_errors import connect_failure
 from .pool_drain import drain_due
@@ -213,18 +214,23 @@ class Runtime:
                 raise chained(await pool_timeout_cause(self.source, exc), exc)
 
     async def _shared_connection(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
-        # _sync.Runtime._shared_connection: connects outside the lock.
-        async with self._shared_lock:
-            if self._shared is not None and not self._shared.closed:
-                return self._shared
-        conn = await self._connect(timeout)
-        async with self._shared_lock:
+        # _sync.Runtime._shared_connection. The wait for another task's
+        # connect is bounded on Python 3.11+ (asyncio.timeout); 3.10's
+        # wait_for can lose a lock acquired as it times out, so there it is not.
+        if timeout is not None and sys.version_info >= (3, 11):
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._shared_lock.acquire()
+            except TimeoutError:
+                raise busy_connecting(timeout) from None
+        else:
+            await self._shared_lock.acquire()
+        try:
             if self._shared is None or self._shared.closed:
-                self._shared = conn
-                return conn
-            kept = self._shared
-        await conn.close()
-        return kept
+                self._shared = await self._connect(timeout)
+            return self._shared
+        finally:
+            self._shared_lock.release()
 
     async def _connect(self, timeout: float | None = None) -> psycopg.AsyncConnection[Any]:
         """A connection of the conninfo source; Misconfigured when retrying

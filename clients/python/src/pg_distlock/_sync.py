@@ -157,6 +157,14 @@ def time_left(by: float | None) -> float | None:
     return None if by is None else min(max(by - time.monotonic(), 0.001), MAX_CHECKOUT_WAIT)
 
 
+def busy_connecting(timeout: float) -> Unavailable:
+    """A call bounded by `timeout` found another call of the same object
+    still opening its connection to the server after that long."""
+    return Unavailable(
+        f"no connection within {timeout:g} s: another call of this object is still connecting to the server"
+    )
+
+
 def chained(error: DistlockError, timeout: Exception) -> DistlockError:
     """pool_timeout_cause's `error`, its cause the failed connect a probe
     found, else the pool's timeout."""
@@ -372,21 +380,17 @@ class Runtime:
                 self._borrowed.discard(conn)
 
     def _shared_connection(self, timeout: float | None = None) -> psycopg.Connection[Any]:
-        # Connects outside the lock: a call bounded by `timeout` must not wait
-        # for another call's connect (unbounded: psycopg's 130 s against a
-        # server that does not answer). Of two connects at once, the first
-        # kept wins and the other is closed.
-        with self._shared_lock:
-            if self._shared is not None and not self._shared.closed:
-                return self._shared
-        conn = self._connect(timeout)
-        with self._shared_lock:
+        # One connect at a time, which close() waits for; a call bounded by
+        # `timeout` waits for another call's connect (unbounded: psycopg's
+        # 130 s against a server that does not answer) no longer than that.
+        if not self._shared_lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise busy_connecting(timeout or 0.0)
+        try:
             if self._shared is None or self._shared.closed:
-                self._shared = conn
-                return conn
-            kept = self._shared
-        conn.close()
-        return kept
+                self._shared = self._connect(timeout)
+            return self._shared
+        finally:
+            self._shared_lock.release()
 
     def _connect(self, timeout: float | None = None) -> psycopg.Connection[Any]:
         """A connection of the conninfo source; Misconfigured when retrying
