@@ -5,6 +5,43 @@ REVOKE ALL ON SCHEMA distlock FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA distlock FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA distlock FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
+-- Nor anyone's but the owner's: the installing role's ALTER DEFAULT
+-- PRIVILEGES grant every table, sequence and function this script creates
+-- to their grantees (an application role given EXECUTE on future functions
+-- would call consume_task unscoped and purge_queue, and read
+-- lock_key_secret). pg_distlock grants by capability, below and in
+-- grant_capability; at install nothing else is granted yet.
+DO $owner_only$
+DECLARE
+    o record;
+BEGIN
+    FOR o IN
+        SELECT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass) AS object, a.grantee
+          FROM pg_catalog.pg_class c CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'distlock'::pg_catalog.regnamespace
+           AND c.relkind OPERATOR(pg_catalog.<>) 'S'
+           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, c.relowner]::pg_catalog.oid[])
+        UNION
+        SELECT pg_catalog.format('SEQUENCE %s', c.oid::pg_catalog.regclass), a.grantee
+          FROM pg_catalog.pg_class c CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'distlock'::pg_catalog.regnamespace
+           AND c.relkind OPERATOR(pg_catalog.=) 'S'
+           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, c.relowner]::pg_catalog.oid[])
+        UNION
+        SELECT pg_catalog.format('ROUTINE %s', p.oid::pg_catalog.regprocedure), a.grantee
+          FROM pg_catalog.pg_proc p CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'distlock'::pg_catalog.regnamespace
+           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, p.proowner]::pg_catalog.oid[])
+        UNION
+        SELECT 'SCHEMA distlock', a.grantee
+          FROM pg_catalog.pg_namespace n CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) a
+         WHERE n.oid OPERATOR(pg_catalog.=) 'distlock'::pg_catalog.regnamespace
+           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, n.nspowner]::pg_catalog.oid[])
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', o.object, o.grantee::pg_catalog.regrole);
+    END LOOP;
+END
+$owner_only$;
 
 -- Monitoring roles may read the views (and only the views).
 GRANT USAGE ON SCHEMA distlock TO pg_monitor;

@@ -399,6 +399,40 @@ WHERE g.capability OPERATOR(pg_catalog.=) ANY (
 END
 $$;
 
+-- What this update creates is granted to nobody but its owner, pg_monitor's
+-- reads aside: the owner's ALTER DEFAULT PRIVILEGES would grant the new
+-- functions and lock_key_secret to their grantees (an application role
+-- given EXECUTE on future functions would call purge_queue, and read the
+-- secret). Capabilities are granted again below. (The same at install: grants.sql.)
+DO $owner_only$
+DECLARE
+    o record;
+BEGIN
+    FOR o IN
+        SELECT pg_catalog.format('ROUTINE %s', p.oid::pg_catalog.regprocedure) AS object, a.grantee
+          FROM pg_catalog.pg_proc p CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+         WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+                   'distlock.requeue_jobs(text, bigint[])', 'distlock.run_task_now(integer)',
+                   'distlock.purge_queue(text, boolean)', 'distlock.keep_job_ids_unique()',
+                   'distlock.rate_limit_keys()', 'distlock.reset_rate_limits(text)',
+                   'distlock.refuse_lock_key_secret_change()', 'distlock.lease_backend_connected(integer)',
+                   'distlock.lease_backend_alive(integer)']::pg_catalog.regprocedure[]::pg_catalog.oid[])
+           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, p.proowner]::pg_catalog.oid[])
+           AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_monitor'::pg_catalog.regrole::pg_catalog.oid
+                    AND p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+                        'distlock.rate_limit_keys()', 'distlock.lease_backend_connected(integer)',
+                        'distlock.lease_backend_alive(integer)']::pg_catalog.regprocedure[]::pg_catalog.oid[]))
+        UNION
+        SELECT 'TABLE distlock.lock_key_secret', a.grantee
+          FROM pg_catalog.pg_class c CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+         WHERE c.oid OPERATOR(pg_catalog.=) 'distlock.lock_key_secret'::pg_catalog.regclass
+           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, c.relowner]::pg_catalog.oid[])
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', o.object, o.grantee::pg_catalog.regrole);
+    END LOOP;
+END
+$owner_only$;
+
 DO $grant$
 DECLARE
     g record;
@@ -427,6 +461,20 @@ CREATE FUNCTION distlock.library_guard() RETURNS trigger
     AS 'MODULE_PATHNAME', 'distlock_library_guard'
     LANGUAGE c;
 REVOKE ALL ON FUNCTION distlock.library_guard() FROM PUBLIC;
+-- And from whom the owner's default privileges gave it to ($owner_only$ above).
+DO $owner_only_guard$
+DECLARE
+    o record;
+BEGIN
+    FOR o IN SELECT a.grantee
+               FROM pg_catalog.pg_proc p CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+              WHERE p.oid OPERATOR(pg_catalog.=) 'distlock.library_guard()'::pg_catalog.regprocedure
+                AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, p.proowner]::pg_catalog.oid[]) LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION distlock.library_guard() FROM %s',
+                                  o.grantee::pg_catalog.regrole);
+    END LOOP;
+END
+$owner_only_guard$;
 -- Sessions still running an older library may not write (src/library_guard.rs):
 -- before any statement writes a pg_distlock table, library_guard compares
 -- the version of the SQL installed (its argument) with the session's library.

@@ -4,6 +4,7 @@
 //! mode. Each test makes
 //! its own database. Run with --test-threads=1: one test restarts the server.
 
+mod default_privileges;
 mod support;
 
 mod checker;

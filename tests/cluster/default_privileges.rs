@@ -1,0 +1,80 @@
+//! An installing role's ALTER DEFAULT PRIVILEGES reach nothing of
+//! pg_distlock's: CREATE EXTENSION and the update to 0.4.0 leave what they
+//! create granted to its owner alone (grants.sql, the update script), so an
+//! application role given EXECUTE on future functions and SELECT on future
+//! tables may not claim jobs unscoped, purge a queue or read the lock-key
+//! secret. Each test failed before (confirmed by hand and by review 41).
+
+use crate::support::*;
+
+const ROLE: &str = "default_privileges_app";
+
+/// A database `name` whose installing role grants every future table,
+/// sequence and function (and schema) to ROLE, then `create_extension` run.
+fn database_with_default_privileges(name: &str, create_extension: &str) -> postgres::Client {
+    let mut admin = connect_to(primary_port(), "postgres", "cluster-test");
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
+    let mut c = connect(name);
+    c.batch_execute(&format!(
+        "DO $$ BEGIN CREATE ROLE {ROLE}; EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
+         ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO {ROLE}; \
+         ALTER DEFAULT PRIVILEGES GRANT USAGE ON SEQUENCES TO {ROLE}; \
+         ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO {ROLE}; \
+         ALTER DEFAULT PRIVILEGES GRANT USAGE ON SCHEMAS TO {ROLE}; \
+         {create_extension}"
+    ))
+    .expect("default privileges, then the extension");
+    c
+}
+
+/// What ROLE may do with pg_distlock's objects: each privilege it holds.
+fn granted_to_the_role(c: &mut postgres::Client) -> Vec<String> {
+    c.query(
+        &format!(
+            "SELECT 'function ' || p.oid::regprocedure::text FROM pg_proc p
+              WHERE p.pronamespace = 'distlock'::regnamespace AND has_function_privilege('{ROLE}', p.oid, 'EXECUTE')
+             UNION ALL
+             SELECT 'relation ' || c.oid::regclass::text FROM pg_class c
+              WHERE c.relnamespace = 'distlock'::regnamespace AND c.relkind IN ('r', 'v', 'S')
+                AND (has_table_privilege('{ROLE}', c.oid, 'SELECT') OR
+                     (c.relkind = 'S' AND has_sequence_privilege('{ROLE}', c.oid, 'USAGE')))
+             UNION ALL
+             SELECT 'schema distlock' WHERE has_schema_privilege('{ROLE}', 'distlock', 'USAGE')
+             ORDER BY 1"
+        ),
+        &[],
+    )
+    .expect("privileges")
+    .iter()
+    .map(|row| row.get(0))
+    .collect()
+}
+
+#[test]
+fn an_install_grants_nothing_through_the_installers_default_privileges() {
+    let mut c = database_with_default_privileges("default_privileges_install", "CREATE EXTENSION pg_distlock");
+    assert_eq!(granted_to_the_role(&mut c), Vec::<String>::new());
+    // pg_distlock's own grants stand.
+    assert_eq!(
+        scalar(&mut c, "SELECT has_table_privilege('pg_monitor', 'distlock.running_tasks', 'SELECT')").as_deref(),
+        Some("t")
+    );
+}
+
+#[test]
+fn the_update_to_0_4_0_grants_nothing_new_through_the_owners_default_privileges() {
+    let mut c = database_with_default_privileges(
+        "default_privileges_update",
+        "CREATE EXTENSION pg_distlock VERSION '0.3.0'",
+    );
+    let before = granted_to_the_role(&mut c);
+    c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
+    let after = granted_to_the_role(&mut c);
+    let new: Vec<&String> = after.iter().filter(|granted| !before.contains(granted)).collect();
+    assert!(new.is_empty(), "the update granted {new:?} to {ROLE}");
+    assert_eq!(
+        scalar(&mut c, "SELECT has_function_privilege('pg_monitor', 'distlock.rate_limit_keys()', 'EXECUTE')").as_deref(),
+        Some("t")
+    );
+}
