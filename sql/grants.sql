@@ -10,33 +10,36 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA distlock FROM PUBLIC;
 -- to their grantees (an application role given EXECUTE on future functions
 -- would call consume_task unscoped and purge_queue, and read
 -- lock_key_secret). pg_distlock grants by capability, below and in
--- grant_capability; at install nothing else is granted yet.
+-- grant_capability; at install nothing else is granted yet. Only the
+-- extension's members: the schema (which DROP EXTENSION leaves, with what a
+-- DBA granted on it) and anything else in it are not this script's.
 DO $owner_only$
 DECLARE
     o record;
 BEGIN
     FOR o IN
-        SELECT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass) AS object, a.grantee
-          FROM pg_catalog.pg_class c CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
-         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'distlock'::pg_catalog.regnamespace
-           AND c.relkind OPERATOR(pg_catalog.<>) 'S'
-           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, c.relowner]::pg_catalog.oid[])
-        UNION
-        SELECT pg_catalog.format('SEQUENCE %s', c.oid::pg_catalog.regclass), a.grantee
-          FROM pg_catalog.pg_class c CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
-         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'distlock'::pg_catalog.regnamespace
-           AND c.relkind OPERATOR(pg_catalog.=) 'S'
+        SELECT pg_catalog.format(CASE c.relkind WHEN 'S' THEN 'SEQUENCE %s' ELSE 'TABLE %s' END,
+                                 c.oid::pg_catalog.regclass) AS object, a.grantee
+          FROM pg_catalog.pg_depend d
+          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
+          CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+                                                   WHERE e.extname OPERATOR(pg_catalog.=) 'pg_distlock')
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
            AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, c.relowner]::pg_catalog.oid[])
         UNION
         SELECT pg_catalog.format('ROUTINE %s', p.oid::pg_catalog.regprocedure), a.grantee
-          FROM pg_catalog.pg_proc p CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
-         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'distlock'::pg_catalog.regnamespace
+          FROM pg_catalog.pg_depend d
+          JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
+          CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+                                                   WHERE e.extname OPERATOR(pg_catalog.=) 'pg_distlock')
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
            AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, p.proowner]::pg_catalog.oid[])
-        UNION
-        SELECT 'SCHEMA distlock', a.grantee
-          FROM pg_catalog.pg_namespace n CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) a
-         WHERE n.oid OPERATOR(pg_catalog.=) 'distlock'::pg_catalog.regnamespace
-           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, n.nspowner]::pg_catalog.oid[])
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', o.object, o.grantee::pg_catalog.regrole);
     END LOOP;

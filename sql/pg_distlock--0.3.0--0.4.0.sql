@@ -399,11 +399,12 @@ WHERE g.capability OPERATOR(pg_catalog.=) ANY (
 END
 $$;
 
--- What this update creates is granted to nobody but its owner, pg_monitor's
--- reads aside: the owner's ALTER DEFAULT PRIVILEGES would grant the new
--- functions and lock_key_secret to their grantees (an application role
--- given EXECUTE on future functions would call purge_queue, and read the
--- secret). Capabilities are granted again below. (The same at install: grants.sql.)
+-- What this update creates is granted to nobody but its owner (and
+-- pg_monitor its reads, again below): the owner's ALTER DEFAULT PRIVILEGES
+-- would grant the new functions and lock_key_secret to their grantees (an
+-- application role given EXECUTE on future functions would call
+-- purge_queue, and read the secret). Capabilities are granted again below.
+-- (The same at install: grants.sql.)
 DO $owner_only$
 DECLARE
     o record;
@@ -418,10 +419,6 @@ BEGIN
                    'distlock.refuse_lock_key_secret_change()', 'distlock.lease_backend_connected(integer)',
                    'distlock.lease_backend_alive(integer)']::pg_catalog.regprocedure[]::pg_catalog.oid[])
            AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, p.proowner]::pg_catalog.oid[])
-           AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_monitor'::pg_catalog.regrole::pg_catalog.oid
-                    AND p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
-                        'distlock.rate_limit_keys()', 'distlock.lease_backend_connected(integer)',
-                        'distlock.lease_backend_alive(integer)']::pg_catalog.regprocedure[]::pg_catalog.oid[]))
         UNION
         SELECT 'TABLE distlock.lock_key_secret', a.grantee
           FROM pg_catalog.pg_class c CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
@@ -432,6 +429,10 @@ BEGIN
     END LOOP;
 END
 $owner_only$;
+-- pg_monitor's reads, as granted where these functions are created (without
+-- the grant option a default privilege may have added).
+GRANT EXECUTE ON FUNCTION distlock.rate_limit_keys(), distlock.lease_backend_connected(integer),
+                          distlock.lease_backend_alive(integer) TO pg_monitor;
 
 DO $grant$
 DECLARE
