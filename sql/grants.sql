@@ -45,6 +45,27 @@ BEGIN
     END LOOP;
 END
 $owner_only$;
+-- Nobody but the owner creates in the schema, whoever made it (CREATE
+-- EXTENSION does, when it is missing, and the installing role's default
+-- privileges on schemas then apply; so does a restore): a role that may
+-- create there plants look-alikes of pg_distlock's functions that other
+-- tenants' calls resolve to (review 45). What a DBA granted otherwise on
+-- the schema (USAGE) is left.
+DO $owner_only_schema$
+DECLARE
+    o record;
+BEGIN
+    FOR o IN
+        SELECT DISTINCT a.grantee
+          FROM pg_catalog.pg_namespace n CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) a
+         WHERE n.oid OPERATOR(pg_catalog.=) 'distlock'::pg_catalog.regnamespace
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, n.nspowner]::pg_catalog.oid[])
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE CREATE ON SCHEMA distlock FROM %s CASCADE', o.grantee::pg_catalog.regrole);
+    END LOOP;
+END
+$owner_only_schema$;
 
 -- Monitoring roles may read the views (and only the views).
 GRANT USAGE ON SCHEMA distlock TO pg_monitor;

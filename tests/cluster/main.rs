@@ -42,6 +42,7 @@ mod review_38;
 mod review_41;
 mod review_44;
 mod review_44b;
+mod review_45;
 mod review_46_7;
 mod review_46_8;
 mod review_46_9;
