@@ -451,6 +451,8 @@ BEGIN
     END LOOP;
 END
 $owner_only_schema$;
+-- PUBLIC's too (the install revokes all of PUBLIC's on the schema first).
+REVOKE CREATE ON SCHEMA distlock FROM PUBLIC CASCADE;
 -- pg_monitor's reads, as granted where these functions are created (without
 -- the grant option a default privilege may have added).
 GRANT EXECUTE ON FUNCTION distlock.rate_limit_keys(), distlock.lease_backend_connected(integer),

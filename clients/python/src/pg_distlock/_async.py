@@ -7,6 +7,7 @@ import inspect
 import os
 import signal
 import sys
+import time
 import weakref
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, TypeVar, Union
@@ -18,8 +19,9 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from ._sync import (CHECK_CONNECT_TIMEOUT, busy_connecting, chained, connect_kwargs, connect_timeout, name_database,
-                    pool_busy, pool_connected_once, pool_probe_args, raise_if_misconfigured, remember_probe, time_left)
+from ._sync import (CHECK_CONNECT_TIMEOUT, MIN_CONNECT_TIMEOUT, busy_connecting, chained, connect_kwargs,
+                    connect_timeout, name_database, pool_busy, pool_connected_once, pool_probe_args,
+                    raise_if_misconfigured, remember_probe, time_left)
 from .connect_errors import connect_failure
 from .pool_drain import drain_due
 from .errors import DistlockError, session_must_go, translate
@@ -217,6 +219,9 @@ class Runtime:
         # _sync.Runtime._shared_connection. The wait for another task's
         # connect is bounded on Python 3.11+ (asyncio.timeout); 3.10's
         # wait_for can lose a lock acquired as it times out, so there it is not.
+        # The connect gets what is left of the bound once the lock is had.
+        by = None if timeout is None else time.monotonic() + timeout
+        waited = self._shared_lock.locked()
         if timeout is not None and sys.version_info >= (3, 11):
             try:
                 async with asyncio.timeout(timeout):
@@ -227,7 +232,10 @@ class Runtime:
             await self._shared_lock.acquire()
         try:
             if self._shared is None or self._shared.closed:
-                self._shared = await self._connect(timeout)
+                left = time_left(by)
+                if waited and left is not None and left < MIN_CONNECT_TIMEOUT:
+                    raise busy_connecting(timeout or 0.0)
+                self._shared = await self._connect(left)
             return self._shared
         finally:
             self._shared_lock.release()

@@ -157,9 +157,14 @@ def time_left(by: float | None) -> float | None:
     return None if by is None else min(max(by - time.monotonic(), 0.001), MAX_CHECKOUT_WAIT)
 
 
+# libpq's least connect_timeout (seconds): 1 is taken as 2.
+MIN_CONNECT_TIMEOUT = 2.0
+
+
 def busy_connecting(timeout: float) -> Unavailable:
     """A call bounded by `timeout` found another call of the same object
-    still opening its connection to the server after that long."""
+    still opening its connection to the server after that long (or failing
+    to, with too little of the bound left to try again)."""
     return Unavailable(
         f"no connection within {timeout:g} s: another call of this object is still connecting to the server"
     )
@@ -383,14 +388,27 @@ class Runtime:
         # One connect at a time, which close() waits for; a call bounded by
         # `timeout` waits for another call's connect (unbounded: psycopg's
         # 130 s against a server that does not answer) no longer than that.
-        if not self._shared_lock.acquire(timeout=-1 if timeout is None else timeout):
-            raise busy_connecting(timeout or 0.0)
+        # The connect gets what is left of the bound once the lock is had;
+        # behind another call's connect that failed, less than a connect's
+        # least (libpq's 2 s) is not tried.
+        by = None if timeout is None else time.monotonic() + timeout
+        acquired = waited = False
         try:
+            acquired = self._shared_lock.acquire(blocking=False)
+            if not acquired:
+                waited = True
+                acquired = self._shared_lock.acquire(timeout=-1 if timeout is None else timeout)
+            if not acquired:
+                raise busy_connecting(timeout or 0.0)
             if self._shared is None or self._shared.closed:
-                self._shared = self._connect(timeout)
+                left = time_left(by)
+                if waited and left is not None and left < MIN_CONNECT_TIMEOUT:
+                    raise busy_connecting(timeout or 0.0)
+                self._shared = self._connect(left)
             return self._shared
         finally:
-            self._shared_lock.release()
+            if acquired:
+                self._shared_lock.release()
 
     def _connect(self, timeout: float | None = None) -> psycopg.Connection[Any]:
         """A connection of the conninfo source; Misconfigured when retrying
