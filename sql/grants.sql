@@ -18,28 +18,24 @@ DECLARE
     o record;
 BEGIN
     FOR o IN
-        SELECT pg_catalog.format(CASE c.relkind WHEN 'S' THEN 'SEQUENCE %s' ELSE 'TABLE %s' END,
-                                 c.oid::pg_catalog.regclass) AS object, a.grantee
+        SELECT CASE WHEN p.oid IS NOT NULL THEN pg_catalog.format('ROUTINE %s', p.oid::pg_catalog.regprocedure)
+                    WHEN c.relkind OPERATOR(pg_catalog.=) 'S'
+                         THEN pg_catalog.format('SEQUENCE %s', c.oid::pg_catalog.regclass)
+                    ELSE pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass) END AS object,
+               a.grantee
           FROM pg_catalog.pg_depend d
-          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
-          CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
-         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+          LEFT JOIN pg_catalog.pg_class c
+                 ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                AND c.oid OPERATOR(pg_catalog.=) d.objid
+          LEFT JOIN pg_catalog.pg_proc p
+                 ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                AND p.oid OPERATOR(pg_catalog.=) d.objid
+          CROSS JOIN LATERAL pg_catalog.aclexplode(COALESCE(c.relacl, p.proacl)) a
+         WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
            AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
                                                    WHERE e.extname OPERATOR(pg_catalog.=) 'pg_distlock')
            AND d.deptype OPERATOR(pg_catalog.=) 'e'
-           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, c.relowner]::pg_catalog.oid[])
-        UNION
-        SELECT pg_catalog.format('ROUTINE %s', p.oid::pg_catalog.regprocedure), a.grantee
-          FROM pg_catalog.pg_depend d
-          JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
-          CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
-         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
-           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
-           AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
-                                                   WHERE e.extname OPERATOR(pg_catalog.=) 'pg_distlock')
-           AND d.deptype OPERATOR(pg_catalog.=) 'e'
-           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, p.proowner]::pg_catalog.oid[])
+           AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, COALESCE(c.relowner, p.proowner)]::pg_catalog.oid[])
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', o.object, o.grantee::pg_catalog.regrole);
     END LOOP;

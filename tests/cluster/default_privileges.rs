@@ -12,13 +12,10 @@ const ROLE: &str = "default_privileges_app";
 /// A database `name` whose installing role grants every future table,
 /// sequence and function (and schema) to ROLE, then `create_extension` run.
 fn database_with_default_privileges(name: &str, create_extension: &str) -> postgres::Client {
-    let mut admin = connect_to(primary_port(), "postgres", "cluster-test");
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
-    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
-    let mut c = connect(name);
+    let mut c = empty_db(name);
+    ensure_role(&mut c, ROLE);
     c.batch_execute(&format!(
-        "DO $$ BEGIN CREATE ROLE {ROLE}; EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
-         ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO {ROLE}; \
+        "ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO {ROLE}; \
          ALTER DEFAULT PRIVILEGES GRANT USAGE ON SEQUENCES TO {ROLE}; \
          ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO {ROLE}; \
          ALTER DEFAULT PRIVILEGES GRANT USAGE ON SCHEMAS TO {ROLE}; \

@@ -5,27 +5,13 @@
 
 use crate::support::*;
 
-fn new_database(name: &str) -> Client {
-    let mut admin = connect_to(primary_port(), "postgres", "cluster-test");
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
-    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
-    connect(name)
-}
-
-fn create_role(c: &mut Client, role: &str) {
-    c.batch_execute(&format!(
-        "DO $$ BEGIN CREATE ROLE {role}; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
-    ))
-    .expect("role");
-}
-
 /// The update's hard-coded list misses distlock.library_guard(), which the
 /// update creates after its $owner_only$ block: the owner's default
 /// privileges grant it to their grantee, which a fresh install takes back.
 #[test]
 fn the_update_takes_back_default_privileges_on_library_guard_too() {
-    let mut c = new_database("review_44b_guard");
-    create_role(&mut c, "review_44b_app");
+    let mut c = empty_db("review_44b_guard");
+    ensure_role(&mut c, "review_44b_app");
     c.batch_execute(
         "ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO review_44b_app; \
          CREATE EXTENSION pg_distlock VERSION '0.3.0'; \
@@ -46,7 +32,7 @@ fn the_update_takes_back_default_privileges_on_library_guard_too() {
 /// them on, to anyone.
 #[test]
 fn the_update_keeps_no_grant_option_of_pg_monitor_on_the_monitor_functions() {
-    let mut c = new_database("review_44b_monitor_option");
+    let mut c = empty_db("review_44b_monitor_option");
     c.batch_execute(
         "ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO pg_monitor WITH GRANT OPTION; \
          CREATE EXTENSION pg_distlock VERSION '0.3.0'; \
@@ -71,9 +57,9 @@ fn the_update_keeps_no_grant_option_of_pg_monitor_on_the_monitor_functions() {
 /// reinstall went through before the change).
 #[test]
 fn create_extension_goes_through_when_a_grantee_passed_its_grant_on() {
-    let mut c = new_database("review_44b_chain");
-    create_role(&mut c, "review_44b_lead");
-    create_role(&mut c, "review_44b_member");
+    let mut c = empty_db("review_44b_chain");
+    ensure_role(&mut c, "review_44b_lead");
+    ensure_role(&mut c, "review_44b_member");
     c.batch_execute(
         "CREATE EXTENSION pg_distlock; \
          GRANT USAGE ON SCHEMA distlock TO review_44b_lead WITH GRANT OPTION; \
@@ -94,8 +80,8 @@ fn create_extension_goes_through_when_a_grantee_passed_its_grant_on() {
 /// not pg_distlock's, and takes the user's grant back.
 #[test]
 fn create_extension_leaves_grants_on_objects_not_its_own_alone() {
-    let mut c = new_database("review_44b_foreign");
-    create_role(&mut c, "review_44b_reader");
+    let mut c = empty_db("review_44b_foreign");
+    ensure_role(&mut c, "review_44b_reader");
     c.batch_execute(
         "CREATE SCHEMA distlock; CREATE TABLE distlock.users_own (x int); \
          GRANT SELECT ON distlock.users_own TO review_44b_reader; \

@@ -4,20 +4,6 @@
 
 use crate::support::*;
 
-fn new_database(name: &str) -> Client {
-    let mut admin = connect_to(primary_port(), "postgres", "cluster-test");
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
-    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
-    connect(name)
-}
-
-fn create_role(c: &mut Client, role: &str) {
-    c.batch_execute(&format!(
-        "DO $$ BEGIN CREATE ROLE {role}; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
-    ))
-    .expect("role");
-}
-
 /// Schema distlock is created by CREATE EXTENSION itself (control file
 /// `schema = distlock`) when it does not exist, and the installing role's
 /// `ALTER DEFAULT PRIVILEGES ... ON SCHEMAS` apply to it. Since c955ec4
@@ -25,8 +11,8 @@ fn create_role(c: &mut Client, role: &str) {
 /// given CREATE on future schemas gets CREATE on distlock at a fresh install.
 #[test]
 fn a_fresh_install_grants_no_create_on_its_schema_by_default_privileges() {
-    let mut c = new_database("review_45_schema_create");
-    create_role(&mut c, "review_45_app");
+    let mut c = empty_db("review_45_schema_create");
+    ensure_role(&mut c, "review_45_app");
     c.batch_execute(
         "ALTER DEFAULT PRIVILEGES GRANT ALL ON SCHEMAS TO review_45_app; \
          CREATE EXTENSION pg_distlock",
@@ -46,9 +32,9 @@ fn a_fresh_install_grants_no_create_on_its_schema_by_default_privileges() {
 /// `distlock.try_lock('name')` fail with "is not unique".
 #[test]
 fn a_role_given_create_on_future_schemas_cannot_plant_functions_in_distlock() {
-    let mut c = new_database("review_45_schema_plant");
-    create_role(&mut c, "review_45_app");
-    create_role(&mut c, "review_45_tenant");
+    let mut c = empty_db("review_45_schema_plant");
+    ensure_role(&mut c, "review_45_app");
+    ensure_role(&mut c, "review_45_tenant");
     c.batch_execute(
         "ALTER DEFAULT PRIVILEGES GRANT ALL ON SCHEMAS TO review_45_app; \
          CREATE EXTENSION pg_distlock; \
@@ -80,11 +66,11 @@ fn a_role_given_create_on_future_schemas_cannot_plant_functions_in_distlock() {
 /// owner whoever made the schema.)
 #[test]
 fn a_restore_under_default_privileges_leaves_distlock_unwritable() {
-    let mut source = new_database("review_45_dump_source");
+    let mut source = empty_db("review_45_dump_source");
     source.batch_execute("CREATE EXTENSION pg_distlock").expect("extension");
     drop(source);
-    let mut target = new_database("review_45_dump_target");
-    create_role(&mut target, "review_45_app");
+    let mut target = empty_db("review_45_dump_target");
+    ensure_role(&mut target, "review_45_app");
     target
         .batch_execute("ALTER DEFAULT PRIVILEGES GRANT ALL ON SCHEMAS TO review_45_app")
         .expect("default privileges");

@@ -83,11 +83,28 @@ pub fn fresh_db_at_version(name: &str, version: &str) -> Client {
 }
 
 fn fresh_db_with(port: u16, name: &str, create_extension: &str) -> String {
+    empty_db_on(port, name).batch_execute(create_extension).expect("create extension");
+    name.to_string()
+}
+
+/// A new database on the primary without pg_distlock (a test creates it,
+/// after settings of its own); connected.
+pub fn empty_db(name: &str) -> Client {
+    empty_db_on(primary_port(), name)
+}
+
+fn empty_db_on(port: u16, name: &str) -> Client {
     let mut admin = connect_to(port, "postgres", "cluster-test");
     admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
     admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
-    connect_to(port, name, "cluster-test").batch_execute(create_extension).expect("create extension");
-    name.to_string()
+    connect_to(port, name, "cluster-test")
+}
+
+/// Role `role`, made unless it exists (roles are cluster-wide: earlier runs
+/// and other tests' databases share them).
+pub fn ensure_role(c: &mut Client, role: &str) {
+    c.batch_execute(&format!("DO $$ BEGIN CREATE ROLE {role}; EXCEPTION WHEN duplicate_object THEN NULL; END $$"))
+        .expect("role");
 }
 
 /// Polls `check` until it is true, failing after `timeout`.
