@@ -80,6 +80,10 @@ def raise_if_misconfigured(exc: psycopg.Error, source: str) -> None:
     log.warning("pg_distlock: %s; the pool keeps trying in the background", failure)
 
 
+# libpq's least connect_timeout (seconds): 1 is taken as 2.
+MIN_CONNECT_TIMEOUT = 2
+
+
 def connect_timeout(conninfo: str, timeout: float | None, given: dict[str, Any] | None = None) -> dict[str, Any]:
     """libpq's connect_timeout for a connect bounded by `timeout` seconds
     (whole seconds, at least 2, as libpq counts them), unless the conninfo
@@ -91,7 +95,7 @@ def connect_timeout(conninfo: str, timeout: float | None, given: dict[str, Any] 
             return {}
     except psycopg.Error:
         return {}  # the connect says what is wrong with it
-    return {"connect_timeout": max(2, math.ceil(timeout))}
+    return {"connect_timeout": max(MIN_CONNECT_TIMEOUT, math.ceil(timeout))}
 
 
 # A pool's checkout timed out: what a connection of its own said, for a
@@ -155,10 +159,6 @@ def time_left(by: float | None) -> float | None:
     of 0 s even with a connection ready) and at most MAX_CHECKOUT_WAIT. None
     (the source's own limits) for None."""
     return None if by is None else min(max(by - time.monotonic(), 0.001), MAX_CHECKOUT_WAIT)
-
-
-# libpq's least connect_timeout (seconds): 1 is taken as 2.
-MIN_CONNECT_TIMEOUT = 2.0
 
 
 def busy_connecting(timeout: float) -> Unavailable:

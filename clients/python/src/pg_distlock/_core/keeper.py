@@ -190,12 +190,12 @@ def checkout_deadline(wait: float) -> float:
     return time.monotonic() + max(wait, MIN_CONNECT_WAIT)
 
 
-def try_checkout_by(checkout_by: float | None) -> float | None:
+def try_checkout_by(checkout_by: float) -> float:
     """A try's own checkout deadline within a call's `checkout_by`: each try
     gets at least MIN_CONNECT_WAIT, so that the last try of a wait, made as
     it runs out, is not refused for a pool busy for a moment (it would read
     as Unavailable where the answer is LockTimeout or RateLimited)."""
-    return None if checkout_by is None else max(checkout_by, time.monotonic() + MIN_CONNECT_WAIT)
+    return max(checkout_by, time.monotonic() + MIN_CONNECT_WAIT)
 
 
 def retry_until(attempt: Callable[[float], fx.Gen[Any]], wait: float, what: str) -> fx.Gen[Any]:
@@ -208,7 +208,7 @@ def retry_until(attempt: Callable[[float], fx.Gen[Any]], wait: float, what: str)
     checkout_by = checkout_deadline(wait)
     delay = 0.02
     while True:
-        result = yield from attempt(max(checkout_by, time.monotonic() + MIN_CONNECT_WAIT))
+        result = yield from attempt(try_checkout_by(checkout_by))
         if result is not None and result is not False:
             return result
         left = deadline - time.monotonic()

@@ -72,7 +72,8 @@ class RateLimiterLogic(Bound[S]):
         deadline = None if wait is None else time.monotonic() + wait
         checkout_by = None if wait is None else checkout_deadline(wait)
         while True:
-            result = yield from self._try_acquire_op(quantity, try_checkout_by(checkout_by))
+            try_by = None if checkout_by is None else try_checkout_by(checkout_by)
+            result = yield from self._try_acquire_op(quantity, try_by)
             if result.allowed:
                 return result
             if result.retry_after is None:
