@@ -110,6 +110,8 @@ prepare() {
   enter "$root" 0 /usr/bin/dpkg --configure -a >/dev/null
   # shellcheck disable=SC2086 # the list is words
   root_apt "$root" install -y $want >/dev/null
+  # The downloaded .debs are half a GB a root, and never read again.
+  root_apt "$root" clean
   trust_as_host "$root"
   echo "$want" >"$stamp"
 }

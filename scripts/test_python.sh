@@ -76,3 +76,8 @@ echo "== python client: pytest"
   DISTLOCK_PY_PGBIN="$pgbin" \
     "$work/venv/bin/python" -m pytest -p no:cacheprovider ${PYTEST_ARGS:-}
 )
+# Passed: in lean mode (scripts/test.sh) its clusters need not stay.
+if [ "${DISTLOCK_LEAN_DISK:-}" = 1 ]; then
+  cleanup
+  rm -rf "$work/primary" "$work/standby" "$work/venv" "$work/build-venv" "$work/sdist-venv"
+fi

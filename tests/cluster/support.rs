@@ -94,10 +94,42 @@ pub fn empty_db(name: &str) -> Client {
 }
 
 fn empty_db_on(port: u16, name: &str) -> Client {
+    drop_earlier_tests_databases();
     let mut admin = connect_to(port, "postgres", "cluster-test");
     admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
     admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
+    remember_made_database(port, name);
     connect_to(port, name, "cluster-test")
+}
+
+/// The databases this process made, with the test that made them: a run makes
+/// ~150, and kept they filled the disk of a CI machine (2.5 GB a cluster, and
+/// the standby's copy). The test that made them may still be reading them, so
+/// they are dropped when a later test asks for a database.
+static MADE_DATABASES: std::sync::Mutex<Vec<(String, u16, String)>> = std::sync::Mutex::new(Vec::new());
+
+fn drop_earlier_tests_databases() {
+    // libtest names each test's thread after the test (a thread the test
+    // spawned has none: it drops nothing).
+    let Some(test) = std::thread::current().name().map(str::to_string) else { return };
+    let mut made = MADE_DATABASES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let (earlier, own): (Vec<_>, Vec<_>) = made.drain(..).partition(|(maker, _, _)| *maker != test);
+    *made = own;
+    drop(made);
+    for (_, port, name) in earlier {
+        // Best effort: the cluster may be down, or a prepared transaction of
+        // the earlier test may hold the database; then it stays.
+        let url = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres connect_timeout=5");
+        if let Ok(mut admin) = Client::connect(&url, NoTls) {
+            let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        }
+    }
+}
+
+fn remember_made_database(port: u16, name: &str) {
+    // One a test's own thread made is left: its test is not known.
+    let Some(test) = std::thread::current().name().map(str::to_string) else { return };
+    MADE_DATABASES.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push((test, port, name.to_string()));
 }
 
 /// Role `role`, made unless it exists (roles are cluster-wide: earlier runs
