@@ -284,6 +284,142 @@ SELECT r.id AS log_id,
 COMMENT ON VIEW distlock.running_tasks IS
     'Running claims, whether their holder (backend, or lease for a lease-mode claim) is alive, whether a lease-mode claim''s backend is still connected, and whether they are past their timeout.';
 
+-- Consumers learn each claimed job's queue (issue 47, item 6): consume_task,
+-- consume_tasks and settle_and_consume_tasks return it as their last column.
+-- A new result type needs DROP and CREATE (CREATE OR REPLACE cannot change
+-- it), so a view or a SQL-standard (BEGIN ATOMIC) function of the user that
+-- depends on one of them makes this update fail: drop it first, create it
+-- again after (docs/upgrading.md). The new definitions bind other C symbols:
+-- 0.3.0's, with 0.3.0's columns, stay in the library (src/compat/v0_3_0.rs)
+-- for databases not yet updated. Dropping a function drops its grants: the
+-- capabilities' grants are made again below; any other grant of them (one
+-- made by hand) is named in a WARNING first and not made again, as the
+-- update to 0.3.0 did with such grants.
+DO $hand_grants$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN
+        SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text AS signature,
+               CASE WHEN x.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END AS grantee,
+               x.privilege_type, x.is_grantable
+          FROM pg_catalog.pg_proc p
+         CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) x
+         WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+                   'distlock.consume_task(text, interval, interval, text[])'::pg_catalog.regprocedure,
+                   'distlock.consume_tasks(integer, text, interval, interval, text[])'::pg_catalog.regprocedure,
+                   'distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])'::pg_catalog.regprocedure]::pg_catalog.oid[])
+           AND x.grantee OPERATOR(pg_catalog.<>) p.proowner
+           AND (x.is_grantable OR NOT EXISTS (
+                SELECT FROM distlock.role_capabilities rc
+                 CROSS JOIN LATERAL distlock.capability_privileges(rc.capability) c
+                 WHERE rc.role::pg_catalog.oid OPERATOR(pg_catalog.=) x.grantee
+                   AND CASE WHEN pg_catalog.starts_with(c.object, 'FUNCTION ')
+                            THEN pg_catalog.to_regprocedure(pg_catalog.substr(c.object, 10))::pg_catalog.oid
+                                 OPERATOR(pg_catalog.=) p.oid
+                            ELSE false END))
+         ORDER BY 1, 2
+    LOOP
+        RAISE WARNING 'pg_distlock 0.4.0: revoked % on function % from % (no capability of that role includes it; the function is created again with a queue column)',
+            g.privilege_type OPERATOR(pg_catalog.||) CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END,
+            g.signature, g.grantee
+            USING HINT = 'Grant it again if it is still meant, or grant a capability with distlock.grant_capability.';
+    END LOOP;
+END
+$hand_grants$;
+
+DROP FUNCTION distlock.consume_task(text, interval, interval, text[]);
+CREATE FUNCTION distlock.consume_task(
+    p_worker_id text DEFAULT NULL,
+    p_lease interval DEFAULT '5 minutes',
+    p_wait interval DEFAULT NULL,
+    p_queues text[] DEFAULT NULL
+) RETURNS TABLE (
+    task_id bigint,
+    task_name text,
+    payload jsonb,
+    attempts integer,
+    max_attempts integer,
+    lease_expires_at timestamp with time zone,
+    priority integer,
+    worker_id text,
+    queue text
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'consume_task_with_queue_wrapper';
+REVOKE ALL ON FUNCTION distlock.consume_task(text, interval, interval, text[]) FROM PUBLIC;
+
+DROP FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[]);
+CREATE FUNCTION distlock.consume_tasks(
+    p_batch integer,
+    p_worker_id text DEFAULT NULL,
+    p_lease interval DEFAULT '5 minutes',
+    p_wait interval DEFAULT NULL,
+    p_queues text[] DEFAULT NULL
+) RETURNS TABLE (
+    task_id bigint,
+    task_name text,
+    payload jsonb,
+    attempts integer,
+    max_attempts integer,
+    lease_expires_at timestamp with time zone,
+    priority integer,
+    worker_id text,
+    queue text
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'consume_tasks_with_queue_wrapper';
+REVOKE ALL ON FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[]) FROM PUBLIC;
+
+DROP FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[]);
+CREATE FUNCTION distlock.settle_and_consume_tasks(
+    p_batch integer,
+    p_worker_id text DEFAULT NULL,
+    p_completed bigint[] DEFAULT NULL,
+    p_completed_attempts integer[] DEFAULT NULL,
+    p_failed bigint[] DEFAULT NULL,
+    p_failed_attempts integer[] DEFAULT NULL,
+    p_failed_errors text[] DEFAULT NULL,
+    p_lease interval DEFAULT '5 minutes',
+    p_wait interval DEFAULT NULL,
+    p_queues text[] DEFAULT NULL
+) RETURNS TABLE (
+    task_id bigint,
+    task_name text,
+    payload jsonb,
+    attempts integer,
+    max_attempts integer,
+    lease_expires_at timestamp with time zone,
+    priority integer,
+    worker_id text,
+    outcome text,
+    queue text
+)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'settle_and_consume_tasks_with_queue_wrapper';
+REVOKE ALL ON FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[]) FROM PUBLIC;
+
+-- Every role whose capabilities include them (consumer, admin) gets them
+-- again, as grant_capability grants them; pg_init_privs is set right at the
+-- end of this script.
+DO $regrant$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT rc.role, c.privilege, c.object
+               FROM distlock.role_capabilities rc
+              CROSS JOIN LATERAL distlock.capability_privileges(rc.capability) c
+              WHERE c.object OPERATOR(pg_catalog.=) ANY (ARRAY[
+                    'FUNCTION distlock.consume_task(text, interval, interval, text[])',
+                    'FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[])',
+                    'FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])'])
+    LOOP
+        EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', g.privilege, g.object, g.role);
+    END LOOP;
+END
+$regrant$;
+
 -- The capability model gains them: the list replaced, every admin and
 -- monitor granted them.
 CREATE OR REPLACE FUNCTION distlock.capability_privileges(p_capability text)

@@ -146,4 +146,6 @@ RETURNING q.id, q.task_name, q.payload, q.attempts, q.max_attempts, q.lease_expi
           -- of where the runnable jobs this claim read end. Read from the
           -- row rather than by joining the claimed rows, which cost the
           -- one-job loop 7-10 %.
-          pg_catalog.starts_with(q.last_error, 'lease expired (worker ')
+          pg_catalog.starts_with(q.last_error, 'lease expired (worker '),
+          -- The job's queue, handed to the consumer (0.4.0).
+          q.queue

@@ -5,7 +5,7 @@
 use pgrx::prelude::*;
 
 use crate::errors::int_in_range;
-use crate::queue::{consume, Payload, Route, MAX_BATCH};
+use crate::queue::{consume, without_queue, Payload, Route, MAX_BATCH};
 use crate::text::Text;
 
 #[pg_extern(sql = false)]
@@ -13,7 +13,7 @@ fn consume_task(
     p_worker_id: Option<Text>,
     p_lease: Option<Interval>,
 ) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
-    TableIterator::new(consume(1, p_worker_id, p_lease, None, Route::Legacy))
+    TableIterator::new(without_queue(consume(1, p_worker_id, p_lease, None, Route::Legacy)))
 }
 
 #[pg_extern(sql = false)]
@@ -23,5 +23,5 @@ fn consume_tasks(
     p_lease: Option<Interval>,
 ) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
-    TableIterator::new(consume(batch, p_worker_id, p_lease, None, Route::Legacy))
+    TableIterator::new(without_queue(consume(batch, p_worker_id, p_lease, None, Route::Legacy)))
 }

@@ -7,7 +7,7 @@
 use pgrx::prelude::*;
 
 use crate::errors::int_in_range;
-use crate::queue::{consume, enqueue, Payload, Route, MAX_BATCH};
+use crate::queue::{consume, enqueue, without_queue, Payload, Route, MAX_BATCH};
 use crate::text::Text;
 
 #[pg_extern(sql = false)]
@@ -27,7 +27,7 @@ fn consume_task_or_wait(
     p_lease: Option<Interval>,
     p_wait: Option<Interval>,
 ) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
-    TableIterator::new(consume(1, p_worker_id, p_lease, p_wait, Route::Legacy))
+    TableIterator::new(without_queue(consume(1, p_worker_id, p_lease, p_wait, Route::Legacy)))
 }
 
 #[pg_extern(sql = false)]
@@ -38,5 +38,5 @@ fn consume_tasks_or_wait(
     p_wait: Option<Interval>,
 ) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
-    TableIterator::new(consume(batch, p_worker_id, p_lease, p_wait, Route::Legacy))
+    TableIterator::new(without_queue(consume(batch, p_worker_id, p_lease, p_wait, Route::Legacy)))
 }

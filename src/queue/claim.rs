@@ -13,8 +13,21 @@ use crate::plans::{plan, types};
 use crate::scopes::Scope;
 
 /// One claimed job; the SQL signatures below spell the same columns out,
-/// because pgrx reads them from the function's own tokens.
-pub(crate) type Job = (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text);
+/// because pgrx reads them from the function's own tokens. The last is the
+/// job's queue (NULL from 0.2.0's tables, which have none).
+pub(crate) type Job = (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text, Option<Text>);
+
+/// A claimed job as the functions of 0.1.0 to 0.3.0 return it: without its
+/// queue (src/compat keeps their entry points).
+pub(crate) type JobWithoutQueue = (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text);
+
+pub(crate) fn without_queue(jobs: Vec<Job>) -> Vec<JobWithoutQueue> {
+    jobs.into_iter()
+        .map(|(id, name, payload, attempts, max_attempts, lease, priority, worker, _)| {
+            (id, name, payload, attempts, max_attempts, lease, priority, worker)
+        })
+        .collect()
+}
 
 pub(crate) fn clock_now() -> pg_sys::TimestampTz {
     unsafe { pg_sys::GetCurrentTimestamp() }
@@ -172,6 +185,7 @@ pub(crate) fn claim_from(
                                 .unwrap_or_else(TimestampWithTimeZone::negative_infinity),
                             row.get::<i32>(7)?.unwrap_or_default(),
                             worker.clone(),
+                            if starts_anywhere { row.get::<Text>(11)? } else { None },
                         ));
                     }
                     Ok(())

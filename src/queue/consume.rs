@@ -447,9 +447,10 @@ pub(crate) fn consume_after(
 /// queues `p_queues` (tried in the order given; NULL: every queue) with a
 /// lease; zero rows when there is none, after waiting up to `p_wait` for
 /// one. A NULL worker id falls back to the session's application_name or
-/// client address.
+/// client address. The last column is the job's queue (0.4.0; 0.3.0's entry
+/// point, without it, is in src/compat/v0_3_0.rs).
 #[pg_extern(name = "consume_task")]
-fn consume_task_from_queues(
+fn consume_task_with_queue(
     p_worker_id: default!(Option<Text>, "NULL"),
     p_lease: default!(Option<Interval>, "'5 minutes'"),
     p_wait: default!(Option<Interval>, "NULL"),
@@ -465,6 +466,7 @@ fn consume_task_from_queues(
         name!(lease_expires_at, TimestampWithTimeZone),
         name!(priority, i32),
         name!(worker_id, Text),
+        name!(queue, Option<Text>),
     ),
 > {
     let route = route(p_queues, &p_wait);
@@ -472,9 +474,10 @@ fn consume_task_from_queues(
 }
 
 /// Claims up to `p_batch` (1..1000) runnable jobs of the queues `p_queues`
-/// in one call, after waiting up to `p_wait` for the first.
+/// in one call, after waiting up to `p_wait` for the first; the last column
+/// is each job's queue.
 #[pg_extern(name = "consume_tasks")]
-fn consume_tasks_from_queues(
+fn consume_tasks_with_queue(
     p_batch: Option<i32>,
     p_worker_id: default!(Option<Text>, "NULL"),
     p_lease: default!(Option<Interval>, "'5 minutes'"),
@@ -491,6 +494,7 @@ fn consume_tasks_from_queues(
         name!(lease_expires_at, TimestampWithTimeZone),
         name!(priority, i32),
         name!(worker_id, Text),
+        name!(queue, Option<Text>),
     ),
 > {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);

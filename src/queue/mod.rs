@@ -28,9 +28,11 @@ mod plan_tests;
 mod queue_tests;
 
 pub use reap::reap_expired_leases;
-pub(crate) use consume::{consume, Route, MAX_BATCH};
+pub(crate) use claim::without_queue;
+pub(crate) use consume::{consume, route, Route, MAX_BATCH};
 pub(crate) use enqueue::enqueue;
 pub(crate) use payload::Payload;
+pub(crate) use settle_and_consume::settle_and_consume_tasks_with_queue;
 
 use crate::text::{self, Text};
 use pgrx::spi::SpiClient;

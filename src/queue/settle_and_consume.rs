@@ -18,10 +18,11 @@ use crate::errors::int_in_range;
 /// 'refused' is a job of `p_completed` or `p_failed` that this worker no
 /// longer held in that attempt (its lease ran out), left unchanged. Waits
 /// up to `p_wait` only when it settled nothing, so settles never wait
-/// uncommitted.
-#[pg_extern]
+/// uncommitted. The last column is a claimed job's queue (0.4.0; 0.3.0's
+/// entry point, without it, is in src/compat/v0_3_0.rs).
+#[pg_extern(name = "settle_and_consume_tasks")]
 #[allow(clippy::too_many_arguments)]
-fn settle_and_consume_tasks(
+pub(crate) fn settle_and_consume_tasks_with_queue(
     p_batch: Option<i32>,
     p_worker_id: default!(Option<Text>, "NULL"),
     p_completed: default!(Option<Vec<Option<i64>>>, "NULL"),
@@ -44,6 +45,7 @@ fn settle_and_consume_tasks(
         name!(priority, Option<i32>),
         name!(worker_id, Text),
         name!(outcome, &'static str),
+        name!(queue, Option<Text>),
     ),
 > {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
@@ -78,12 +80,12 @@ fn settle_and_consume_tasks(
         }
         settled
     });
-    let claimed = jobs.into_iter().map(|(id, name, payload, attempts, max_attempts, lease, priority, worker)| {
-        (id, Some(name), payload, Some(attempts), Some(max_attempts), Some(lease), Some(priority), worker, "claimed")
+    let claimed = jobs.into_iter().map(|(id, name, payload, attempts, max_attempts, lease, priority, worker, queue)| {
+        (id, Some(name), payload, Some(attempts), Some(max_attempts), Some(lease), Some(priority), worker, "claimed", queue)
     });
     let refused = refused
         .into_iter()
-        .map(|(id, attempt, worker)| (id, None, None, attempt, None, None, None, worker, "refused"));
+        .map(|(id, attempt, worker)| (id, None, None, attempt, None, None, None, worker, "refused", None));
     TableIterator::new(refused.chain(claimed).collect::<Vec<_>>())
 }
 

@@ -1,0 +1,82 @@
+//! 0.3.0's `consume_task`, `consume_tasks` and `settle_and_consume_tasks`:
+//! the symbols `consume_task_from_queues_wrapper`,
+//! `consume_tasks_from_queues_wrapper` and `settle_and_consume_tasks_wrapper`,
+//! with 0.3.0's result columns (without the job's queue, which 0.4.0 added
+//! as the last column). A C function must return exactly the columns its
+//! SQL declares, so 0.4.0's functions are other symbols.
+
+use pgrx::prelude::*;
+
+use crate::errors::int_in_range;
+use crate::queue::{consume, route, settle_and_consume_tasks_with_queue, without_queue, Payload, MAX_BATCH};
+use crate::text::{Text, TextArray};
+
+#[pg_extern(sql = false)]
+fn consume_task_from_queues(
+    p_worker_id: Option<Text>,
+    p_lease: Option<Interval>,
+    p_wait: Option<Interval>,
+    p_queues: Option<TextArray>,
+) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
+    let route = route(p_queues, &p_wait);
+    TableIterator::new(without_queue(consume(1, p_worker_id, p_lease, p_wait, route)))
+}
+
+#[pg_extern(sql = false)]
+fn consume_tasks_from_queues(
+    p_batch: Option<i32>,
+    p_worker_id: Option<Text>,
+    p_lease: Option<Interval>,
+    p_wait: Option<Interval>,
+    p_queues: Option<TextArray>,
+) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
+    let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
+    let route = route(p_queues, &p_wait);
+    TableIterator::new(without_queue(consume(batch, p_worker_id, p_lease, p_wait, route)))
+}
+
+#[pg_extern(sql = false)]
+#[allow(clippy::too_many_arguments)]
+fn settle_and_consume_tasks(
+    p_batch: Option<i32>,
+    p_worker_id: Option<Text>,
+    p_completed: Option<Vec<Option<i64>>>,
+    p_completed_attempts: Option<Vec<Option<i32>>>,
+    p_failed: Option<Vec<Option<i64>>>,
+    p_failed_attempts: Option<Vec<Option<i32>>>,
+    p_failed_errors: Option<TextArray>,
+    p_lease: Option<Interval>,
+    p_wait: Option<Interval>,
+    p_queues: Option<TextArray>,
+) -> TableIterator<
+    'static,
+    (
+        i64,
+        Option<Text>,
+        Option<Payload>,
+        Option<i32>,
+        Option<i32>,
+        Option<TimestampWithTimeZone>,
+        Option<i32>,
+        Text,
+        &'static str,
+    ),
+> {
+    let rows = settle_and_consume_tasks_with_queue(
+        p_batch,
+        p_worker_id,
+        p_completed,
+        p_completed_attempts,
+        p_failed,
+        p_failed_attempts,
+        p_failed_errors,
+        p_lease,
+        p_wait,
+        p_queues,
+    );
+    TableIterator::new(rows.map(
+        |(id, name, payload, attempts, max_attempts, lease, priority, worker, outcome, _queue)| {
+            (id, name, payload, attempts, max_attempts, lease, priority, worker, outcome)
+        },
+    ))
+}
