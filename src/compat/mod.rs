@@ -9,3 +9,5 @@
 mod v0_1_0;
 mod v0_2_0;
 mod v0_3_0;
+#[cfg(any(test, feature = "pg_test"))]
+mod v0_3_0_tests;

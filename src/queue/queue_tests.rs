@@ -65,6 +65,49 @@ mod tests {
         assert_sqlstate("distlock.enqueue_task('x', p_queue => '')", "22023");
     }
 
+    /// Each claimed job says which queue it came from, in the last column of
+    /// consume_task, consume_tasks and settle_and_consume_tasks (after
+    /// `outcome` there), so that readers of the other columns by position
+    /// keep working (issue 47, item 6).
+    #[pg_test]
+    fn queue_claims_name_each_jobs_queue_in_their_last_column() {
+        for (function, before_last) in [
+            ("consume_task(text, interval, interval, text[])", "worker_id"),
+            ("consume_tasks(integer, text, interval, interval, text[])", "worker_id"),
+            ("settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])", "outcome"),
+        ] {
+            assert_eq!(
+                one::<String>(&format!(
+                    "SELECT a[array_length(a, 1) - 1] || ',' || a[array_length(a, 1)] \
+                       FROM (SELECT proargnames AS a FROM pg_catalog.pg_proc WHERE oid = 'distlock.{function}'::regprocedure) p"
+                )),
+                Some(format!("{before_last},queue")),
+                "{function}"
+            );
+        }
+        let email = enqueue("'mail', '{}', now(), 0, 5, 'email'");
+        let thumb = enqueue("'resize', '{}', now(), 0, 5, 'thumbs'");
+        let both = "p_queues => ARRAY['email', 'thumbs']";
+        assert_eq!(
+            one::<String>(&format!("SELECT task_id || ':' || queue FROM distlock.consume_task('w', {both})")),
+            Some(format!("{email}:email"))
+        );
+        assert_eq!(
+            one::<String>(&format!("SELECT task_id || ':' || queue FROM distlock.consume_tasks(5, 'w', {both})")),
+            Some(format!("{thumb}:thumbs"))
+        );
+        let later = enqueue("'resize', '{}', now(), 0, 5, 'thumbs'");
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT string_agg(task_id || ':' || outcome || ':' || coalesce(queue, 'NULL'), ',' ORDER BY outcome DESC) \
+                   FROM distlock.settle_and_consume_tasks(5, 'w', p_completed => ARRAY[{email}, {thumb}]::bigint[], \
+                                                        p_completed_attempts => ARRAY[1, 9], {both})"
+            )),
+            Some(format!("{thumb}:refused:NULL,{later}:claimed:thumbs")),
+            "a refused settle (attempt 9 is not held) has no queue"
+        );
+    }
+
     /// A unique key admits one unfinished job per queue: enqueueing it again
     /// returns the queued job's id, while the job is pending, processing or
     /// failed (awaiting its retry); a completed or dead job frees the key.

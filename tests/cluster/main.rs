@@ -18,6 +18,7 @@ mod fencing_identity;
 mod fleet;
 mod ha;
 mod history;
+mod job_queue;
 mod lease_claims;
 mod library_guard;
 mod liveness;

@@ -410,7 +410,7 @@ fn an_admin_defines_tasks_but_cannot_forge_a_token() {
 }
 
 /// A connection that keeps the notices and warnings it receives.
-fn connect_keeping_notices(port: u16, db: &str) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+pub(crate) fn connect_keeping_notices(port: u16, db: &str) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = notices.clone();
     let client = postgres::Config::new()

@@ -224,18 +224,61 @@ fn check_0_2_0_state(c: &mut Client) {
 /// A role 0.3.0's producer capability was granted to before the update.
 const PRODUCER_ROLE: &str = "distlock_upgrade_producer";
 
+/// A role 0.3.0's consumer capability was granted to before the update,
+/// which drops and creates the claim functions again (0.4.0 adds their
+/// `queue` column) and so must grant them to it again.
+const CONSUMER_ROLE: &str = "distlock_upgrade_consumer";
+
+/// The three claim functions, each called so that it claims nothing.
+const CLAIM_CALLS: [&str; 3] = [
+    "distlock.consume_task('none', p_queues => ARRAY['upgrade-none'])",
+    "distlock.consume_tasks(2, 'none', p_queues => ARRAY['upgrade-none'])",
+    "distlock.settle_and_consume_tasks(2, 'none', p_queues => ARRAY['upgrade-none'])",
+];
+
+/// The result columns of each of CLAIM_CALLS, as prepared, and that each
+/// runs (as the current role).
+fn claim_columns(c: &mut Client) -> Vec<String> {
+    CLAIM_CALLS
+        .iter()
+        .map(|call| {
+            assert_eq!(count(c, &format!("SELECT * FROM {call}")), 0, "{call}");
+            let statement = c.prepare(&format!("SELECT * FROM {call}")).unwrap_or_else(|e| panic!("{call}: {e}"));
+            statement.columns().iter().map(|column| column.name()).collect::<Vec<_>>().join(",")
+        })
+        .collect()
+}
+
+const CLAIM_COLUMNS_0_3_0: &str = "task_id,task_name,payload,attempts,max_attempts,lease_expires_at,priority,worker_id";
+
 /// `populate_0_2_0`, plus what 0.3.0 added: a queue limit, a pending job
 /// with a unique key (behind every other pending job), a completed job in
-/// the archive (populate's), and a producer capability granted under 0.3.0.
+/// the archive (populate's), and a producer and a consumer capability
+/// granted under 0.3.0. The claim functions return 0.3.0's columns (this
+/// library serves 0.3.0's SQL with 0.3.0's entry points).
 fn populate_0_3_0(c: &mut Client, worker: &mut Client) {
     populate_0_2_0(c, worker);
     c.batch_execute(&format!(
         "DO $$ BEGIN CREATE ROLE {PRODUCER_ROLE}; EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
          SELECT distlock.grant_capability('{PRODUCER_ROLE}', 'producer'); \
+         DO $$ BEGIN CREATE ROLE {CONSUMER_ROLE}; EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
+         SELECT distlock.grant_capability('{CONSUMER_ROLE}', 'consumer'); \
          SELECT distlock.set_queue_limit('default', 5); \
          SELECT distlock.enqueue_task('unique-job', '{{}}', now(), -20, p_unique_key => 'u-1');"
     ))
     .expect("0.3.0 state");
+    check_0_3_0_claim_columns(c);
+}
+
+/// The claim functions of 0.3.0's SQL return 0.3.0's columns, whichever
+/// library serves them.
+fn check_0_3_0_claim_columns(c: &mut Client) {
+    let columns = as_role(c, CONSUMER_ROLE, claim_columns);
+    assert_eq!(
+        columns,
+        [CLAIM_COLUMNS_0_3_0.to_string(), CLAIM_COLUMNS_0_3_0.to_string(), format!("{CLAIM_COLUMNS_0_3_0},outcome")],
+        "0.3.0's claim functions"
+    );
 }
 
 /// What 0.3.0's state must still do after the update.
@@ -247,6 +290,16 @@ fn check_0_3_0_state(c: &mut Client) {
     });
     assert_eq!(again, first, "the unique key of a job queued at 0.3.0 still holds after the update");
     assert_eq!(lines(c, "SELECT max_processing::text FROM distlock.queue_settings WHERE queue = 'default'"), ["5"]);
+    let columns = as_role(c, CONSUMER_ROLE, claim_columns);
+    assert_eq!(
+        columns,
+        [
+            format!("{CLAIM_COLUMNS_0_3_0},queue"),
+            format!("{CLAIM_COLUMNS_0_3_0},queue"),
+            format!("{CLAIM_COLUMNS_0_3_0},outcome,queue")
+        ],
+        "the claim functions after the update, called by the consumer granted at 0.3.0"
+    );
 }
 
 #[test]
@@ -308,6 +361,12 @@ fn upgrade_in_place(
         // new backends load it, the worker's keeps the old one mapped.
         let status = Command::new("sh").args(["-c", command]).status().expect("library swap");
         assert!(status.success(), "{command} failed");
+    }
+    if release == "0.3.0" {
+        // Between installing this library and the update, a new session
+        // loads this library, which serves 0.3.0's SQL with 0.3.0's entry
+        // points (src/compat/v0_3_0.rs).
+        check_0_3_0_claim_columns(&mut connect_to(port, db, "upgrade-early"));
     }
     // The worker keeps its session (and its claim) across the update.
     connect_to(port, db, "upgrade-admin").batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
