@@ -141,12 +141,14 @@ def lock_wait_chain(db: Db, lock: str, waiters: int = 2) -> Iterator[int]:
     assert not errors
 
 
-def new_database(port: int = PRIMARY) -> Db:
+def new_database(port: int = PRIMARY, version: str | None = None) -> Db:
+    """With `version`, pg_distlock's SQL of that older release, which this
+    library serves until ALTER EXTENSION pg_distlock UPDATE."""
     name = f"pydl_{uuid.uuid4().hex[:12]}"
     with connect(dsn(port)) as admin:
         admin.execute(f"CREATE DATABASE {name}")
     db = Db(name)
-    db.admin.execute("CREATE EXTENSION pg_distlock")
+    db.admin.execute("CREATE EXTENSION pg_distlock" + (f" VERSION '{version}'" if version else ""))
     return db
 
 

@@ -36,6 +36,9 @@ class Job:
     lease_expires_at: datetime
     priority: int
     worker_id: str
+    queue: str | None = None
+    """The queue the job came from: from the server on pg_distlock 0.4.0;
+    before, the queue the consumer named when it named exactly one, else None."""
     lost: Any = field(default=None, repr=False)
     """In QueueWorker: an Event set when the job's lease could not be extended."""
     cancelled: Any = field(default=None, repr=False)
@@ -69,7 +72,13 @@ def completed_in(job: Job, completed: Any) -> None:
     job.completed_in_transaction = True
 
 
-def consume_sql(batch: int, wait: bool, queues: bool = False) -> str:
+def columns(with_queue: bool) -> str:
+    """The columns a claim reads: with the job's queue when the server
+    returns it (pg_distlock 0.4.0; named, so any server's order works)."""
+    return f"{COLUMNS}, queue" if with_queue else COLUMNS
+
+
+def consume_sql(batch: int, wait: bool, queues: bool = False, with_queue: bool = False) -> str:
     args = "p_worker_id => %s, p_lease => %s"
     if batch > 1:
         args = "p_batch => %s, " + args
@@ -77,14 +86,16 @@ def consume_sql(batch: int, wait: bool, queues: bool = False) -> str:
         args += ", p_wait => %s"
     if queues:
         args += ", p_queues => %s"
-    return f"SELECT {COLUMNS} FROM distlock.{'consume_tasks' if batch > 1 else 'consume_task'}({args})"
+    return f"SELECT {columns(with_queue)} FROM distlock.{'consume_tasks' if batch > 1 else 'consume_task'}({args})"
 
 
-SETTLE_AND_CONSUME_SQL = (
-    f"SELECT {COLUMNS}, outcome FROM distlock.settle_and_consume_tasks("
-    "p_batch => %s, p_worker_id => %s, p_completed => %s, p_completed_attempts => %s,"
-    " p_failed => %s, p_failed_attempts => %s, p_failed_errors => %s, p_lease => %s, p_wait => %s, p_queues => %s)"
-)
+def settle_and_consume_sql(with_queue: bool = False) -> str:
+    """Outcome last, whatever the server's order of columns."""
+    return (
+        f"SELECT {columns(with_queue)}, outcome FROM distlock.settle_and_consume_tasks("
+        "p_batch => %s, p_worker_id => %s, p_completed => %s, p_completed_attempts => %s,"
+        " p_failed => %s, p_failed_attempts => %s, p_failed_errors => %s, p_lease => %s, p_wait => %s, p_queues => %s)"
+    )
 
 
 @dataclass
@@ -125,6 +136,16 @@ class QueueLogic(Bound[S]):
         self.lease = positive(lease, "lease")
         self.queues = queue_names(queues)
         """What consume() takes jobs from (pg_distlock 0.3.0): None, every queue."""
+
+    def _jobs(self, rows: Iterable[Sequence[Any]], with_queue: bool) -> list[Job]:
+        """Jobs of claimed rows. A server before 0.4.0 does not say a job's
+        queue: it is the consumer's only queue when it named one, else None."""
+        jobs = [Job(*row) for row in rows]
+        if not with_queue:
+            only = self.queues[0] if self.queues is not None and len(set(self.queues)) == 1 else None
+            for job in jobs:
+                job.queue = only
+        return jobs
 
     def _enqueue_op(
         self,
@@ -197,7 +218,9 @@ class QueueLogic(Bound[S]):
                 if until is not None and until.is_set():
                     return []
                 try:
-                    rows = yield from fx.execute(consume_sql(batch, True, routed), (*params, interval(left), *tail), on=on)
+                    rows = yield from fx.execute(
+                        consume_sql(batch, True, routed, found.job_queue), (*params, interval(left), *tail), on=on
+                    )
                 except Cancelled:
                     # A worker's stop(), or the session's statement_timeout shorter
                     # than the wait: no job came, and none was claimed.
@@ -207,13 +230,13 @@ class QueueLogic(Bound[S]):
                 # look raced another consumer's claim (it never sleeps with a
                 # transaction id): wait out the rest in another call.
                 if rows or left <= 0:
-                    return [Job(*row) for row in rows]
+                    return self._jobs(rows, found.job_queue)
         delay = 0.05
         while True:
-            rows = yield from fx.execute(consume_sql(batch, False, routed), (*params, *tail), on=on)
+            rows = yield from fx.execute(consume_sql(batch, False, routed, found.job_queue), (*params, *tail), on=on)
             left = deadline - time.monotonic()
             if rows or left <= 0:
-                return [Job(*row) for row in rows]
+                return self._jobs(rows, found.job_queue)
             if (yield fx.Sleep(min(delay, left), until)):
                 return []
             delay = min(delay * 2, 1.0)
@@ -238,14 +261,15 @@ class QueueLogic(Bound[S]):
             [j.id for j, _ in failed], [j.attempts for j, _ in failed], [e for _, e in failed],
             interval(self.lease), interval(non_negative(wait, "wait")), self.queues,
         )
+        found = yield fx.Detect(on)
         try:
-            rows = yield from fx.execute(SETTLE_AND_CONSUME_SQL, params, on=on)
+            rows = yield from fx.execute(settle_and_consume_sql(found.job_queue), params, on=on)
         except Cancelled:
             if completed or failed:
                 raise
             return Settled([], set())
         return Settled(
-            [Job(*row[:-1]) for row in rows if row[-1] == "claimed"],
+            self._jobs((row[:-1] for row in rows if row[-1] == "claimed"), found.job_queue),
             {row[0] for row in rows if row[-1] == "refused"},
         )
 
