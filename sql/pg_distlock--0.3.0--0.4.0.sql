@@ -286,50 +286,28 @@ COMMENT ON VIEW distlock.running_tasks IS
 
 -- Consumers learn each claimed job's queue (issue 47, item 6): consume_task,
 -- consume_tasks and settle_and_consume_tasks return it as their last column.
--- A new result type needs DROP and CREATE (CREATE OR REPLACE cannot change
--- it), so a view or a SQL-standard (BEGIN ATOMIC) function of the user that
--- depends on one of them makes this update fail: drop it first, create it
--- again after (docs/upgrading.md). The new definitions bind other C symbols:
--- 0.3.0's, with 0.3.0's columns, stay in the library (src/compat/v0_3_0.rs)
--- for databases not yet updated. Dropping a function drops its grants: the
--- capabilities' grants are made again below; any other grant of them (one
--- made by hand) is named in a WARNING first and not made again, as the
--- update to 0.3.0 did with such grants.
-DO $hand_grants$
-DECLARE
-    g record;
-BEGIN
-    FOR g IN
-        SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text AS signature,
-               CASE WHEN x.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
-                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END AS grantee,
-               x.privilege_type, x.is_grantable
-          FROM pg_catalog.pg_proc p
-         CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) x
-         WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
-                   'distlock.consume_task(text, interval, interval, text[])'::pg_catalog.regprocedure,
-                   'distlock.consume_tasks(integer, text, interval, interval, text[])'::pg_catalog.regprocedure,
-                   'distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])'::pg_catalog.regprocedure]::pg_catalog.oid[])
-           AND x.grantee OPERATOR(pg_catalog.<>) p.proowner
-           AND (x.is_grantable OR NOT EXISTS (
-                SELECT FROM distlock.role_capabilities rc
-                 CROSS JOIN LATERAL distlock.capability_privileges(rc.capability) c
-                 WHERE rc.role::pg_catalog.oid OPERATOR(pg_catalog.=) x.grantee
-                   AND CASE WHEN pg_catalog.starts_with(c.object, 'FUNCTION ')
-                            THEN pg_catalog.to_regprocedure(pg_catalog.substr(c.object, 10))::pg_catalog.oid
-                                 OPERATOR(pg_catalog.=) p.oid
-                            ELSE false END))
-         ORDER BY 1, 2
-    LOOP
-        RAISE WARNING 'pg_distlock 0.4.0: revoked % on function % from % (no capability of that role includes it; the function is created again with a queue column)',
-            g.privilege_type OPERATOR(pg_catalog.||) CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END,
-            g.signature, g.grantee
-            USING HINT = 'Grant it again if it is still meant, or grant a capability with distlock.grant_capability.';
-    END LOOP;
-END
-$hand_grants$;
+-- CREATE OR REPLACE cannot change a result type, and DROP would pull the
+-- functions from under the consumers waiting in them right now (their call
+-- fails to build its result row, XX000, review 41) and make this update fail
+-- for a view of the user over one of them. So 0.3.0's three are renamed
+-- (*_0_3_0, bound to 0.3.0's C symbols in src/compat/v0_3_0.rs): a call
+-- running in one ends as it began, an object of the user over one keeps
+-- 0.3.0's columns; the next release drops them. The new definitions take the
+-- names, with exactly the grants 0.3.0's had (capabilities' and by hand;
+-- not what the owner's default privileges add at CREATE); the renamed ones
+-- keep none but the owner's, so that revoke_capability, which knows only
+-- the new ones, leaves no way to claim behind.
+ALTER FUNCTION distlock.consume_task(text, interval, interval, text[]) RENAME TO consume_task_0_3_0;
+ALTER FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[]) RENAME TO consume_tasks_0_3_0;
+ALTER FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])
+    RENAME TO settle_and_consume_tasks_0_3_0;
+COMMENT ON FUNCTION distlock.consume_task_0_3_0(text, interval, interval, text[]) IS
+    '0.3.0''s consume_task (no queue column), kept by the update to 0.4.0 for calls running during it; dropped by the next release.';
+COMMENT ON FUNCTION distlock.consume_tasks_0_3_0(integer, text, interval, interval, text[]) IS
+    '0.3.0''s consume_tasks (no queue column), kept by the update to 0.4.0 for calls running during it; dropped by the next release.';
+COMMENT ON FUNCTION distlock.settle_and_consume_tasks_0_3_0(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[]) IS
+    '0.3.0''s settle_and_consume_tasks (no queue column), kept by the update to 0.4.0 for calls running during it; dropped by the next release.';
 
-DROP FUNCTION distlock.consume_task(text, interval, interval, text[]);
 CREATE FUNCTION distlock.consume_task(
     p_worker_id text DEFAULT NULL,
     p_lease interval DEFAULT '5 minutes',
@@ -350,7 +328,6 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'consume_task_with_queue_wrapper';
 REVOKE ALL ON FUNCTION distlock.consume_task(text, interval, interval, text[]) FROM PUBLIC;
 
-DROP FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[]);
 CREATE FUNCTION distlock.consume_tasks(
     p_batch integer,
     p_worker_id text DEFAULT NULL,
@@ -372,7 +349,6 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'consume_tasks_with_queue_wrapper';
 REVOKE ALL ON FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[]) FROM PUBLIC;
 
-DROP FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[]);
 CREATE FUNCTION distlock.settle_and_consume_tasks(
     p_batch integer,
     p_worker_id text DEFAULT NULL,
@@ -400,25 +376,50 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'settle_and_consume_tasks_with_queue_wrapper';
 REVOKE ALL ON FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[]) FROM PUBLIC;
 
--- Every role whose capabilities include them (consumer, admin) gets them
--- again, as grant_capability grants them; pg_init_privs is set right at the
--- end of this script.
-DO $regrant$
+DO $same_grants$
 DECLARE
+    pair record;
     g record;
 BEGIN
-    FOR g IN SELECT rc.role, c.privilege, c.object
-               FROM distlock.role_capabilities rc
-              CROSS JOIN LATERAL distlock.capability_privileges(rc.capability) c
-              WHERE c.object OPERATOR(pg_catalog.=) ANY (ARRAY[
-                    'FUNCTION distlock.consume_task(text, interval, interval, text[])',
-                    'FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[])',
-                    'FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])'])
+    FOR pair IN
+        SELECT o.oid AS old, n.oid AS new, n.oid::pg_catalog.regprocedure AS signature
+          FROM (VALUES
+                ('distlock.consume_task_0_3_0(text, interval, interval, text[])',
+                 'distlock.consume_task(text, interval, interval, text[])'),
+                ('distlock.consume_tasks_0_3_0(integer, text, interval, interval, text[])',
+                 'distlock.consume_tasks(integer, text, interval, interval, text[])'),
+                ('distlock.settle_and_consume_tasks_0_3_0(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])',
+                 'distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])'))
+               AS f(old_name, new_name)
+         CROSS JOIN LATERAL pg_catalog.to_regprocedure(f.old_name) o(oid)
+         CROSS JOIN LATERAL pg_catalog.to_regprocedure(f.new_name) n(oid)
     LOOP
-        EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', g.privilege, g.object, g.role);
+        -- What CREATE FUNCTION gave (PUBLIC's EXECUTE, default privileges) goes.
+        FOR g IN SELECT DISTINCT x.grantee
+                   FROM pg_catalog.pg_proc p CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) x
+                  WHERE p.oid OPERATOR(pg_catalog.=) pair.new
+                    AND x.grantee OPERATOR(pg_catalog.<>) p.proowner LOOP
+            EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s', pair.signature,
+                CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                     ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END);
+        END LOOP;
+        -- What 0.3.0's had comes over (a dropped role's grants went with it).
+        FOR g IN SELECT x.grantee, x.privilege_type, x.is_grantable
+                   FROM pg_catalog.pg_proc p CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) x
+                  WHERE p.oid OPERATOR(pg_catalog.=) pair.old
+                    AND x.grantee OPERATOR(pg_catalog.<>) p.proowner LOOP
+            EXECUTE pg_catalog.format('GRANT %s ON FUNCTION %s TO %s%s', g.privilege_type, pair.signature,
+                CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                     ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END,
+                CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+            EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s CASCADE', pair.old::pg_catalog.regprocedure,
+                CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                     ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END);
+        END LOOP;
     END LOOP;
 END
-$regrant$;
+$same_grants$;
+
 
 -- The capability model gains them: the list replaced, every admin and
 -- monitor granted them.

@@ -41,6 +41,7 @@ mod review_33;
 mod review_35;
 mod review_38;
 mod review_41;
+mod review_41b;
 mod review_44;
 mod review_44b;
 mod review_45;

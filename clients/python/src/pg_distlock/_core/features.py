@@ -33,8 +33,6 @@ class Features:
     """settle_and_consume_tasks (0.3.0): settles finished jobs and claims in one call."""
     release_and_fetch: bool = False
     """release_and_fetch_task (0.3.0), both forms: releases a task's claim and claims the next due one."""
-    job_queue: bool = False
-    """consume_task, consume_tasks and settle_and_consume_tasks return each job's queue (0.4.0)."""
 
 
 def parse(rows: Iterable[tuple[Any, ...]]) -> Features:
@@ -51,10 +49,6 @@ def parse(rows: Iterable[tuple[Any, ...]]) -> Features:
         settle_and_consume=has("settle_and_consume_tasks", "p_completed", "p_failed_errors", "p_queues"),
         release_and_fetch=has("release_and_fetch_task", "p_worker_id", "p_status")
         and has("release_and_fetch_task", "p_fencing_token", "p_lease"),
-        # proargnames holds the result columns of a RETURNS TABLE function too.
-        job_queue=has("consume_task", "p_queues", "queue")
-        and has("consume_tasks", "p_queues", "queue")
-        and has("settle_and_consume_tasks", "outcome", "queue"),
     )
 
 

@@ -72,13 +72,19 @@ def completed_in(job: Job, completed: Any) -> None:
     job.completed_in_transaction = True
 
 
-def columns(with_queue: bool) -> str:
-    """The columns a claim reads: with the job's queue when the server
-    returns it (pg_distlock 0.4.0; named, so any server's order works)."""
-    return f"{COLUMNS}, queue" if with_queue else COLUMNS
+# A claimed job's queue, read last: 0.4.0's claim functions return it, older
+# ones do not, and one connection may meet both (an update, a failover or a
+# restore behind PgBouncer), so it is read from the whole row, where it is
+# NULL on a server without the column. Not read for a consumer of one queue,
+# which knows it (and need not copy each payload into a jsonb once more).
+QUEUE_OF_ROW = "pg_catalog.to_jsonb(claimed) OPERATOR(pg_catalog.->>) 'queue'"
 
 
-def consume_sql(batch: int, wait: bool, queues: bool = False, with_queue: bool = False) -> str:
+def queue_column(read_from_row: bool) -> str:
+    return QUEUE_OF_ROW if read_from_row else "NULL::text"
+
+
+def consume_sql(batch: int, wait: bool, queues: bool = False, queue_from_row: bool = True) -> str:
     args = "p_worker_id => %s, p_lease => %s"
     if batch > 1:
         args = "p_batch => %s, " + args
@@ -86,15 +92,17 @@ def consume_sql(batch: int, wait: bool, queues: bool = False, with_queue: bool =
         args += ", p_wait => %s"
     if queues:
         args += ", p_queues => %s"
-    return f"SELECT {columns(with_queue)} FROM distlock.{'consume_tasks' if batch > 1 else 'consume_task'}({args})"
+    function = "consume_tasks" if batch > 1 else "consume_task"
+    return f"SELECT {COLUMNS}, {queue_column(queue_from_row)} FROM distlock.{function}({args}) AS claimed"
 
 
-def settle_and_consume_sql(with_queue: bool = False) -> str:
+def settle_and_consume_sql(queue_from_row: bool = True) -> str:
     """Outcome last, whatever the server's order of columns."""
     return (
-        f"SELECT {columns(with_queue)}, outcome FROM distlock.settle_and_consume_tasks("
+        f"SELECT {COLUMNS}, {queue_column(queue_from_row)}, outcome FROM distlock.settle_and_consume_tasks("
         "p_batch => %s, p_worker_id => %s, p_completed => %s, p_completed_attempts => %s,"
-        " p_failed => %s, p_failed_attempts => %s, p_failed_errors => %s, p_lease => %s, p_wait => %s, p_queues => %s)"
+        " p_failed => %s, p_failed_attempts => %s, p_failed_errors => %s, p_lease => %s, p_wait => %s,"
+        " p_queues => %s) AS claimed"
     )
 
 
@@ -137,12 +145,16 @@ class QueueLogic(Bound[S]):
         self.queues = queue_names(queues)
         """What consume() takes jobs from (pg_distlock 0.3.0): None, every queue."""
 
-    def _jobs(self, rows: Iterable[Sequence[Any]], with_queue: bool) -> list[Job]:
-        """Jobs of claimed rows. A server before 0.4.0 does not say a job's
-        queue: it is the consumer's only queue when it named one, else None."""
+    def _only_queue(self) -> str | None:
+        """The consumer's one queue, when it named exactly one."""
+        return self.queues[0] if self.queues is not None and len(set(self.queues)) == 1 else None
+
+    def _jobs(self, rows: Iterable[Sequence[Any]]) -> list[Job]:
+        """Jobs of claimed rows, the queue last (None from a server before
+        0.4.0, unless the consumer named one queue)."""
+        only = self._only_queue()
         jobs = [Job(*row) for row in rows]
-        if not with_queue:
-            only = self.queues[0] if self.queues is not None and len(set(self.queues)) == 1 else None
+        if only is not None:
             for job in jobs:
                 job.queue = only
         return jobs
@@ -219,7 +231,7 @@ class QueueLogic(Bound[S]):
                     return []
                 try:
                     rows = yield from fx.execute(
-                        consume_sql(batch, True, routed, found.job_queue), (*params, interval(left), *tail), on=on
+                        consume_sql(batch, True, routed, self._only_queue() is None), (*params, interval(left), *tail), on=on
                     )
                 except Cancelled:
                     # A worker's stop(), or the session's statement_timeout shorter
@@ -230,13 +242,13 @@ class QueueLogic(Bound[S]):
                 # look raced another consumer's claim (it never sleeps with a
                 # transaction id): wait out the rest in another call.
                 if rows or left <= 0:
-                    return self._jobs(rows, found.job_queue)
+                    return self._jobs(rows)
         delay = 0.05
         while True:
-            rows = yield from fx.execute(consume_sql(batch, False, routed, found.job_queue), (*params, *tail), on=on)
+            rows = yield from fx.execute(consume_sql(batch, False, routed, self._only_queue() is None), (*params, *tail), on=on)
             left = deadline - time.monotonic()
             if rows or left <= 0:
-                return self._jobs(rows, found.job_queue)
+                return self._jobs(rows)
             if (yield fx.Sleep(min(delay, left), until)):
                 return []
             delay = min(delay * 2, 1.0)
@@ -261,15 +273,14 @@ class QueueLogic(Bound[S]):
             [j.id for j, _ in failed], [j.attempts for j, _ in failed], [e for _, e in failed],
             interval(self.lease), interval(non_negative(wait, "wait")), self.queues,
         )
-        found = yield fx.Detect(on)
         try:
-            rows = yield from fx.execute(settle_and_consume_sql(found.job_queue), params, on=on)
+            rows = yield from fx.execute(settle_and_consume_sql(self._only_queue() is None), params, on=on)
         except Cancelled:
             if completed or failed:
                 raise
             return Settled([], set())
         return Settled(
-            self._jobs((row[:-1] for row in rows if row[-1] == "claimed"), found.job_queue),
+            self._jobs(row[:-1] for row in rows if row[-1] == "claimed"),
             {row[0] for row in rows if row[-1] == "refused"},
         )
 
