@@ -87,8 +87,8 @@ fn consumers_learn_each_jobs_queue_from_all_three_claim_functions() {
 /// A database created at 0.3.0 (its SQL binds 0.3.0's C symbols) gets 0.3.0's
 /// columns from this library, and its consumers their jobs; after the update
 /// the queue comes last, a consumer capability granted at 0.3.0 still calls
-/// all three, a grant made by hand goes with a WARNING, and a view over one
-/// of them stops the update until it is dropped.
+/// all three, a grant made by hand comes over, and a view over one of them
+/// keeps calling 0.3.0's, renamed.
 #[test]
 fn a_0_3_0_database_keeps_0_3_0s_columns_until_its_update() {
     let name = "job_queue_column_0_3_0";
@@ -125,18 +125,18 @@ fn a_0_3_0_database_keeps_0_3_0s_columns_until_its_update() {
         rows(&mut c, &format!("SELECT * FROM distlock.settle_and_consume_tasks(5, 'w1', ARRAY[{a}]::bigint[], p_queues => ARRAY['q.a'])"));
     assert!(settled.len() == 1 && settled[0].starts_with(&format!("({d},q.job,")) && settled[0].ends_with(",w1,claimed)"), "{settled:?}");
 
-    // A view over consume_task stops the update (nothing changes) until dropped.
-    c.batch_execute("CREATE VIEW public.next_job AS SELECT task_id FROM distlock.consume_task('v')").expect("view");
-    assert_eq!(sqlstate(c.batch_execute("ALTER EXTENSION pg_distlock UPDATE")), "2BP01");
-    c.batch_execute("DROP VIEW public.next_job").expect("drop the view");
-    drop(c);
-    let (mut c, notices) = crate::privileges::connect_keeping_notices(primary_port(), name);
+    // A view over consume_task does not stop the update: it keeps calling
+    // 0.3.0's function, renamed, with 0.3.0's columns.
+    c.batch_execute("CREATE VIEW public.next_job AS SELECT * FROM distlock.consume_task('v', p_queues => ARRAY['q.none'])")
+        .expect("view");
     c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
-    let warned = notices.lock().expect("notices").clone();
+    assert_eq!(columns_of(&mut c, "public.next_job"), COLUMNS_0_3_0, "the view keeps 0.3.0's columns");
+    assert_eq!(count(&mut c, "SELECT * FROM public.next_job"), 0, "the view still runs, for the owner");
     assert!(
-        warned.iter().any(|n| n.contains("distlock_jq_by_hand") && n.contains("consume_task(")),
-        "the grant made by hand is named: {warned:?}"
+        scalar(&mut c, "SELECT pg_get_viewdef('public.next_job')").unwrap_or_default().contains("consume_task_0_3_0("),
+        "the view calls the renamed function"
     );
+    c.batch_execute("DROP VIEW public.next_job").expect("drop the view");
     let mut c = connect(name);
     for function in [CONSUME_TASK, CONSUME_TASKS] {
         assert_eq!(columns_of(&mut c, function), format!("{COLUMNS_0_3_0},queue"), "{function} after the update");
@@ -144,8 +144,13 @@ fn a_0_3_0_database_keeps_0_3_0s_columns_until_its_update() {
     assert_eq!(columns_of(&mut c, SETTLE_AND_CONSUME), format!("{COLUMNS_0_3_0},outcome,queue"));
     assert_eq!(
         scalar(&mut c, "SELECT has_function_privilege('distlock_jq_by_hand', 'distlock.consume_task(text, interval, interval, text[])', 'EXECUTE')").as_deref(),
+        Some("t"),
+        "the grant made by hand came over to the new function"
+    );
+    assert_eq!(
+        scalar(&mut c, "SELECT has_function_privilege('distlock_jq_by_hand', 'distlock.consume_task_0_3_0(text, interval, interval, text[])', 'EXECUTE')").as_deref(),
         Some("f"),
-        "the grant made by hand went with the old function"
+        "the renamed function is the owner's alone"
     );
     let e = job(&mut c, "q.a");
     let f = job(&mut c, "q.b");
