@@ -42,6 +42,7 @@ mod review_35;
 mod review_38;
 mod review_41;
 mod review_41b;
+mod review_41c;
 mod review_44;
 mod review_44b;
 mod review_45;

@@ -1,0 +1,88 @@
+//! Review of jq2 (02cffcc): the update to 0.4.0 renames 0.3.0's claim
+//! functions (*_0_3_0) and gives the new ones 0.3.0's grants. Each test
+//! fails on 02cffcc.
+
+use std::process::Command;
+
+use crate::support::*;
+
+/// A view of the user over consume_task, made at 0.3.0 (the update now goes
+/// through with it: the view follows the function to consume_task_0_3_0).
+/// pg_dump writes the view over `distlock.consume_task_0_3_0(...)` but not
+/// that function, an extension member; pg_restore's CREATE EXTENSION makes
+/// 0.4.0 fresh, which has no *_0_3_0, so the restore fails (42883 `function
+/// distlock.consume_task_0_3_0(text, p_queues => text[]) does not exist`)
+/// and the view is lost: a dump of an updated database cannot be restored
+/// as it is. Before the update the same dump restores.
+#[test]
+fn a_dump_of_a_database_updated_to_0_4_0_with_a_view_over_consume_task_restores() {
+    let name = "review_41c_dump_view";
+    let mut c = fresh_db_at_version(name, "0.3.0");
+    c.batch_execute(
+        "CREATE VIEW public.next_mail AS \
+           SELECT task_id, task_name FROM distlock.consume_task('viewer', p_queues => ARRAY['mail'])",
+    )
+    .expect("a view over consume_task at 0.3.0");
+    c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
+    let dump = format!("/tmp/pg_distlock_review_41c_{}.pgdump", std::process::id());
+    pg_tool(primary_port(), "pg_dump", &["-Fc", "-f", &dump, name]);
+    let restored = "review_41c_dump_view_restored";
+    let mut admin = connect_to(primary_port(), "postgres", "cluster-test");
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {restored} WITH (FORCE)")).expect("drop");
+    admin.batch_execute(&format!("CREATE DATABASE {restored}")).expect("create database");
+    let output = Command::new(pg_bin("pg_restore"))
+        .args(["-h", "127.0.0.1", "-p", &primary_port().to_string(), "-U", "postgres"])
+        .args(["--exit-on-error", "-d", restored, &dump])
+        .output()
+        .expect("pg_restore");
+    let _ = std::fs::remove_file(&dump);
+    let views = if output.status.success() {
+        count(&mut connect(restored), "SELECT 1 FROM pg_views WHERE viewname = 'next_mail'")
+    } else {
+        0
+    };
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {restored} WITH (FORCE)")).expect("drop");
+    assert!(
+        output.status.success() && views == 1,
+        "the dump of the updated database does not restore: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A grant chain on consume_task at 0.3.0: the owner gave EXECUTE to a team
+/// lead WITH GRANT OPTION, who gave it to a worker role. After the update
+/// the new consume_task has the worker's EXECUTE granted by the owner, not
+/// by the lead ($same_grants$ runs each GRANT as the owner), so revoking
+/// the lead's grant option with CASCADE (the way to take back everything
+/// the lead handed out, which worked on 0.3.0's function) leaves the
+/// worker able to claim jobs; nor can the lead revoke it any longer.
+#[test]
+fn revoking_a_grant_option_with_cascade_after_the_update_to_0_4_0_takes_back_what_its_holder_granted() {
+    let name = "review_41c_grant_chain";
+    let mut c = fresh_db_at_version(name, "0.3.0");
+    ensure_role(&mut c, "review_41c_lead");
+    ensure_role(&mut c, "review_41c_worker");
+    let consume_task = "distlock.consume_task(text, interval, interval, text[])";
+    c.batch_execute(&format!(
+        "GRANT USAGE ON SCHEMA distlock TO review_41c_lead, review_41c_worker; \
+         GRANT EXECUTE ON FUNCTION {consume_task} TO review_41c_lead WITH GRANT OPTION; \
+         SET ROLE review_41c_lead; \
+         GRANT EXECUTE ON FUNCTION {consume_task} TO review_41c_worker; \
+         RESET ROLE;"
+    ))
+    .expect("a grant chain at 0.3.0");
+    let worker_may = format!("SELECT has_function_privilege('review_41c_worker', '{consume_task}', 'EXECUTE')::text");
+    let acl = format!("SELECT proacl::text FROM pg_proc WHERE oid = '{consume_task}'::regprocedure");
+    assert_eq!(scalar(&mut c, &worker_may).as_deref(), Some("true"));
+    c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
+    let after_update = scalar(&mut c, &acl);
+    c.batch_execute(&format!("REVOKE EXECUTE ON FUNCTION {consume_task} FROM review_41c_lead CASCADE"))
+        .expect("revoke the lead's grant, cascading");
+    assert_eq!(
+        scalar(&mut c, &worker_may).as_deref(),
+        Some("false"),
+        "the worker keeps consume_task after its grantor's grant was revoked with CASCADE; \
+         ACL after the update {after_update:?}, after the revoke {:?}",
+        scalar(&mut c, &acl)
+    );
+}
