@@ -291,12 +291,36 @@ COMMENT ON VIEW distlock.running_tasks IS
 -- fails to build its result row, XX000, review 41) and make this update fail
 -- for a view of the user over one of them. So 0.3.0's three are renamed
 -- (*_0_3_0, bound to 0.3.0's C symbols in src/compat/v0_3_0.rs): a call
--- running in one ends as it began, an object of the user over one keeps
--- 0.3.0's columns; the next release drops them. The new definitions take the
+-- running in one ends as it began; the next release drops them. An object
+-- of the user over one (a view, a BEGIN ATOMIC function) stops the update,
+-- as DROP would: renamed along, it would call a function that no dump
+-- restores (a fresh install has none). The new definitions take the
 -- names, with exactly the grants 0.3.0's had (capabilities' and by hand;
 -- not what the owner's default privileges add at CREATE); the renamed ones
 -- keep none but the owner's, so that revoke_capability, which knows only
 -- the new ones, leaves no way to claim behind.
+DO $no_dependents$
+DECLARE
+    dependents text;
+BEGIN
+    SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), ', '
+                                 ORDER BY pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid))
+      INTO dependents
+      FROM pg_catalog.pg_depend d
+     WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+       AND d.refobjid OPERATOR(pg_catalog.=) ANY (ARRAY[
+               'distlock.consume_task(text, interval, interval, text[])',
+               'distlock.consume_tasks(integer, text, interval, interval, text[])',
+               'distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])'
+           ]::pg_catalog.regprocedure[]::pg_catalog.oid[])
+       AND d.deptype OPERATOR(pg_catalog.=) 'n';
+    IF dependents IS NOT NULL THEN
+        RAISE EXCEPTION 'pg_distlock 0.4.0 adds a queue column to consume_task, consume_tasks and settle_and_consume_tasks, which % depends on', dependents
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  HINT = 'Drop it, run ALTER EXTENSION pg_distlock UPDATE, then create it again (docs/upgrading.md).';
+    END IF;
+END
+$no_dependents$;
 ALTER FUNCTION distlock.consume_task(text, interval, interval, text[]) RENAME TO consume_task_0_3_0;
 ALTER FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[]) RENAME TO consume_tasks_0_3_0;
 ALTER FUNCTION distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])
@@ -380,9 +404,12 @@ DO $same_grants$
 DECLARE
     pair record;
     g record;
+    copied integer;
+    updater name := pg_catalog.current_user();
 BEGIN
     FOR pair IN
-        SELECT o.oid AS old, n.oid AS new, n.oid::pg_catalog.regprocedure AS signature
+        SELECT o.oid AS old, n.oid AS new, n.oid::pg_catalog.regprocedure AS signature,
+               o.oid::pg_catalog.regprocedure AS old_signature
           FROM (VALUES
                 ('distlock.consume_task_0_3_0(text, interval, interval, text[])',
                  'distlock.consume_task(text, interval, interval, text[])'),
@@ -399,20 +426,55 @@ BEGIN
                    FROM pg_catalog.pg_proc p CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) x
                   WHERE p.oid OPERATOR(pg_catalog.=) pair.new
                     AND x.grantee OPERATOR(pg_catalog.<>) p.proowner LOOP
-            EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s', pair.signature,
+            EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s CASCADE', pair.signature,
                 CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
                      ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END);
         END LOOP;
-        -- What 0.3.0's had comes over (a dropped role's grants went with it).
-        FOR g IN SELECT x.grantee, x.privilege_type, x.is_grantable
+        -- What 0.3.0's had comes over (a dropped role's grants went with it),
+        -- each grant made by its own grantor, so that a REVOKE ... CASCADE of
+        -- a grant option still takes back what its holder granted: first the
+        -- owner's, then those of grantors that hold the grant option by then
+        -- (a chain of grants is that many rounds deep; a bound for safety).
+        FOR round IN 1..16 LOOP
+            copied := 0;
+            FOR g IN SELECT x.grantor, x.grantee, x.privilege_type, x.is_grantable,
+                            x.grantor OPERATOR(pg_catalog.=) p.proowner AS by_owner
+                       FROM pg_catalog.pg_proc p CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) x
+                      WHERE p.oid OPERATOR(pg_catalog.=) pair.old
+                        AND x.grantee OPERATOR(pg_catalog.<>) p.proowner
+                        AND NOT EXISTS (
+                            SELECT FROM pg_catalog.pg_proc np CROSS JOIN LATERAL pg_catalog.aclexplode(np.proacl) y
+                             WHERE np.oid OPERATOR(pg_catalog.=) pair.new
+                               AND y.grantee OPERATOR(pg_catalog.=) x.grantee
+                               AND (y.grantor OPERATOR(pg_catalog.=) x.grantor
+                                    OR (x.grantor OPERATOR(pg_catalog.=) p.proowner
+                                        AND y.grantor OPERATOR(pg_catalog.=) np.proowner))
+                               AND y.is_grantable OPERATOR(pg_catalog.>=) x.is_grantable)
+                        AND (x.grantor OPERATOR(pg_catalog.=) p.proowner OR EXISTS (
+                            SELECT FROM pg_catalog.pg_proc np CROSS JOIN LATERAL pg_catalog.aclexplode(np.proacl) y
+                             WHERE np.oid OPERATOR(pg_catalog.=) pair.new
+                               AND y.grantee OPERATOR(pg_catalog.=) x.grantor AND y.is_grantable))
+            LOOP
+                IF NOT g.by_owner THEN
+                    EXECUTE pg_catalog.format('SET LOCAL ROLE %I', pg_catalog.pg_get_userbyid(g.grantor));
+                END IF;
+                EXECUTE pg_catalog.format('GRANT %s ON FUNCTION %s TO %s%s', g.privilege_type, pair.signature,
+                    CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                         ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END,
+                    CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+                IF NOT g.by_owner THEN
+                    EXECUTE pg_catalog.format('SET LOCAL ROLE %I', updater);
+                END IF;
+                copied := copied OPERATOR(pg_catalog.+) 1;
+            END LOOP;
+            EXIT WHEN copied OPERATOR(pg_catalog.=) 0;
+        END LOOP;
+        -- The renamed function is the owner's alone.
+        FOR g IN SELECT DISTINCT x.grantee
                    FROM pg_catalog.pg_proc p CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) x
                   WHERE p.oid OPERATOR(pg_catalog.=) pair.old
                     AND x.grantee OPERATOR(pg_catalog.<>) p.proowner LOOP
-            EXECUTE pg_catalog.format('GRANT %s ON FUNCTION %s TO %s%s', g.privilege_type, pair.signature,
-                CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
-                     ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END,
-                CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-            EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s CASCADE', pair.old::pg_catalog.regprocedure,
+            EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s CASCADE', pair.old_signature,
                 CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
                      ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END);
         END LOOP;

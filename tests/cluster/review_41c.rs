@@ -1,13 +1,14 @@
 //! Review of jq2 (02cffcc): the update to 0.4.0 renames 0.3.0's claim
 //! functions (*_0_3_0) and gives the new ones 0.3.0's grants. Each test
-//! fails on 02cffcc.
+//! fails on 02cffcc. (The first now takes the path the fix made: the update
+//! refuses under the view, which is made again after it.)
 
 use std::process::Command;
 
 use crate::support::*;
 
-/// A view of the user over consume_task, made at 0.3.0 (the update now goes
-/// through with it: the view follows the function to consume_task_0_3_0).
+/// A view of the user over consume_task, made at 0.3.0 (the update went
+/// through with it: the view followed the function to consume_task_0_3_0).
 /// pg_dump writes the view over `distlock.consume_task_0_3_0(...)` but not
 /// that function, an extension member; pg_restore's CREATE EXTENSION makes
 /// 0.4.0 fresh, which has no *_0_3_0, so the restore fails (42883 `function
@@ -23,7 +24,15 @@ fn a_dump_of_a_database_updated_to_0_4_0_with_a_view_over_consume_task_restores(
            SELECT task_id, task_name FROM distlock.consume_task('viewer', p_queues => ARRAY['mail'])",
     )
     .expect("a view over consume_task at 0.3.0");
-    c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
+    // The update now refuses while the view stands (job_queue.rs checks the
+    // error); dropped and made again after it, the view dumps and restores.
+    assert_eq!(sqlstate(c.batch_execute("ALTER EXTENSION pg_distlock UPDATE")), "2BP01");
+    c.batch_execute("DROP VIEW public.next_mail; ALTER EXTENSION pg_distlock UPDATE").expect("update");
+    c.batch_execute(
+        "CREATE VIEW public.next_mail AS \
+           SELECT task_id, task_name, queue FROM distlock.consume_task('viewer', p_queues => ARRAY['mail'])",
+    )
+    .expect("the view made again over 0.4.0's consume_task");
     let dump = format!("/tmp/pg_distlock_review_41c_{}.pgdump", std::process::id());
     pg_tool(primary_port(), "pg_dump", &["-Fc", "-f", &dump, name]);
     let restored = "review_41c_dump_view_restored";

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, TypeVar, Union
 
 import psycopg
+from psycopg.rows import dict_row
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -67,17 +68,21 @@ async def pool_timeout_cause(pool: AsyncConnectionPool[Any], timeout: Exception)
     return remember_probe(pool, pool_busy(timeout))
 
 
-async def run_statement(conn: psycopg.AsyncConnection[Any], effect: fx.Execute) -> fx.Rows:
+async def run_statement(conn: psycopg.AsyncConnection[Any], effect: fx.Execute) -> list[Any]:
     try:
         if conn.autocommit or effect.in_caller_xact:
-            cur = await conn.execute(effect.sql, effect.params)
-            return await cur.fetchall() if cur.description else []
+            return await fetch(conn, effect)
         async with conn.transaction():
-            cur = await conn.execute(effect.sql, effect.params)
-            return await cur.fetchall() if cur.description else []
+            return await fetch(conn, effect)
     except psycopg.Error as exc:
         name_database(exc, conn)
         raise
+
+
+async def fetch(conn: psycopg.AsyncConnection[Any], effect: fx.Execute) -> list[Any]:
+    cur: psycopg.AsyncCursor[Any] = conn.cursor(row_factory=dict_row) if effect.named else conn.cursor()
+    await cur.execute(effect.sql, effect.params)
+    return await cur.fetchall() if cur.description else []
 
 
 class Channel:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar, Union
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -232,17 +233,21 @@ class Spawned:
             self.error = exc
 
 
-def run_statement(conn: psycopg.Connection[Any], effect: fx.Execute) -> fx.Rows:
+def run_statement(conn: psycopg.Connection[Any], effect: fx.Execute) -> list[Any]:
     try:
         if conn.autocommit or effect.in_caller_xact:
-            cur = conn.execute(effect.sql, effect.params)
-            return cur.fetchall() if cur.description else []
+            return fetch(conn, effect)
         with conn.transaction():
-            cur = conn.execute(effect.sql, effect.params)
-            return cur.fetchall() if cur.description else []
+            return fetch(conn, effect)
     except psycopg.Error as exc:
         name_database(exc, conn)
         raise
+
+
+def fetch(conn: psycopg.Connection[Any], effect: fx.Execute) -> list[Any]:
+    cur: psycopg.Cursor[Any] = conn.cursor(row_factory=dict_row) if effect.named else conn.cursor()
+    cur.execute(effect.sql, effect.params)
+    return cur.fetchall() if cur.description else []
 
 
 def name_database(exc: psycopg.Error, conn: Any) -> None:

@@ -15,6 +15,7 @@ T = TypeVar("T")
 
 Gen = Generator["Effect", Any, T]
 Rows = list[tuple[Any, ...]]
+NamedRows = list[dict[str, Any]]
 
 
 class Flag(Protocol):
@@ -61,6 +62,9 @@ class Execute:
     succeeded (a pool's checkout, a new connection's connect_timeout), or
     Unavailable naming why not, as Open(timeout) raises; None: the source's
     own limits. Unused with `on` or a connection source."""
+    named: bool = False
+    """Rows as dicts by column name (NamedRows): for a result whose columns
+    differ between releases of the server."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,14 @@ def execute(
     checkout_by: float | None = None,
 ) -> Gen[Rows]:
     rows: Rows = yield Execute(sql, params, on, checkout_by=checkout_by)
+    return rows
+
+
+def execute_named(
+    sql: str, params: Sequence[Any] | Mapping[str, Any] = (), on: Session | None = None,
+) -> Gen[NamedRows]:
+    """execute(), each row a dict by column name."""
+    rows: NamedRows = yield Execute(sql, params, on, named=True)
     return rows
 
 

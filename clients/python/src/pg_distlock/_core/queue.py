@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Sequence, TypeVar
+from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
@@ -22,8 +22,6 @@ from .keeper import Seconds, at_least, interval, non_negative, positive
 from ..errors import Cancelled, InvalidArgument, LeaseLost
 
 S = TypeVar("S")
-
-COLUMNS = "task_id, task_name, payload, attempts, max_attempts, lease_expires_at, priority, worker_id"
 
 
 @dataclass
@@ -72,19 +70,11 @@ def completed_in(job: Job, completed: Any) -> None:
     job.completed_in_transaction = True
 
 
-# A claimed job's queue, read last: 0.4.0's claim functions return it, older
-# ones do not, and one connection may meet both (an update, a failover or a
-# restore behind PgBouncer), so it is read from the whole row, where it is
-# NULL on a server without the column. Not read for a consumer of one queue,
-# which knows it (and need not copy each payload into a jsonb once more).
-QUEUE_OF_ROW = "pg_catalog.to_jsonb(claimed) OPERATOR(pg_catalog.->>) 'queue'"
-
-
-def queue_column(read_from_row: bool) -> str:
-    return QUEUE_OF_ROW if read_from_row else "NULL::text"
-
-
-def consume_sql(batch: int, wait: bool, queues: bool = False, queue_from_row: bool = True) -> str:
+def consume_sql(batch: int, wait: bool, queues: bool = False) -> str:
+    """Every column, read by name (execute_named): 0.4.0's claim functions
+    added `queue`, and one connection may meet both (an update, a failover
+    or a restore behind PgBouncer). Bare columns, so that a consumer waiting
+    in the server holds back no vacuum horizon (src/queue/horizon.rs)."""
     args = "p_worker_id => %s, p_lease => %s"
     if batch > 1:
         args = "p_batch => %s, " + args
@@ -92,18 +82,14 @@ def consume_sql(batch: int, wait: bool, queues: bool = False, queue_from_row: bo
         args += ", p_wait => %s"
     if queues:
         args += ", p_queues => %s"
-    function = "consume_tasks" if batch > 1 else "consume_task"
-    return f"SELECT {COLUMNS}, {queue_column(queue_from_row)} FROM distlock.{function}({args}) AS claimed"
+    return f"SELECT * FROM distlock.{'consume_tasks' if batch > 1 else 'consume_task'}({args})"
 
 
-def settle_and_consume_sql(queue_from_row: bool = True) -> str:
-    """Outcome last, whatever the server's order of columns."""
-    return (
-        f"SELECT {COLUMNS}, {queue_column(queue_from_row)}, outcome FROM distlock.settle_and_consume_tasks("
-        "p_batch => %s, p_worker_id => %s, p_completed => %s, p_completed_attempts => %s,"
-        " p_failed => %s, p_failed_attempts => %s, p_failed_errors => %s, p_lease => %s, p_wait => %s,"
-        " p_queues => %s) AS claimed"
-    )
+SETTLE_AND_CONSUME_SQL = (
+    "SELECT * FROM distlock.settle_and_consume_tasks("
+    "p_batch => %s, p_worker_id => %s, p_completed => %s, p_completed_attempts => %s,"
+    " p_failed => %s, p_failed_attempts => %s, p_failed_errors => %s, p_lease => %s, p_wait => %s, p_queues => %s)"
+)
 
 
 @dataclass
@@ -145,19 +131,16 @@ class QueueLogic(Bound[S]):
         self.queues = queue_names(queues)
         """What consume() takes jobs from (pg_distlock 0.3.0): None, every queue."""
 
-    def _only_queue(self) -> str | None:
-        """The consumer's one queue, when it named exactly one."""
-        return self.queues[0] if self.queues is not None and len(set(self.queues)) == 1 else None
-
-    def _jobs(self, rows: Iterable[Sequence[Any]]) -> list[Job]:
-        """Jobs of claimed rows, the queue last (None from a server before
-        0.4.0, unless the consumer named one queue)."""
-        only = self._only_queue()
-        jobs = [Job(*row) for row in rows]
-        if only is not None:
-            for job in jobs:
-                job.queue = only
-        return jobs
+    def _jobs(self, rows: Iterable[Mapping[str, Any]]) -> list[Job]:
+        """Jobs of claimed rows (by column name). A server before 0.4.0 does
+        not say a job's queue: it is the consumer's only queue when it named
+        one, else None."""
+        only = self.queues[0] if self.queues is not None and len(set(self.queues)) == 1 else None
+        return [
+            Job(row["task_id"], row["task_name"], row["payload"], row["attempts"], row["max_attempts"],
+                row["lease_expires_at"], row["priority"], row["worker_id"], row.get("queue", only))
+            for row in rows
+        ]
 
     def _enqueue_op(
         self,
@@ -230,8 +213,8 @@ class QueueLogic(Bound[S]):
                 if until is not None and until.is_set():
                     return []
                 try:
-                    rows = yield from fx.execute(
-                        consume_sql(batch, True, routed, self._only_queue() is None), (*params, interval(left), *tail), on=on
+                    rows = yield from fx.execute_named(
+                        consume_sql(batch, True, routed), (*params, interval(left), *tail), on=on
                     )
                 except Cancelled:
                     # A worker's stop(), or the session's statement_timeout shorter
@@ -245,7 +228,7 @@ class QueueLogic(Bound[S]):
                     return self._jobs(rows)
         delay = 0.05
         while True:
-            rows = yield from fx.execute(consume_sql(batch, False, routed, self._only_queue() is None), (*params, *tail), on=on)
+            rows = yield from fx.execute_named(consume_sql(batch, False, routed), (*params, *tail), on=on)
             left = deadline - time.monotonic()
             if rows or left <= 0:
                 return self._jobs(rows)
@@ -274,14 +257,14 @@ class QueueLogic(Bound[S]):
             interval(self.lease), interval(non_negative(wait, "wait")), self.queues,
         )
         try:
-            rows = yield from fx.execute(settle_and_consume_sql(self._only_queue() is None), params, on=on)
+            rows = yield from fx.execute_named(SETTLE_AND_CONSUME_SQL, params, on=on)
         except Cancelled:
             if completed or failed:
                 raise
             return Settled([], set())
         return Settled(
-            self._jobs(row[:-1] for row in rows if row[-1] == "claimed"),
-            {row[0] for row in rows if row[-1] == "refused"},
+            self._jobs(row for row in rows if row["outcome"] == "claimed"),
+            {row["task_id"] for row in rows if row["outcome"] == "refused"},
         )
 
     def _complete_op(self, job: Job) -> fx.Gen[bool]:
