@@ -295,10 +295,11 @@ COMMENT ON VIEW distlock.running_tasks IS
 -- of the user over one (a view, a BEGIN ATOMIC function) stops the update,
 -- as DROP would: renamed along, it would call a function that no dump
 -- restores (a fresh install has none). The new definitions take the
--- names, with exactly the grants 0.3.0's had (capabilities' and by hand;
--- not what the owner's default privileges add at CREATE); the renamed ones
--- keep none but the owner's, so that revoke_capability, which knows only
--- the new ones, leaves no way to claim behind.
+-- names, with the grants 0.3.0's had (capabilities' and by hand, each now
+-- by the owner; not what the owner's default privileges add at CREATE).
+-- The renamed ones refuse new calls (src/compat/v0_3_0.rs), so that
+-- revoke_capability, which knows only the new ones, leaves no way to claim
+-- behind, and keep no grants but the owner's where the owner can take them.
 DO $no_dependents$
 DECLARE
     dependents text;
@@ -404,8 +405,6 @@ DO $same_grants$
 DECLARE
     pair record;
     g record;
-    copied integer;
-    updater name := pg_catalog.current_user();
 BEGIN
     FOR pair IN
         SELECT o.oid AS old, n.oid AS new, n.oid::pg_catalog.regprocedure AS signature,
@@ -431,45 +430,32 @@ BEGIN
                      ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END);
         END LOOP;
         -- What 0.3.0's had comes over (a dropped role's grants went with it),
-        -- each grant made by its own grantor, so that a REVOKE ... CASCADE of
-        -- a grant option still takes back what its holder granted: first the
-        -- owner's, then those of grantors that hold the grant option by then
-        -- (a chain of grants is that many rounds deep; a bound for safety).
-        FOR round IN 1..16 LOOP
-            copied := 0;
-            FOR g IN SELECT x.grantor, x.grantee, x.privilege_type, x.is_grantable,
-                            x.grantor OPERATOR(pg_catalog.=) p.proowner AS by_owner
-                       FROM pg_catalog.pg_proc p CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) x
-                      WHERE p.oid OPERATOR(pg_catalog.=) pair.old
-                        AND x.grantee OPERATOR(pg_catalog.<>) p.proowner
-                        AND NOT EXISTS (
-                            SELECT FROM pg_catalog.pg_proc np CROSS JOIN LATERAL pg_catalog.aclexplode(np.proacl) y
-                             WHERE np.oid OPERATOR(pg_catalog.=) pair.new
-                               AND y.grantee OPERATOR(pg_catalog.=) x.grantee
-                               AND (y.grantor OPERATOR(pg_catalog.=) x.grantor
-                                    OR (x.grantor OPERATOR(pg_catalog.=) p.proowner
-                                        AND y.grantor OPERATOR(pg_catalog.=) np.proowner))
-                               AND y.is_grantable OPERATOR(pg_catalog.>=) x.is_grantable)
-                        AND (x.grantor OPERATOR(pg_catalog.=) p.proowner OR EXISTS (
-                            SELECT FROM pg_catalog.pg_proc np CROSS JOIN LATERAL pg_catalog.aclexplode(np.proacl) y
-                             WHERE np.oid OPERATOR(pg_catalog.=) pair.new
-                               AND y.grantee OPERATOR(pg_catalog.=) x.grantor AND y.is_grantable))
-            LOOP
-                IF NOT g.by_owner THEN
-                    EXECUTE pg_catalog.format('SET LOCAL ROLE %I', pg_catalog.pg_get_userbyid(g.grantor));
-                END IF;
-                EXECUTE pg_catalog.format('GRANT %s ON FUNCTION %s TO %s%s', g.privilege_type, pair.signature,
-                    CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
-                         ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END,
-                    CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-                IF NOT g.by_owner THEN
-                    EXECUTE pg_catalog.format('SET LOCAL ROLE %I', updater);
-                END IF;
-                copied := copied OPERATOR(pg_catalog.+) 1;
-            END LOOP;
-            EXIT WHEN copied OPERATOR(pg_catalog.=) 0;
+        -- granted by the owner: a grant one role made under its grant option
+        -- cannot be remade as that role in every setting where the update
+        -- runs (SET ROLE is refused to a login that reached superuser by SET
+        -- ROLE and inside SECURITY DEFINER functions, and the grant would
+        -- run as that role under event triggers), so such grants are named,
+        -- since REVOKE ... CASCADE of their grantor no longer reaches them.
+        FOR g IN SELECT x.grantor, x.grantee, x.privilege_type, x.is_grantable,
+                        x.grantor OPERATOR(pg_catalog.<>) p.proowner AS by_another
+                   FROM pg_catalog.pg_proc p CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) x
+                  WHERE p.oid OPERATOR(pg_catalog.=) pair.old
+                    AND x.grantee OPERATOR(pg_catalog.<>) p.proowner LOOP
+            EXECUTE pg_catalog.format('GRANT %s ON FUNCTION %s TO %s%s', g.privilege_type, pair.signature,
+                CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                     ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END,
+                CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+            IF g.by_another THEN
+                RAISE WARNING 'pg_distlock 0.4.0: % on function % is granted to % by the owner now, not by %',
+                    g.privilege_type, pair.signature, pg_catalog.pg_get_userbyid(g.grantee), pg_catalog.pg_get_userbyid(g.grantor)
+                    USING HINT = 'REVOKE ... CASCADE of the second role''s grant option no longer takes it back: revoke it by itself when meant.';
+            END IF;
         END LOOP;
-        -- The renamed function is the owner's alone.
+        -- 0.3.0's, renamed, refuses new calls (src/compat/v0_3_0.rs); its
+        -- grants are taken back so that a dump writes none of them (a fresh
+        -- install has no such function). Those a role made under a grant
+        -- option it still holds another way (a cycle of grant options, a
+        -- grantor made superuser) cannot be taken back by the owner: named.
         FOR g IN SELECT DISTINCT x.grantee
                    FROM pg_catalog.pg_proc p CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) x
                   WHERE p.oid OPERATOR(pg_catalog.=) pair.old
@@ -477,6 +463,14 @@ BEGIN
             EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s CASCADE', pair.old_signature,
                 CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
                      ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END);
+        END LOOP;
+        FOR g IN SELECT x.grantor, x.grantee
+                   FROM pg_catalog.pg_proc p CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) x
+                  WHERE p.oid OPERATOR(pg_catalog.=) pair.old
+                    AND x.grantee OPERATOR(pg_catalog.<>) p.proowner LOOP
+            RAISE WARNING 'pg_distlock 0.4.0: EXECUTE on function % stays granted to % by %',
+                pair.old_signature, pg_catalog.pg_get_userbyid(g.grantee), pg_catalog.pg_get_userbyid(g.grantor)
+                USING HINT = 'The function refuses new calls; a dump writes this grant, which a restore cannot make: revoke it as its grantor.';
         END LOOP;
     END LOOP;
 END

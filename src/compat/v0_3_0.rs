@@ -4,12 +4,41 @@
 //! with 0.3.0's result columns (without the job's queue, which 0.4.0 added
 //! as the last column). A C function must return exactly the columns its
 //! SQL declares, so 0.4.0's functions are other symbols.
+//!
+//! The update to 0.4.0 renames 0.3.0's three to `*_0_3_0` rather than
+//! dropping them, so that calls waiting in them when it commits end as they
+//! began (a dropped function's call fails building its result row). Renamed,
+//! they refuse new calls: their grants are whatever the DBA granted on 0.3.0's
+//! functions, which revoke_capability no longer reaches.
 
+use std::ffi::CStr;
+
+use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::errors::int_in_range;
+use crate::errors::{int_in_range, raise_with_hint};
 use crate::queue::{consume, route, settle_and_consume_tasks_with_queue, without_queue, Payload, MAX_BATCH};
 use crate::text::{Text, TextArray};
+
+/// Refuses a new call of one of these symbols through its renamed function.
+fn refuse_if_renamed(fcinfo: pg_sys::FunctionCallInfo) {
+    // SAFETY: PostgreSQL calls a function with a valid fcinfo and flinfo;
+    // get_func_name returns a palloc'd name or NULL.
+    let name = unsafe {
+        let name = pg_sys::get_func_name((*(*fcinfo).flinfo).fn_oid);
+        if name.is_null() {
+            return;
+        }
+        CStr::from_ptr(name).to_string_lossy().into_owned()
+    };
+    if let Some(current) = name.strip_suffix("_0_3_0") {
+        raise_with_hint(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("distlock.{name} is 0.3.0's {current}, kept by the update to 0.4.0 only for calls running when it committed"),
+            &format!("Call distlock.{current}, which returns each job's queue as its last column."),
+        );
+    }
+}
 
 #[pg_extern(sql = false)]
 fn consume_task_from_queues(
@@ -17,7 +46,9 @@ fn consume_task_from_queues(
     p_lease: Option<Interval>,
     p_wait: Option<Interval>,
     p_queues: Option<TextArray>,
+    fcinfo: pg_sys::FunctionCallInfo,
 ) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
+    refuse_if_renamed(fcinfo);
     let route = route(p_queues, &p_wait);
     TableIterator::new(without_queue(consume(1, p_worker_id, p_lease, p_wait, route)))
 }
@@ -29,7 +60,9 @@ fn consume_tasks_from_queues(
     p_lease: Option<Interval>,
     p_wait: Option<Interval>,
     p_queues: Option<TextArray>,
+    fcinfo: pg_sys::FunctionCallInfo,
 ) -> TableIterator<'static, (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text)> {
+    refuse_if_renamed(fcinfo);
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
     let route = route(p_queues, &p_wait);
     TableIterator::new(without_queue(consume(batch, p_worker_id, p_lease, p_wait, route)))
@@ -48,6 +81,7 @@ fn settle_and_consume_tasks(
     p_lease: Option<Interval>,
     p_wait: Option<Interval>,
     p_queues: Option<TextArray>,
+    fcinfo: pg_sys::FunctionCallInfo,
 ) -> TableIterator<
     'static,
     (
@@ -62,6 +96,7 @@ fn settle_and_consume_tasks(
         &'static str,
     ),
 > {
+    refuse_if_renamed(fcinfo);
     let rows = settle_and_consume_tasks_with_queue(
         p_batch,
         p_worker_id,

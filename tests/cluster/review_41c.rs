@@ -59,14 +59,14 @@ fn a_dump_of_a_database_updated_to_0_4_0_with_a_view_over_consume_task_restores(
 }
 
 /// A grant chain on consume_task at 0.3.0: the owner gave EXECUTE to a team
-/// lead WITH GRANT OPTION, who gave it to a worker role. After the update
-/// the new consume_task has the worker's EXECUTE granted by the owner, not
-/// by the lead ($same_grants$ runs each GRANT as the owner), so revoking
-/// the lead's grant option with CASCADE (the way to take back everything
-/// the lead handed out, which worked on 0.3.0's function) leaves the
-/// worker able to claim jobs; nor can the lead revoke it any longer.
+/// lead WITH GRANT OPTION, who gave it to a worker role. The review found
+/// the worker's EXECUTE on the new consume_task granted by the owner, so
+/// that revoking the lead's grant option with CASCADE left the worker able
+/// to claim. Remaking each grant as its grantor (SET ROLE) broke the update
+/// in common settings (review_jq2b.rs), so the decision: such a grant comes
+/// over granted by the owner, and the update names it in a WARNING.
 #[test]
-fn revoking_a_grant_option_with_cascade_after_the_update_to_0_4_0_takes_back_what_its_holder_granted() {
+fn a_grant_made_under_a_grant_option_comes_over_granted_by_the_owner_and_is_named() {
     let name = "review_41c_grant_chain";
     let mut c = fresh_db_at_version(name, "0.3.0");
     ensure_role(&mut c, "review_41c_lead");
@@ -80,18 +80,17 @@ fn revoking_a_grant_option_with_cascade_after_the_update_to_0_4_0_takes_back_wha
          RESET ROLE;"
     ))
     .expect("a grant chain at 0.3.0");
-    let worker_may = format!("SELECT has_function_privilege('review_41c_worker', '{consume_task}', 'EXECUTE')::text");
-    let acl = format!("SELECT proacl::text FROM pg_proc WHERE oid = '{consume_task}'::regprocedure");
-    assert_eq!(scalar(&mut c, &worker_may).as_deref(), Some("true"));
+    drop(c);
+    let (mut c, notices) = crate::privileges::connect_keeping_notices(primary_port(), name);
     c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
-    let after_update = scalar(&mut c, &acl);
-    c.batch_execute(&format!("REVOKE EXECUTE ON FUNCTION {consume_task} FROM review_41c_lead CASCADE"))
-        .expect("revoke the lead's grant, cascading");
-    assert_eq!(
-        scalar(&mut c, &worker_may).as_deref(),
-        Some("false"),
-        "the worker keeps consume_task after its grantor's grant was revoked with CASCADE; \
-         ACL after the update {after_update:?}, after the revoke {:?}",
-        scalar(&mut c, &acl)
+    let worker_may = format!("SELECT has_function_privilege('review_41c_worker', '{consume_task}', 'EXECUTE')::text");
+    assert_eq!(scalar(&mut c, &worker_may).as_deref(), Some("true"), "the worker keeps consume_task");
+    let warned = notices.lock().expect("notices").clone();
+    assert!(
+        warned.iter().any(|n| n.contains("review_41c_worker by the owner now, not by review_41c_lead")),
+        "the flattened grant is named: {warned:?}"
     );
+    c.batch_execute(&format!("REVOKE EXECUTE ON FUNCTION {consume_task} FROM review_41c_worker"))
+        .expect("revoked by itself, as the WARNING's hint says");
+    assert_eq!(scalar(&mut c, &worker_may).as_deref(), Some("false"));
 }

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from . import snowflake
 from ._core.base import HandsOut, check_pool_size
@@ -370,7 +371,9 @@ def complete_in_transaction(conn: psycopg.Connection[Any], job: Job) -> None:
     no longer the worker's; QueueWorker then does not settle the job."""
     refuse_outside_transaction(conn.autocommit, conn.info.transaction_status)
     try:
-        completed = conn.execute(COMPLETE_SQL, (job.id, job.worker_id, job.attempts)).fetchone()
+        # The caller's connection: its own row factory may make dicts.
+        cur = conn.cursor(row_factory=tuple_row)
+        completed = cur.execute(COMPLETE_SQL, (job.id, job.worker_id, job.attempts)).fetchone()
     except psycopg.Error as exc:
         raise translate(exc) from exc
     completed_in(job, completed and completed[0])

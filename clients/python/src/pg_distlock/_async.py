@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, TypeVar, Union
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -80,7 +80,7 @@ async def run_statement(conn: psycopg.AsyncConnection[Any], effect: fx.Execute) 
 
 
 async def fetch(conn: psycopg.AsyncConnection[Any], effect: fx.Execute) -> list[Any]:
-    cur: psycopg.AsyncCursor[Any] = conn.cursor(row_factory=dict_row) if effect.named else conn.cursor()
+    cur: psycopg.AsyncCursor[Any] = conn.cursor(row_factory=dict_row if effect.named else tuple_row)
     await cur.execute(effect.sql, effect.params)
     return await cur.fetchall() if cur.description else []
 

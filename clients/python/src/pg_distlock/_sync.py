@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar, Union
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -245,7 +245,7 @@ def run_statement(conn: psycopg.Connection[Any], effect: fx.Execute) -> list[Any
 
 
 def fetch(conn: psycopg.Connection[Any], effect: fx.Execute) -> list[Any]:
-    cur: psycopg.Cursor[Any] = conn.cursor(row_factory=dict_row) if effect.named else conn.cursor()
+    cur: psycopg.Cursor[Any] = conn.cursor(row_factory=dict_row if effect.named else tuple_row)
     cur.execute(effect.sql, effect.params)
     return cur.fetchall() if cur.description else []
 

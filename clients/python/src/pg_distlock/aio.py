@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from ._async import AsyncSource, Runtime, check_source, resign_on_signals, stop_on_signals
 from ._sync import connect_kwargs
@@ -332,7 +333,8 @@ async def complete_in_transaction(conn: psycopg.AsyncConnection[Any], job: Job) 
     pg_distlock.complete_in_transaction."""
     refuse_outside_transaction(conn.autocommit, conn.info.transaction_status)
     try:
-        cur = await conn.execute(COMPLETE_SQL, (job.id, job.worker_id, job.attempts))
+        # The caller's connection: its own row factory may make dicts.
+        cur = await conn.cursor(row_factory=tuple_row).execute(COMPLETE_SQL, (job.id, job.worker_id, job.attempts))
         completed = await cur.fetchone()
     except psycopg.Error as exc:
         raise translate(exc) from exc
