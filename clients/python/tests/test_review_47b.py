@@ -88,3 +88,31 @@ async def test_an_asyncio_acquire_on_a_multi_host_conninfo_that_does_not_answer_
     with silent_hosts(HOSTS) as conninfo:
         took = await asyncio.wait_for(run(make(kind, aio, conninfo, f"r47b-{kind}")), 20)
     assert took < SINGLE_HOST_BOUND, f"acquire(wait=1) on {HOSTS} silent hosts took {took:.1f} s"
+
+
+def test_an_acquire_on_a_pool_of_a_multi_host_conninfo_that_does_not_answer_ends_within_its_wait() -> None:
+    """A pool with docs/failures.md's conninfo (two hosts, connect_timeout=2)
+    whose servers stopped answering: the checkout times out after the wait,
+    then pool_timeout_cause probes with a connection of its own, which takes
+    connect_timeout on each host (4 s) before acquire(wait=1) raises: 5 s.
+    The probe is not bounded by what is left of the wait at all (one silent
+    host: 3 s). test_acquire_bound allows 2 s behind a pool that cannot give
+    one (its servers refuse at once there)."""
+    from psycopg_pool import ConnectionPool
+
+    with silent_hosts(2) as conninfo:
+        pool = ConnectionPool(conninfo + " connect_timeout=2", min_size=1, max_size=2, open=True,
+                              kwargs={"autocommit": True})
+        try:
+            deadline = time.monotonic() + 15
+            while not pool.get_stats().get("connections_errors", 0):
+                assert time.monotonic() < deadline, "the pool never failed to connect"
+                time.sleep(0.2)
+            acquire = pg_distlock.Client(pool).lease("r47b-pool", ttl=30, wait=1).acquire
+            started = time.monotonic()
+            with pytest.raises(pg_distlock.Unavailable):
+                acquire()
+            took = time.monotonic() - started
+        finally:
+            pool.close(timeout=0)
+    assert took < 2.0, f"acquire(wait=1) behind a pool of two silent hosts took {took:.1f} s"
