@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from ._sync import (CHECK_CONNECT_TIMEOUT, MIN_CONNECT_TIMEOUT, busy_connecting, chained, connect_kwargs,
-                    connect_timeout, name_database, pool_busy, pool_connected_once, pool_probe_args,
-                    raise_if_misconfigured, remember_probe, time_left)
+from ._sync import (CHECK_CONNECT_TIMEOUT, busy_connecting, chained, connect_kwargs, name_database, pool_busy,
+                    pool_connected_once, pool_probe_args, raise_if_misconfigured, remember_probe, time_left)
+from .bounded_connect import MIN_CONNECT_TIMEOUT, connect_within_async
 from .connect_errors import connect_failure
 from .pool_drain import drain_due
 from .errors import DistlockError, session_must_go, translate
@@ -43,9 +43,7 @@ class Held:
 async def check_source(source: str, label: str) -> None:
     """_sync.check_source for asyncio."""
     try:
-        kwargs = connect_kwargs(source, label)
-        async with await psycopg.AsyncConnection.connect(
-                source, **kwargs, **connect_timeout(source, CHECK_CONNECT_TIMEOUT, kwargs)) as conn:
+        async with await connect_within_async(source, connect_kwargs(source, label), CHECK_CONNECT_TIMEOUT) as conn:
             database, installed = (await run_statement(conn, fx.Execute(features.INSTALLED_SQL)))[0]
     except psycopg.Error as exc:
         raise_if_misconfigured(exc, source)
@@ -250,8 +248,7 @@ class Runtime:
         cannot help (errors.connect_failure)."""
         assert isinstance(self.source, str)
         try:
-            conn = await psycopg.AsyncConnection.connect(self.source, **self.connect_kwargs(),
-                                                         **connect_timeout(self.source, timeout))
+            conn = await connect_within_async(self.source, self.connect_kwargs(), timeout)
         except psycopg.Error as exc:
             raise connect_failure(exc, self.source, self.connected_once) from exc
         self.connected_once = True

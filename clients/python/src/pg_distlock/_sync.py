@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import os
 import queue
 import signal
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
+from .bounded_connect import MIN_CONNECT_TIMEOUT, connect_timeout, connect_within
 from .connect_errors import connect_failure
 from .pool_drain import drain_due
 from .errors import DistlockError, Misconfigured, Unavailable, session_must_go, translate
@@ -59,8 +59,7 @@ def check_source(source: str, label: str) -> None:
     Misconfigured or NotInstalled at once, rather than a pool's timeout
     after 30 s from the first call."""
     try:
-        kwargs = connect_kwargs(source, label)
-        with psycopg.connect(source, **kwargs, **connect_timeout(source, CHECK_CONNECT_TIMEOUT, kwargs)) as conn:
+        with connect_within(source, connect_kwargs(source, label), CHECK_CONNECT_TIMEOUT) as conn:
             database, installed = run_statement(conn, fx.Execute(features.INSTALLED_SQL))[0]
     except psycopg.Error as exc:
         raise_if_misconfigured(exc, source)
@@ -79,24 +78,6 @@ def raise_if_misconfigured(exc: psycopg.Error, source: str) -> None:
     if isinstance(failure, Misconfigured):
         raise failure from exc
     log.warning("pg_distlock: %s; the pool keeps trying in the background", failure)
-
-
-# libpq's least connect_timeout (seconds): 1 is taken as 2.
-MIN_CONNECT_TIMEOUT = 2
-
-
-def connect_timeout(conninfo: str, timeout: float | None, given: dict[str, Any] | None = None) -> dict[str, Any]:
-    """libpq's connect_timeout for a connect bounded by `timeout` seconds
-    (whole seconds, at least 2, as libpq counts them), unless the conninfo
-    or the keyword arguments `given` set their own."""
-    if timeout is None or "connect_timeout" in (given or {}):
-        return {}
-    try:
-        if "connect_timeout" in conninfo_to_dict(conninfo):
-            return {}
-    except psycopg.Error:
-        return {}  # the connect says what is wrong with it
-    return {"connect_timeout": max(MIN_CONNECT_TIMEOUT, math.ceil(timeout))}
 
 
 # A pool's checkout timed out: what a connection of its own said, for a
@@ -420,7 +401,7 @@ class Runtime:
         cannot help (errors.connect_failure)."""
         assert isinstance(self.source, str)
         try:
-            conn = psycopg.connect(self.source, **self.connect_kwargs(), **connect_timeout(self.source, timeout))
+            conn = connect_within(self.source, self.connect_kwargs(), timeout)
         except psycopg.Error as exc:
             raise connect_failure(exc, self.source, self.connected_once) from exc
         self.connected_once = True
