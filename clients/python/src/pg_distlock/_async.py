@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 from ._core import effects as fx
 from ._core import features
-from ._sync import (CHECK_CONNECT_TIMEOUT, busy_connecting, chained, connect_kwargs, name_database, pool_busy,
-                    pool_connected_once, pool_probe_args, raise_if_misconfigured, remember_probe, time_left)
+from ._sync import (CHECK_CONNECT_TIMEOUT, PROBE_GRACE, busy_connecting, cause_not_known, chained, connect_kwargs,
+                    name_database, pool_busy, pool_connected_once, pool_probe_args, probe_running,
+                    raise_if_misconfigured, remember_probe, time_left)
 from .bounded_connect import MIN_CONNECT_TIMEOUT, connect_within_async
 from .connect_errors import connect_failure
 from .pool_drain import drain_due
@@ -53,11 +54,21 @@ async def check_source(source: str, label: str) -> None:
 
 
 async def pool_timeout_cause(pool: AsyncConnectionPool[Any], timeout: Exception) -> DistlockError:
-    """_sync.pool_timeout_cause for asyncio."""
+    """_sync.pool_timeout_cause for asyncio: the probe is a task of its own,
+    which a caller that stops waiting (PROBE_GRACE, or its cancellation)
+    does not cancel."""
     known = pool_probe_args(pool, timeout)
     if isinstance(known, DistlockError):
         return known
     conninfo, kwargs = known
+    running = probe_running(pool, lambda: asyncio.ensure_future(probe_pool(pool, conninfo, kwargs, timeout)))
+    done, _ = await asyncio.wait({running}, timeout=PROBE_GRACE)
+    return running.result() if done else cause_not_known(timeout)
+
+
+async def probe_pool(pool: AsyncConnectionPool[Any], conninfo: str, kwargs: dict[str, Any],
+                     timeout: Exception) -> DistlockError:
+    """_sync.probe_pool for asyncio."""
     try:
         probe = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
     except psycopg.Error as exc:

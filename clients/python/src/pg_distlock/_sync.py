@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import inspect
 import logging
 import os
@@ -11,7 +12,7 @@ import threading
 import time
 import weakref
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, TypeVar, Union, cast
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -86,6 +87,48 @@ def raise_if_misconfigured(exc: psycopg.Error, source: str) -> None:
 PROBE_KEPT_FOR = 5.0
 _probes: weakref.WeakKeyDictionary[Any, tuple[float, DistlockError]] = weakref.WeakKeyDictionary()
 _probes_lock = threading.Lock()
+
+
+class Pending(Protocol):
+    """A probe still connecting: a concurrent.futures.Future or an asyncio.Task."""
+
+    def add_done_callback(self, fn: Callable[[Any], object], /) -> None: ...
+
+
+Running = TypeVar("Running", bound=Pending)
+
+# A probe still connecting, by pool: a caller whose checkout timed out waits
+# for it too, rather than open one more connection of its own.
+_probing: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+# How long a caller whose checkout timed out (its whole bound spent) waits
+# for the probe: a server that refuses says why at once; one that does not
+# answer would hold the caller for a connect_timeout per host, so the probe
+# goes on in the background and its answer is remembered for the next callers.
+PROBE_GRACE = 0.5
+
+
+def probe_running(pool: Any, start: Callable[[], Running]) -> Running:
+    """The probe of `pool` still connecting, else the one start() begins;
+    forgotten once done."""
+    with _probes_lock:
+        if pool in _probing:
+            return cast(Running, _probing[pool])
+        started = _probing[pool] = start()
+    started.add_done_callback(lambda _: forget_probe(pool, started))
+    return started
+
+
+def forget_probe(pool: Any, done: Pending) -> None:
+    with _probes_lock:
+        if _probing.get(pool) is done:
+            del _probing[pool]
+
+
+def cause_not_known(timeout: Exception) -> Unavailable:
+    """The pool failed to connect lately and its probe has not said why yet."""
+    return Unavailable(f"{timeout} (the pool failed to connect lately; why is not known yet: a connection of"
+                       " its own is still trying, and later calls will say)")
 
 
 def probed_lately(pool: Any) -> DistlockError | None:
@@ -164,17 +207,42 @@ def pool_timeout_cause(pool: ConnectionPool[Any], timeout: Exception) -> Distloc
     """What a pool's checkout timeout means (pool_probe_args): when it can
     only be learned by trying, a connection of its own says why the pool
     cannot connect (the connect's error, chained: the pool's own message
-    drops it), or that it was busy after all."""
+    drops it), or that it was busy after all; if it has not said within
+    PROBE_GRACE, that the cause is not known yet (cause_not_known)."""
     known = pool_probe_args(pool, timeout)
     if isinstance(known, DistlockError):
         return known
     conninfo, kwargs = known
+    running = probe_running(pool, lambda: in_thread(probe_pool, pool, conninfo, kwargs, timeout))
+    try:
+        return running.result(PROBE_GRACE)
+    except concurrent.futures.TimeoutError:
+        return cause_not_known(timeout)
+
+
+def probe_pool(pool: ConnectionPool[Any], conninfo: str, kwargs: dict[str, Any], timeout: Exception) -> DistlockError:
+    """What a connection of the pool's own says (pool_timeout_cause), remembered."""
     try:
         probe = psycopg.connect(conninfo, **kwargs)
     except psycopg.Error as exc:
         return remember_probe(pool, connect_failure(exc, conninfo, connected_before=pool_connected_once(pool)))
     probe.close()
     return remember_probe(pool, pool_busy(timeout))
+
+
+def in_thread(fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+    """fn(*args) in a daemon thread of its own (a probe must not keep a
+    process from exiting), its outcome in the future returned."""
+    outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            outcome.set_result(fn(*args))
+        except BaseException as exc:  # handed to whoever waits for it
+            outcome.set_exception(exc)
+
+    threading.Thread(target=run, name="pg_distlock-probe", daemon=True).start()
+    return outcome
 
 
 class Held:
