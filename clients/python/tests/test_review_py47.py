@@ -62,8 +62,10 @@ def closes_after(delay: float) -> Callable[[socket.socket], None]:
 # -- 1. The bound is not shared: every host after the first still gets libpq's least (2 s)
 
 
-LATE_FAILURE = 2.7
-WAIT = 3.0
+LATE_FAILURE = 1.8
+WAIT = 2.0
+OVERRUN = 2.0  # libpq's least connect_timeout, given to an attempt started with less left
+SLACK = 0.5
 
 
 @pytest.mark.parametrize("flavour", ["sync", "asyncio"])
@@ -72,10 +74,20 @@ def test_a_first_host_that_fails_late_does_not_give_the_next_host_two_seconds_pa
     left (left > 0) and gives it max(MIN_CONNECT_TIMEOUT, ceil(left)): 2 s
     for the 0.3 s left after a first host that hung up at 2.7 s. A silent
     second host then holds acquire(wait=3) for 4.7 s; the README says no host
-    is tried once the bound has passed and the attempts share it."""
-    with listener(closes_after(LATE_FAILURE)) as late, listener() as silent:
-        conninfo = (f"host=127.0.0.1,127.0.0.1 port={late},{silent} dbname=x user=x sslmode=disable"
-                    " target_session_attrs=read-write")
+    is tried once the bound has passed and the attempts share it.
+
+    Changed by the decision on review py47 (reaching a healthy later host
+    matters more than a strict bound): an attempt gets max(2, ceil(left /
+    hosts remaining)) and another host is tried while any time is left, so
+    a call may end up to libpq's 2 s past its wait, and no more. The test
+    now holds it to that: WAIT 2 s and a first host hanging up at 1.8 s
+    (inside its 2 s share, where 2.7 s would now be cut at 2 s) leave 0.2 s
+    for the second, silent host, which still gets 2 s; the third, silent
+    too, must not be tried (the bound has passed), so acquire ends by wait
+    + 2 s (before 4bef91f: 1.8 + 2 + 2 s)."""
+    with listener(closes_after(LATE_FAILURE)) as late, listener() as silent, listener() as silent_too:
+        conninfo = (f"host=127.0.0.1,127.0.0.1,127.0.0.1 port={late},{silent},{silent_too} dbname=x user=x"
+                    " sslmode=disable target_session_attrs=read-write")
         started = time.monotonic()
         with pytest.raises(pg_distlock.Unavailable):
             if flavour == "sync":
@@ -83,7 +95,8 @@ def test_a_first_host_that_fails_late_does_not_give_the_next_host_two_seconds_pa
             else:
                 asyncio.run(aio.Lease(conninfo, "rpy47-late", ttl=30, wait=WAIT).acquire())
         took = time.monotonic() - started
-    assert took < WAIT + 0.7, f"acquire(wait={WAIT:g}) took {took:.1f} s (first host hung up at {LATE_FAILURE} s)"
+    assert took < WAIT + OVERRUN + SLACK, \
+        f"acquire(wait={WAIT:g}) took {took:.1f} s (first host hung up at {LATE_FAILURE} s)"
 
 
 # -- 2. A silent first host now keeps every bounded acquire from a healthy second host

@@ -5,10 +5,14 @@ psycopg (as libpq) gives every host of a multi-host conninfo the whole
 connect_timeout in turn, so a connect meant to end within 1 s took libpq's
 least 2 s once per host that does not answer: 6 s on three. A bounded
 connect here makes the attempts itself (psycopg's own list of them), each
-given what is left of the bound, and starts none once the bound has passed;
-its errors read as psycopg's, so that connect_errors.connect_failure tells a
-wrong conninfo from a server that cannot serve now as before. An unbounded
-connect (timeout None) is psycopg's own."""
+given its share of what is left of the bound (left / hosts remaining, in
+whole seconds, at least libpq's least 2 s), and starts another while any of
+the bound is left: a silent first host does not keep a healthy later one
+from being tried, and the connect ends at most libpq's 2 s past the bound
+(the last attempt's least). Its errors read as psycopg's, so that
+connect_errors.connect_failure tells a wrong conninfo from a server that
+cannot serve now as before. An unbounded connect (timeout None) is
+psycopg's own."""
 
 from __future__ import annotations
 
@@ -40,6 +44,15 @@ def connect_timeout(conninfo: str, timeout: float | None, given: dict[str, Any] 
     return {"connect_timeout": max(MIN_CONNECT_TIMEOUT, math.ceil(timeout))}
 
 
+def share(left: float, hosts: int) -> int:
+    """The connect_timeout of an attempt with `left` seconds of the bound
+    for `hosts` attempts still to make (this one included): an even share
+    in whole seconds, at least libpq's least. Reaching a healthy later host
+    matters more than a strict bound, so an attempt started with less than
+    2 s left still gets 2 s: the connect may end up to 2 s past the bound."""
+    return max(MIN_CONNECT_TIMEOUT, math.ceil(max(left, 0) / hosts))
+
+
 class BoundedAttempts:
     """The attempts of one connect bounded by `timeout` seconds: what each
     is given, and the error once none succeeded (both flavours)."""
@@ -56,16 +69,16 @@ class BoundedAttempts:
         self.attempt: dict[str, Any] = {}
 
     def each(self, attempts: list[dict[str, Any]]) -> Iterator[str]:
-        """The conninfo of each of psycopg's `attempts`, given what is left
-        of the bound (at least libpq's least), until the bound has passed
-        after a first attempt; failed() says why the last did not connect."""
-        for attempt in attempts:
+        """The conninfo of each of psycopg's `attempts`, given its share of
+        what is left of the bound (share()), while any of it is left after
+        a first attempt; failed() says why the last did not connect."""
+        for tried, attempt in enumerate(attempts):
             left = self.by - time.monotonic()
             if self.failures and left <= 0:
                 return
             self.attempt = attempt
             if not self.own_timeout:
-                attempt = {**attempt, "connect_timeout": max(MIN_CONNECT_TIMEOUT, math.ceil(left))}
+                attempt = {**attempt, "connect_timeout": share(left, len(attempts) - tried)}
             yield make_conninfo("", **attempt)
 
     def failed(self, error: psycopg.Error) -> None:
@@ -84,8 +97,9 @@ class BoundedAttempts:
 
 
 def connect_within(conninfo: str, kwargs: dict[str, Any], timeout: float | None) -> psycopg.Connection[Any]:
-    """psycopg.connect(conninfo, **kwargs), ending within about `timeout`
-    seconds (at least libpq's least) over all of the conninfo's hosts."""
+    """psycopg.connect(conninfo, **kwargs) over all of the conninfo's
+    hosts, ending within `timeout` seconds or at most libpq's least (2 s)
+    past it (BoundedAttempts.each)."""
     if timeout is None:
         return psycopg.connect(conninfo, **kwargs)
     bound = BoundedAttempts(conninfo, kwargs, timeout)
