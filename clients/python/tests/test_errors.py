@@ -124,3 +124,24 @@ def test_a_missing_extension_says_how_to_install_it(db: Db) -> None:
 def test_every_documented_sqlstate_maps_to_its_class(sqlstate: str | None, cls: type) -> None:
     """The README's table, row by row."""
     assert errors.error_class(sqlstate) is cls
+
+
+@pytest.mark.parametrize("error", [
+    Unavailable("cannot connect to host=a", "08006"),
+    pg_distlock.RateLimited("over the limit", retry_after=1.5),
+])
+def test_a_probe_error_is_copied_whole_for_each_caller(error: DistlockError) -> None:
+    """own_copy: each caller raises an error of its own, equal to the probe's
+    (class, args, attributes, __cause__), with no traceback of its own yet."""
+    from pg_distlock._sync import own_copy
+
+    cause = psycopg.OperationalError("connection refused")
+    try:
+        raise error from cause
+    except DistlockError:
+        pass
+    copy = own_copy(error)
+    assert copy is not error and type(copy) is type(error)
+    assert (copy.args, vars(copy), copy.sqlstate) == (error.args, vars(error), error.sqlstate)
+    assert copy.__cause__ is cause and copy.__suppress_context__
+    assert copy.__traceback__ is None and error.__traceback__ is not None

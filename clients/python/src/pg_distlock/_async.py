@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 from ._core import effects as fx
 from ._core import features
 from ._sync import (CHECK_CONNECT_TIMEOUT, PROBE_GRACE, busy_connecting, cause_not_known, chained, connect_kwargs,
-                    name_database, pool_busy, pool_connected_once, pool_probe_args, probe_running,
+                    name_database, own_copy, pool_busy, pool_connected_once, pool_probe_args, probe_running,
                     raise_if_misconfigured, remember_probe, time_left)
 from .bounded_connect import MIN_CONNECT_TIMEOUT, connect_within_async
 from .connect_errors import connect_failure
@@ -63,7 +63,7 @@ async def pool_timeout_cause(pool: AsyncConnectionPool[Any], timeout: Exception)
     conninfo, kwargs = known
     running = probe_running(pool, lambda: asyncio.ensure_future(probe_pool(pool, conninfo, kwargs, timeout)))
     done, _ = await asyncio.wait({running}, timeout=PROBE_GRACE)
-    return running.result() if done else cause_not_known(timeout)
+    return own_copy(running.result()) if done else cause_not_known(timeout)  # other callers wait for it too
 
 
 async def probe_pool(pool: AsyncConnectionPool[Any], conninfo: str, kwargs: dict[str, Any],

@@ -132,9 +132,28 @@ def cause_not_known(timeout: Exception) -> Unavailable:
 
 
 def probed_lately(pool: Any) -> DistlockError | None:
+    """What the last probe of `pool` found, if it was lately: the caller's
+    own copy (own_copy)."""
     with _probes_lock:
         seen = _probes.get(pool)
-    return seen[1] if seen is not None and time.monotonic() - seen[0] < PROBE_KEPT_FOR else None
+    return own_copy(seen[1]) if seen is not None and time.monotonic() - seen[0] < PROBE_KEPT_FOR else None
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def own_copy(error: E) -> E:
+    """A new instance of a probe's `error` (same class, args, attributes and
+    __cause__) for one caller to raise: raising the probe's own object in
+    every caller that waited for it, or in every call that found it
+    remembered, links each caller's frames onto one __traceback__ (another
+    thread's stack in a caller's error, a retry loop's traceback growing at
+    each try) and chains each caller's timeout onto it."""
+    copy = type(error).__new__(type(error), *error.args)
+    copy.__dict__.update(error.__dict__)
+    if error.__cause__ is not None:
+        copy.__cause__ = error.__cause__
+    return copy
 
 
 def remember_probe(pool: Any, error: DistlockError) -> DistlockError:
@@ -208,14 +227,15 @@ def pool_timeout_cause(pool: ConnectionPool[Any], timeout: Exception) -> Distloc
     only be learned by trying, a connection of its own says why the pool
     cannot connect (the connect's error, chained: the pool's own message
     drops it), or that it was busy after all; if it has not said within
-    PROBE_GRACE, that the cause is not known yet (cause_not_known)."""
+    PROBE_GRACE, that the cause is not known yet (cause_not_known). A
+    probe's error is the caller's own copy (own_copy)."""
     known = pool_probe_args(pool, timeout)
     if isinstance(known, DistlockError):
         return known
     conninfo, kwargs = known
     running = probe_running(pool, lambda: in_thread(probe_pool, pool, conninfo, kwargs, timeout))
     try:
-        return running.result(PROBE_GRACE)
+        return own_copy(running.result(PROBE_GRACE))  # other callers wait for it too
     except concurrent.futures.TimeoutError:
         return cause_not_known(timeout)
 
