@@ -99,10 +99,15 @@ def test_a_user_pool_that_never_connected_to_a_missing_database_is_misconfigured
     false, and pool_timeout_cause always passes True. A psycopg_pool given
     to Leader, Client, Queue... (no check_source) whose conninfo names a
     database that does not exist never connected once (the pool's stats
-    say so: connections_num 0), yet its checkout timeout is Unavailable:
+    say so: every attempt failed), yet its checkout timeout is Unavailable:
     loops retry forever. Before 0106e18 "does not exist" was Misconfigured
     whatever connected_before said (_REFUSED_FOR_GOOD); since, the rule is
-    "Misconfigured only before a first success", which this pool never had."""
+    "Misconfigured only before a first success", which this pool never had.
+
+    The fake stats were connections_num 0, connections_errors 4: a pool
+    that failed has tried, and psycopg_pool's connections_num counts its
+    attempts, failed ones included (review py47), so they are now 4 and 4:
+    four attempts, all failed."""
     from pg_distlock._sync import pool_timeout_cause
 
     class NeverConnected:
@@ -110,7 +115,7 @@ def test_a_user_pool_that_never_connected_to_a_missing_database_is_misconfigured
         kwargs: dict[str, Any] = {"autocommit": True}
 
         def get_stats(self) -> dict[str, int]:
-            return {"connections_num": 0, "connections_errors": 4}
+            return {"connections_num": 4, "connections_errors": 4}
 
     failure = pool_timeout_cause(NeverConnected(), TimeoutError("couldn't get a connection after 30.00 sec"))  # type: ignore[arg-type]
     assert "does not exist" in str(failure), failure

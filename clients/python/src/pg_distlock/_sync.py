@@ -168,9 +168,13 @@ def pool_busy(timeout: Exception) -> Unavailable:
 
 def pool_connected_once(pool: Any) -> bool:
     """Whether a pool ever opened a connection: until then a refusal is a
-    wrong conninfo (connect_errors.connect_failure), as for a conninfo source."""
+    wrong conninfo (connect_errors.connect_failure), as for a conninfo source.
+    psycopg_pool's connections_num counts attempts (counted before each
+    tries, failed ones included) and connections_errors the failed ones, so
+    the difference is those that connected (or are still trying)."""
     try:
-        return bool(pool.get_stats().get("connections_num", 0))
+        stats: dict[str, int] = pool.get_stats()
+        return stats.get("connections_num", 0) - stats.get("connections_errors", 0) > 0
     except Exception:
         return True  # no stats to tell: retried, as before a first success was told apart
 
