@@ -8,11 +8,6 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-/// An error with its SQLSTATE and message.
-fn described(e: postgres::Error) -> String {
-    e.as_db_error().map_or_else(|| e.to_string(), |d| format!("{}: {}", d.code().code(), d.message()))
-}
-
 /// A role given the consumer capability at 0.3.0 and later dropped the way
 /// PostgreSQL drops a role with privileges (DROP OWNED, DROP ROLE), without
 /// revoke_capability: its row stays in role_capabilities with the dropped
@@ -22,17 +17,7 @@ fn described(e: postgres::Error) -> String {
 /// change the update did not touch consumer grants and went through.
 #[test]
 fn the_update_to_0_4_0_goes_through_with_a_dropped_consumer_role_left_in_role_capabilities() {
-    let name = "review_41_dropped_role";
-    let mut c = fresh_db_at_version(name, "0.3.0");
-    c.batch_execute(
-        "DROP ROLE IF EXISTS review_41_gone; CREATE ROLE review_41_gone; \
-         SELECT distlock.grant_capability('review_41_gone', 'consumer', 'acme:'); \
-         DROP OWNED BY review_41_gone; DROP ROLE review_41_gone;",
-    )
-    .expect("a consumer role, dropped");
-    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.role_capabilities"), 1, "the dropped role's row stays");
-    let updated = c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").map_err(described);
-    assert!(updated.is_ok(), "the update fails: {updated:?}");
+    update_goes_through_with_a_dropped_role("review_41_dropped_role", "consumer");
 }
 
 /// Consumers waiting in 0.3.0's consume_task, consume_tasks and

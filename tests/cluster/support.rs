@@ -249,6 +249,28 @@ pub fn as_role<T>(c: &mut Client, role: &str, work: impl FnOnce(&mut Client) -> 
     result
 }
 
+/// An error with its SQLSTATE and message.
+pub fn described(e: postgres::Error) -> String {
+    e.as_db_error().map_or_else(|| e.to_string(), |d| format!("{}: {}", d.code().code(), d.message()))
+}
+
+/// A database at 0.3.0 with a role given `capability` and then dropped the
+/// way PostgreSQL drops a role with privileges (DROP OWNED, DROP ROLE),
+/// without revoke_capability, so that its row stays in role_capabilities
+/// with the dropped role's oid; the update to 0.4.0 must go through.
+pub fn update_goes_through_with_a_dropped_role(name: &str, capability: &str) {
+    let mut c = fresh_db_at_version(name, "0.3.0");
+    c.batch_execute(&format!(
+        "DROP ROLE IF EXISTS review_41_gone; CREATE ROLE review_41_gone; \
+         SELECT distlock.grant_capability('review_41_gone', '{capability}', 'acme:'); \
+         DROP OWNED BY review_41_gone; DROP ROLE review_41_gone;"
+    ))
+    .expect("a role with a capability, dropped");
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.role_capabilities"), 1, "the dropped role's row stays");
+    let updated = c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").map_err(described);
+    assert!(updated.is_ok(), "the update fails: {updated:?}");
+}
+
 /// Runs `sql` as `role` and expects 42501.
 pub fn refused(c: &mut Client, role: &str, sql: &str) {
     let result = as_role(c, role, |c| c.simple_query(sql));
