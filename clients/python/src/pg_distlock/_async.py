@@ -90,7 +90,10 @@ async def run_statement(conn: psycopg.AsyncConnection[Any], effect: fx.Execute) 
 
 async def fetch(conn: psycopg.AsyncConnection[Any], effect: fx.Execute) -> list[Any]:
     cur: psycopg.AsyncCursor[Any] = conn.cursor(row_factory=dict_row if effect.named else tuple_row)
-    await cur.execute(effect.sql, effect.params)
+    # Never prepared when read by name: a claim's `SELECT *` gains a column
+    # with the update to 0.4.0, and a statement the application's own
+    # connection prepared would then fail for good (0A000).
+    await cur.execute(effect.sql, effect.params, prepare=False if effect.named else None)
     return await cur.fetchall() if cur.description else []
 
 

@@ -319,7 +319,10 @@ def run_statement(conn: psycopg.Connection[Any], effect: fx.Execute) -> list[Any
 
 def fetch(conn: psycopg.Connection[Any], effect: fx.Execute) -> list[Any]:
     cur: psycopg.Cursor[Any] = conn.cursor(row_factory=dict_row if effect.named else tuple_row)
-    cur.execute(effect.sql, effect.params)
+    # Never prepared when read by name: a claim's `SELECT *` gains a column
+    # with the update to 0.4.0, and a statement the application's own
+    # connection prepared would then fail for good (0A000).
+    cur.execute(effect.sql, effect.params, prepare=False if effect.named else None)
     return cur.fetchall() if cur.description else []
 
 

@@ -1,0 +1,96 @@
+"""Final review (helper-59) of the Job.queue change: a consumer on the application's own connection
+across the update. Failed on 90b6a93. (Its two other breaks, in the client's bounded connect and
+pool_connected_once, are failing tests on branch review-final, not merged.)"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from typing import Iterator
+
+import psycopg
+import pytest
+
+import pg_distlock
+from conftest import Db, drop_database, dsn, new_database
+
+
+@pytest.fixture
+def db_0_3_0() -> Iterator[Db]:
+    db = new_database(version="0.3.0")
+    yield db
+    drop_database(db)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_an_applications_connection_with_prepared_statements_keeps_consuming_across_the_update(
+    db_0_3_0: Db, batch: int
+) -> None:
+    """The application's own connection, with psycopg's default automatic
+    prepared statements (prepare_threshold=5), or a psycopg_pool's. The
+    docs (upgrading.md) say the client "prepares nothing": it does on such a
+    connection.
+    The claim statements became `SELECT * FROM distlock.consume_task(...)`:
+    after ALTER EXTENSION pg_distlock UPDATE the prepared statement's result
+    gains `queue`, and the server refuses to run it again ("cached plan must
+    not change result type", 0A000) on every consume of that connection for
+    as long as it lives. 0.3.0's client named its 8 columns, which a
+    re-planned statement still returns."""
+    db = db_0_3_0
+    conn = psycopg.connect(db.dsn, autocommit=True)  # psycopg's default prepare_threshold (5)
+    try:
+        consumer = pg_distlock.Queue(conn, worker_id="c1", queues=["email"])
+        producer = pg_distlock.Queue(db.dsn)
+
+        def claim() -> list[pg_distlock.Job]:
+            return consumer.consume(batch)
+
+        for _ in range(7):
+            producer.enqueue("mail", queue="email")
+            assert len(claim()) == 1  # prepared on this connection at 0.3.0's SQL (from the 6th)
+        db.admin.execute("ALTER EXTENSION pg_distlock UPDATE")
+        email = producer.enqueue("mail", queue="email")
+        try:
+            jobs = claim()
+        except Exception as exc:  # noqa: BLE001
+            pytest.fail(f"consume({batch}) on the application's connection after the update: {exc!r}")
+        assert [(j.id, j.queue) for j in jobs] == [(email, "email")]
+    finally:
+        conn.close()
+
+
+class ClosableProxy:
+    """A TCP proxy to 127.0.0.1:`upstream`; stop() closes it and every
+    connection through it (a server that went down: later connects are
+    refused)."""
+
+    def __init__(self, upstream: int) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, args=(upstream,), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def _accept(self, upstream: int) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.listener.accept()
+                server = socket.create_connection(("127.0.0.1", upstream))
+                self.socks += [client, server]
+                threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+                threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+
+    def stop(self) -> None:
+        for s in [self.listener, *self.socks]:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
