@@ -1,19 +1,20 @@
-"""Final review (helper-59) of the Job.queue change: a consumer on the application's own connection
-across the update. Failed on 90b6a93. (Its two other breaks, in the client's bounded connect and
-pool_connected_once, are failing tests on branch review-final, not merged.)"""
+"""Final review (helper-59) of the Job.queue change and the client's bounds: a consumer on the
+application's own connection across the update (failed on 90b6a93), and a pool whose statistics an
+exporter popped (failed on 265698e)."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+import time
 from typing import Iterator
 
 import psycopg
 import pytest
 
 import pg_distlock
-from conftest import Db, drop_database, dsn, new_database
+from conftest import PRIMARY, Db, drop_database, dsn, new_database
 
 
 @pytest.fixture
@@ -94,3 +95,39 @@ class ClosableProxy:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
             s.close()
+
+
+def test_a_pool_whose_stats_were_popped_is_unavailable_not_misconfigured_when_its_server_goes_down() -> None:
+    """pool_connected_once now reads connections_num - connections_errors.
+    An application that exports psycopg_pool's metrics with pop_stats()
+    (which resets both counters) after the pool connected, then loses the
+    server (a restart, a failover): each failed reconnect adds one to both,
+    the difference is 0, and the client calls a pool that served for hours
+    Misconfigured ("check the conninfo's host and port"), the error that
+    says retrying cannot help. Before this change (connections_num > 0) it
+    was Unavailable."""
+    from psycopg_pool import ConnectionPool
+
+    db = new_database()
+    proxy = ClosableProxy(PRIMARY)
+    pool = ConnectionPool(dsn(proxy.port, db.name), min_size=1, max_size=1, timeout=1, open=True,
+                          kwargs={"autocommit": True})
+    try:
+        pool.wait(timeout=10)
+        held = pg_distlock.Client(pool).lease("rfinal-popped", ttl=30, wait=0)
+        held.acquire()
+        held.release()
+        pool.pop_stats()  # a metrics exporter's read
+        proxy.stop()
+        pool.check()  # the broken connection found; reconnects begin and are refused
+        deadline = time.monotonic() + 15
+        while not pool.get_stats().get("connections_errors", 0):
+            assert time.monotonic() < deadline, "the pool never failed to reconnect"
+            time.sleep(0.05)
+        with pytest.raises(pg_distlock.DistlockError) as raised:
+            pg_distlock.Client(pool).lease("rfinal-popped", ttl=30, wait=0).acquire()
+    finally:
+        pool.close(timeout=0)
+        drop_database(db)
+    assert not isinstance(raised.value, pg_distlock.Misconfigured), f"{type(raised.value).__name__}: {raised.value}"
+    assert isinstance(raised.value, pg_distlock.Unavailable), f"{type(raised.value).__name__}: {raised.value}"
