@@ -4,6 +4,7 @@ exporter popped (failed on 265698e)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -14,6 +15,7 @@ import psycopg
 import pytest
 
 import pg_distlock
+import pg_distlock.aio
 from conftest import PRIMARY, Db, drop_database, dsn, new_database
 
 
@@ -128,6 +130,36 @@ def test_a_pool_whose_stats_were_popped_is_unavailable_not_misconfigured_when_it
             pg_distlock.Client(pool).lease("rfinal-popped", ttl=30, wait=0).acquire()
     finally:
         pool.close(timeout=0)
+        drop_database(db)
+    assert not isinstance(raised.value, pg_distlock.Misconfigured), f"{type(raised.value).__name__}: {raised.value}"
+    assert isinstance(raised.value, pg_distlock.Unavailable), f"{type(raised.value).__name__}: {raised.value}"
+
+
+async def test_an_asyncio_pool_whose_stats_were_popped_is_unavailable_not_misconfigured_when_its_server_goes_down(
+) -> None:
+    """The asyncio client's reading of the same pool (pool_connected_once)."""
+    from psycopg_pool import AsyncConnectionPool
+
+    db = new_database()
+    proxy = ClosableProxy(PRIMARY)
+    pool = AsyncConnectionPool(dsn(proxy.port, db.name), min_size=1, max_size=1, timeout=1, open=False,
+                               kwargs={"autocommit": True})
+    await pool.open(wait=True, timeout=10)
+    try:
+        held = pg_distlock.aio.Client(pool).lease("rfinal-popped-aio", ttl=30, wait=0)
+        await held.acquire()
+        await held.release()
+        pool.pop_stats()
+        proxy.stop()
+        await pool.check()
+        deadline = time.monotonic() + 15
+        while not pool.get_stats().get("connections_errors", 0):
+            assert time.monotonic() < deadline, "the pool never failed to reconnect"
+            await asyncio.sleep(0.05)
+        with pytest.raises(pg_distlock.DistlockError) as raised:
+            await pg_distlock.aio.Client(pool).lease("rfinal-popped-aio", ttl=30, wait=0).acquire()
+    finally:
+        await pool.close(timeout=0)
         drop_database(db)
     assert not isinstance(raised.value, pg_distlock.Misconfigured), f"{type(raised.value).__name__}: {raised.value}"
     assert isinstance(raised.value, pg_distlock.Unavailable), f"{type(raised.value).__name__}: {raised.value}"

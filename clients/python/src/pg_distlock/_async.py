@@ -22,7 +22,7 @@ from ._core import effects as fx
 from ._core import features
 from ._sync import (CHECK_CONNECT_TIMEOUT, PROBE_GRACE, busy_connecting, cause_not_known, chained, connect_kwargs,
                     name_database, own_copy, pool_busy, pool_connected_once, pool_probe_args, probe_running,
-                    raise_if_misconfigured, remember_probe, time_left)
+                    raise_if_misconfigured, remember_probe, served, time_left)
 from .bounded_connect import MIN_CONNECT_TIMEOUT, connect_within_async
 from .connect_errors import connect_failure
 from .pool_drain import drain_due
@@ -212,7 +212,7 @@ class Runtime:
             given = False
             try:
                 async with self.source.connection(timeout=time_left(by)) as conn:
-                    given = True
+                    given = served(self.source, True)
                     try:
                         yield conn
                     except psycopg.Error as exc:
@@ -326,7 +326,7 @@ class Runtime:
         from psycopg_pool import PoolTimeout
 
         try:
-            return Held(await self.source.getconn(timeout=timeout), owned=True)
+            return Held(served(self.source, await self.source.getconn(timeout=timeout)), owned=True)
         except PoolTimeout as exc:
             raise chained(await pool_timeout_cause(self.source, exc), exc)
 

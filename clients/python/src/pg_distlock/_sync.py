@@ -88,6 +88,19 @@ PROBE_KEPT_FOR = 5.0
 _probes: weakref.WeakKeyDictionary[Any, tuple[float, DistlockError]] = weakref.WeakKeyDictionary()
 _probes_lock = threading.Lock()
 
+# Pools that handed this client a connection once: their later refusals are a
+# server that went away, whatever their statistics say (an exporter's
+# pop_stats() zeroes them).
+_served_pools: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def served(pool: Any, conn: T) -> T:
+    """`conn`, a checkout of `pool` that succeeded, remembered
+    (pool_connected_once)."""
+    if pool not in _served_pools:
+        _served_pools.add(pool)
+    return conn
+
 
 class Pending(Protocol):
     """A probe still connecting: a concurrent.futures.Future or an asyncio.Task."""
@@ -169,9 +182,13 @@ def pool_busy(timeout: Exception) -> Unavailable:
 def pool_connected_once(pool: Any) -> bool:
     """Whether a pool ever opened a connection: until then a refusal is a
     wrong conninfo (connect_errors.connect_failure), as for a conninfo source.
-    psycopg_pool's connections_num counts attempts (counted before each
-    tries, failed ones included) and connections_errors the failed ones, so
-    the difference is those that connected (or are still trying)."""
+    A pool that handed this client a connection did (served). Otherwise its
+    statistics tell: psycopg_pool's connections_num counts attempts (counted
+    before each tries, failed ones included) and connections_errors the
+    failed ones, so the difference is those that connected (or are still
+    trying), since the statistics were last popped."""
+    if pool in _served_pools:
+        return True
     try:
         stats: dict[str, int] = pool.get_stats()
         return stats.get("connections_num", 0) - stats.get("connections_errors", 0) > 0
@@ -435,7 +452,7 @@ class Runtime:
             given = False
             try:
                 with self.source.connection(timeout=time_left(by)) as conn, self._borrowing(conn):
-                    given = True
+                    given = served(self.source, True)
                     try:
                         yield conn
                     except psycopg.Error as exc:
@@ -552,7 +569,7 @@ class Runtime:
         from psycopg_pool import PoolTimeout
 
         try:
-            return Held(self.source.getconn(timeout=timeout), owned=True)
+            return Held(served(self.source, self.source.getconn(timeout=timeout)), owned=True)
         except PoolTimeout as exc:
             raise chained(pool_timeout_cause(self.source, exc), exc)
 
