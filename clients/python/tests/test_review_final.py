@@ -1,6 +1,6 @@
 """Final review (helper-59) of the Job.queue change and the client's bounds: a consumer on the
 application's own connection across the update (failed on 90b6a93), and a pool whose statistics an
-exporter popped (failed on 265698e)."""
+exporter popped (failed on 265698e), and a failover conninfo whose first host is silent (failed on 265698e)."""
 
 from __future__ import annotations
 
@@ -163,3 +163,42 @@ async def test_an_asyncio_pool_whose_stats_were_popped_is_unavailable_not_miscon
         drop_database(db)
     assert not isinstance(raised.value, pg_distlock.Misconfigured), f"{type(raised.value).__name__}: {raised.value}"
     assert isinstance(raised.value, pg_distlock.Unavailable), f"{type(raised.value).__name__}: {raised.value}"
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_healthy_second_host_is_reached_while_the_first_does_not_answer(flavour: str) -> None:
+    """The README's failover conninfo (host=db1,db2 ...
+    target_session_attrs=read-write) with db1 partitioned (accepts TCP, never
+    answers) and db2 the healthy primary. bounded_connect gives db1 libpq's
+    least 2 s, then finds the bound of acquire(wait=1) spent and never tries
+    db2: every acquire fails with Unavailable for as long as db1 is silent.
+    psycopg's own connect (before this change, connect_timeout 2 per host)
+    reached db2 after 2 s. The module's docstring promises "a silent first
+    host does not keep a healthy later one from being tried"."""
+    from pg_distlock import aio
+
+    db = new_database()
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    conninfo = (f"host=127.0.0.1,127.0.0.1 port={silent.getsockname()[1]},{PRIMARY} user=postgres"
+                f" dbname={db.name} target_session_attrs=read-write")
+    try:
+        if flavour == "sync":
+            lease = pg_distlock.Lease(conninfo, "rfinal-failover", ttl=30, wait=1)
+            try:
+                lease.acquire()
+            except pg_distlock.Unavailable as exc:
+                pytest.fail(f"acquire(wait=1) with db2 healthy: {exc!r}")
+            lease.release()
+        else:
+            async def run() -> None:
+                lease = aio.Lease(conninfo, "rfinal-failover", ttl=30, wait=1)
+                try:
+                    await lease.acquire()
+                except pg_distlock.Unavailable as exc:
+                    pytest.fail(f"asyncio acquire(wait=1) with db2 healthy: {exc!r}")
+                await lease.release()
+
+            asyncio.run(run())
+    finally:
+        silent.close()
+        drop_database(db)
