@@ -3,22 +3,32 @@ in the conninfo.
 
 psycopg (as libpq) gives every host of a multi-host conninfo the whole
 connect_timeout in turn, so a connect meant to end within 1 s took libpq's
-least 2 s once per host that does not answer: 6 s on three. A bounded
-connect here makes the attempts itself (psycopg's own list of them), each
-given its share of what is left of the bound (left / hosts remaining, in
-whole seconds, at least libpq's least 2 s), and starts another while any of
-the bound is left: a silent first host does not keep a healthy later one
-from being tried, and the connect ends at most libpq's 2 s past the bound
-(the last attempt's least). Its errors read as psycopg's, so that
-connect_errors.connect_failure tells a wrong conninfo from a server that
-cannot serve now as before. An unbounded connect (timeout None) is
-psycopg's own."""
+least 2 s once per host that does not answer: 6 s on three, and a bound
+shorter than that never reached a healthy later host at all. A bounded
+connect here makes the attempts itself (psycopg's own list of them, in its
+order), staggered within the bound (happy eyeballs, RFC 8305): the first at
+once, each next one when those started have all failed or after an even
+share of the bound (timeout / hosts), whichever comes first; none starts
+once the bound has passed. The first to connect wins; the others are
+abandoned (a late one's connection is closed). So a silent first host does
+not keep a healthy later one from being tried within the bound, and the
+connect ends by the bound, or when it is under libpq's least (2 s, which
+each attempt is given at least), that long after it began. Its errors read
+as psycopg's, so that connect_errors.connect_failure tells a wrong conninfo
+from a server that cannot serve now as before. An unbounded connect
+(timeout None) is psycopg's own.
+
+A host name that resolves to several addresses is one attempt here (libpq
+tries its addresses in turn within that attempt's connect_timeout)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+import queue
+import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Awaitable, Callable, Iterator
 
 import psycopg
 from psycopg.conninfo import conninfo_attempts, conninfo_attempts_async, conninfo_to_dict, make_conninfo
@@ -44,50 +54,77 @@ def connect_timeout(conninfo: str, timeout: float | None, given: dict[str, Any] 
     return {"connect_timeout": max(MIN_CONNECT_TIMEOUT, math.ceil(timeout))}
 
 
-def share(left: float, hosts: int) -> int:
-    """The connect_timeout of an attempt with `left` seconds of the bound
-    for `hosts` attempts still to make (this one included): an even share
-    in whole seconds, at least libpq's least. Reaching a healthy later host
-    matters more than a strict bound, so an attempt started with less than
-    2 s left still gets 2 s: the connect may end up to 2 s past the bound."""
-    return max(MIN_CONNECT_TIMEOUT, math.ceil(max(left, 0) / hosts))
+def attempt_timeout(left: float) -> int:
+    """The connect_timeout of an attempt started with `left` seconds before
+    the connect ends: whole seconds, at least libpq's least."""
+    return max(MIN_CONNECT_TIMEOUT, math.ceil(max(left, 0)))
 
 
 class BoundedAttempts:
-    """The attempts of one connect bounded by `timeout` seconds: what each
-    is given, and the error once none succeeded (both flavours)."""
+    """The plan of one connect bounded by `timeout` seconds over psycopg's
+    `attempts` (the module's docstring): when each may start, what each is
+    given, and the error once none succeeded (both flavours)."""
 
     def __init__(self, conninfo: str, kwargs: dict[str, Any], timeout: float) -> None:
-        self.by = time.monotonic() + timeout
+        self.started = time.monotonic()
         self.options = {key: value for key, value in kwargs.items() if key in CONNECTION_OPTIONS}
         self.params = conninfo_to_dict(
             conninfo, **{key: value for key, value in kwargs.items() if key not in CONNECTION_OPTIONS})
+        self.timeout = timeout
+        self.by = self.started + timeout
         # A connect_timeout the user set is each attempt's, as with psycopg;
-        # the bound still stops the attempts.
-        self.own_timeout = "connect_timeout" in self.params
+        # the bound still stops the attempts from starting.
+        own = self.params.get("connect_timeout")
+        self.own_timeout = own is not None
+        try:
+            first = max(MIN_CONNECT_TIMEOUT, int(own)) if own is not None else MIN_CONNECT_TIMEOUT
+        except (TypeError, ValueError):
+            first = MIN_CONNECT_TIMEOUT  # libpq says what is wrong with it
+        self.ends_by = max(self.by, self.started + first)
+        self.attempts: list[dict[str, Any]] = []
         self.failures: list[tuple[psycopg.Error, str]] = []
-        self.attempt: dict[str, Any] = {}
 
-    def each(self, attempts: list[dict[str, Any]]) -> Iterator[str]:
-        """The conninfo of each of psycopg's `attempts`, given its share of
-        what is left of the bound (share()), while any of it is left after
-        a first attempt; failed() says why the last did not connect."""
-        for tried, attempt in enumerate(attempts):
-            left = self.by - time.monotonic()
-            if self.failures and left <= 0:
-                return
-            self.attempt = attempt
-            if not self.own_timeout:
-                attempt = {**attempt, "connect_timeout": share(left, len(attempts) - tried)}
-            yield make_conninfo("", **attempt)
+    def plan(self, attempts: list[dict[str, Any]]) -> None:
+        self.attempts = attempts
 
-    def failed(self, error: psycopg.Error) -> None:
-        where = (self.attempt.get("host"), self.attempt.get("port"), self.attempt.get("hostaddr"))
-        self.failures.append((error, "host: %r, port: %r, hostaddr: %r" % where))
+    def start_of(self, index: int) -> float:
+        """When attempt `index` starts unless those before it all failed."""
+        return self.started + index * self.timeout / len(self.attempts)
 
-    def error(self) -> psycopg.Error:
-        """What psycopg raises when every attempt failed: the one failure,
-        or the last one's type listing every attempt's."""
+    def may_start(self, index: int, running: int, now: float) -> bool:
+        """Whether attempt `index` starts now, `running` attempts still connecting."""
+        if index >= len(self.attempts):
+            return False
+        if index == 0:
+            return True
+        return now < self.by and (running == 0 or now >= self.start_of(index))
+
+    def next_event(self, index: int, now: float) -> float:
+        """Until when to wait for an outcome before looking again."""
+        if index < len(self.attempts) and now < self.by:
+            return min(self.start_of(index), self.ends_by)
+        return self.ends_by
+
+    def conninfo_of(self, index: int, now: float) -> str:
+        attempt = self.attempts[index]
+        if not self.own_timeout:
+            attempt = {**attempt, "connect_timeout": attempt_timeout(self.ends_by - now)}
+        return make_conninfo("", **attempt)
+
+    def where(self, index: int) -> str:
+        attempt = self.attempts[index]
+        return "host: %r, port: %r, hostaddr: %r" % (
+            attempt.get("host"), attempt.get("port"), attempt.get("hostaddr"))
+
+    def failed(self, index: int, error: psycopg.Error) -> None:
+        self.failures.append((error, self.where(index)))
+
+    def error(self, still_connecting: list[int]) -> psycopg.Error:
+        """What psycopg raises when no attempt connected: the one failure,
+        or the last one's type listing every attempt's; an attempt still
+        connecting when the connect ended counts as timed out."""
+        for index in still_connecting:
+            self.failures.append((psycopg.errors.ConnectionTimeout("connection timeout expired"), self.where(index)))
         last = self.failures[-1][0]
         if len(self.failures) == 1:
             return last
@@ -98,28 +135,141 @@ class BoundedAttempts:
 
 def connect_within(conninfo: str, kwargs: dict[str, Any], timeout: float | None) -> psycopg.Connection[Any]:
     """psycopg.connect(conninfo, **kwargs) over all of the conninfo's
-    hosts, ending within `timeout` seconds or at most libpq's least (2 s)
-    past it (BoundedAttempts.each)."""
+    hosts, ending within `timeout` seconds, or libpq's least (2 s) when
+    that is longer (the module's docstring). Each attempt after the first
+    runs in a daemon thread of its own."""
     if timeout is None:
         return psycopg.connect(conninfo, **kwargs)
     bound = BoundedAttempts(conninfo, kwargs, timeout)
-    for attempt in bound.each(conninfo_attempts(bound.params)):
+    bound.plan(conninfo_attempts(bound.params))
+    if len(bound.attempts) == 1:
         try:
-            return psycopg.connect(attempt, **bound.options)
+            return psycopg.connect(bound.conninfo_of(0, time.monotonic()), **bound.options)
         except psycopg.Error as exc:
-            bound.failed(exc)
-    raise bound.error()
+            bound.failed(0, exc)
+            raise bound.error([])
+    return SyncRace(bound).run()
+
+
+class SyncRace:
+    """The staggered attempts of connect_within, each in a thread of its own."""
+
+    def __init__(self, bound: BoundedAttempts) -> None:
+        self.bound = bound
+        self.outcomes: queue.SimpleQueue[tuple[int, psycopg.Connection[Any] | psycopg.Error]] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.over = False
+
+    def attempt(self, index: int, conninfo: str) -> None:
+        outcome: psycopg.Connection[Any] | psycopg.Error
+        try:
+            outcome = psycopg.connect(conninfo, **self.bound.options)
+        except psycopg.Error as exc:
+            outcome = exc
+        with self.lock:
+            if not self.over:
+                self.outcomes.put((index, outcome))
+                return
+        if isinstance(outcome, psycopg.Connection):
+            outcome.close()  # too late: the connect ended without it
+
+    def run(self) -> psycopg.Connection[Any]:
+        bound = self.bound
+        running: set[int] = set()
+        index = 0
+        try:
+            while True:
+                now = time.monotonic()
+                if bound.may_start(index, len(running), now):
+                    running.add(index)
+                    threading.Thread(target=self.attempt, args=(index, bound.conninfo_of(index, now)),
+                                     name="pg_distlock-connect", daemon=True).start()
+                    index += 1
+                    continue
+                if not running:
+                    raise bound.error([])
+                try:
+                    done, outcome = self.outcomes.get(timeout=max(bound.next_event(index, now) - now, 0.0))
+                except queue.Empty:
+                    if time.monotonic() >= bound.ends_by:
+                        raise bound.error(sorted(running)) from None
+                    continue
+                running.discard(done)
+                if isinstance(outcome, psycopg.Connection):
+                    return outcome
+                bound.failed(done, outcome)
+        finally:
+            with self.lock:
+                self.over = True
+            self.close_unclaimed()
+
+    def close_unclaimed(self) -> None:
+        """Closes connections that arrived after the winner, before the end."""
+        while True:
+            try:
+                _, outcome = self.outcomes.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(outcome, psycopg.Connection):
+                outcome.close()
 
 
 async def connect_within_async(conninfo: str, kwargs: dict[str, Any],
                                timeout: float | None) -> psycopg.AsyncConnection[Any]:
-    """connect_within for asyncio."""
+    """connect_within for asyncio: each attempt a task, the losers cancelled."""
     if timeout is None:
         return await psycopg.AsyncConnection.connect(conninfo, **kwargs)
     bound = BoundedAttempts(conninfo, kwargs, timeout)
-    for attempt in bound.each(await conninfo_attempts_async(bound.params)):
+    bound.plan(await conninfo_attempts_async(bound.params))
+
+    def connect(index: int) -> Awaitable[psycopg.AsyncConnection[Any]]:
+        return psycopg.AsyncConnection.connect(bound.conninfo_of(index, time.monotonic()), **bound.options)
+
+    if len(bound.attempts) == 1:
         try:
-            return await psycopg.AsyncConnection.connect(attempt, **bound.options)
+            return await connect(0)
         except psycopg.Error as exc:
-            bound.failed(exc)
-    raise bound.error()
+            bound.failed(0, exc)
+            raise bound.error([])
+    return await async_race(bound, connect)
+
+
+async def async_race(bound: BoundedAttempts,
+                     connect: Callable[[int], Awaitable[psycopg.AsyncConnection[Any]]]) -> psycopg.AsyncConnection[Any]:
+    running: dict[asyncio.Task[psycopg.AsyncConnection[Any]], int] = {}
+    index = 0
+    try:
+        while True:
+            now = time.monotonic()
+            if bound.may_start(index, len(running), now):
+                running[asyncio.ensure_future(connect(index))] = index
+                index += 1
+                continue
+            if not running:
+                raise bound.error([])
+            done, _ = await asyncio.wait(running, timeout=max(bound.next_event(index, now) - now, 0.0),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                if time.monotonic() >= bound.ends_by:
+                    raise bound.error(sorted(running.values()))
+                continue
+            for task in sorted(done, key=running.__getitem__):
+                attempt = running.pop(task)
+                error = task.exception()
+                if error is None:
+                    return task.result()
+                if not isinstance(error, psycopg.Error):
+                    raise error
+                bound.failed(attempt, error)
+    finally:
+        await abandon(list(running))
+
+
+async def abandon(tasks: list[asyncio.Task[psycopg.AsyncConnection[Any]]]) -> None:
+    """Cancels the attempts still connecting; one that connected meanwhile
+    is closed."""
+    for task in tasks:
+        task.cancel()
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(outcome, psycopg.AsyncConnection):
+            await outcome.close()
