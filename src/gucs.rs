@@ -14,6 +14,7 @@ pub static SNOWFLAKE_MAX_CLOCK_BACKWARD_MS: GucSetting<i32> = GucSetting::<i32>:
 pub static RATE_LIMIT_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(65_536);
 pub static RATE_LIMIT_DATABASE_SHARE: GucSetting<i32> = GucSetting::<i32>::new(50);
 pub static LOCK_STATS_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(4096);
+pub static QUEUE_COUNTERS_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(1024);
 pub static MAX_LOCKS_PER_SESSION: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static MAX_HOLD_TTL_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_400);
 pub static MAX_JOB_LEASE_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_400);
@@ -121,6 +122,16 @@ fn register_capacities(context: fn() -> GucContext) {
         &LOCK_STATS_CAPACITY,
         0,
         10_000_000,
+        context(),
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"distlock.queue_counters_capacity",
+        c"Queues whose cumulative job counters are kept in shared memory (all databases together).",
+        c"0 turns the counters off. When full, the least recently counted queue among those a new one could take is replaced (its counters start again from zero). Read once per server start.",
+        &QUEUE_COUNTERS_CAPACITY,
+        0,
+        1_000_000,
         context(),
         GucFlags::default(),
     );

@@ -29,6 +29,7 @@ mod nemesis;
 mod operations;
 mod pooler;
 mod queue_admin;
+mod queue_counters;
 mod queue_limits;
 mod queue_nemesis;
 mod queue_scopes;

@@ -1,0 +1,239 @@
+//! Counting committed queue work (issue 47, item 3). The statements that
+//! claim, settle and reap jobs note what they did here, per backend and per
+//! subtransaction; at COMMIT the notes are added to the shared counters
+//! (shared/queue_counters.rs), one LWLock round per queue and transaction.
+//! A subtransaction rolled back (a savepoint, a consumer's empty look)
+//! drops its notes and those of the subtransactions it held; so does a
+//! rolled-back transaction.
+//!
+//! PREPARE TRANSACTION drops them as well: COMMIT PREPARED may run in any
+//! session (and after a restart), which has no record of them, and
+//! counting at PREPARE would count work that ROLLBACK PREPARED undoes. So
+//! the counters never count work that did not commit, and leave out the
+//! work of prepared transactions that did.
+
+use std::cell::RefCell;
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use crate::errors::{raise, raise_with_hint};
+use crate::shared::queue_counters::{self as shared_counters, Delta, Outcome, BUCKETS, KEPT_NAME_BYTES, WAIT_BOUNDS};
+use crate::text::Text;
+
+struct Note {
+    subxact: pg_sys::SubTransactionId,
+    queue: Vec<u8>,
+    /// How many bytes of `queue` a new shared entry keeps.
+    kept: usize,
+    delta: Delta,
+}
+
+/// The longest prefix of `queue`, at most `KEPT_NAME_BYTES`, that ends on
+/// a character boundary of the database encoding (pg_mbcliplen: a UTF-8
+/// name is never cut inside a character).
+fn kept_length(queue: &[u8]) -> usize {
+    if queue.len() <= KEPT_NAME_BYTES {
+        return queue.len();
+    }
+    let kept = unsafe { pg_sys::pg_mbcliplen(queue.as_ptr().cast(), queue.len() as i32, KEPT_NAME_BYTES as i32) };
+    (kept.max(0) as usize).min(KEPT_NAME_BYTES)
+}
+
+thread_local! {
+    static NOTES: RefCell<Vec<Note>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Notes `outcome` for a job of `queue` in the current subtransaction;
+/// `wait_us`, for a claim of a runnable job, is how long it waited. Does
+/// nothing without shared counters.
+pub(crate) fn note(queue: &[u8], outcome: Outcome, wait_us: Option<i64>) {
+    if !shared_counters::available() {
+        return;
+    }
+    let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    NOTES.with(|notes| {
+        let mut notes = notes.borrow_mut();
+        let i = match notes.iter().rposition(|n| n.subxact == subxact && n.queue == queue) {
+            Some(i) => i,
+            None => {
+                notes.push(Note { subxact, queue: queue.to_vec(), kept: kept_length(queue), delta: Delta::default() });
+                notes.len() - 1
+            }
+        };
+        let delta = &mut notes[i].delta;
+        delta.outcomes[outcome as usize] += 1;
+        if let Some(wait_us) = wait_us {
+            delta.wait(wait_us);
+        }
+    });
+}
+
+/// The keyed hash of (database, queue) the shared table finds a queue by.
+fn hash(secret: [u64; 2], database: u32, queue: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = siphasher::sip::SipHasher13::new_with_keys(secret[0], secret[1]);
+    hasher.write(&database.to_le_bytes());
+    hasher.write(queue);
+    hasher.finish()
+}
+
+/// At commit: adds this transaction's notes, one per queue.
+fn apply() {
+    let notes = NOTES.with(|n| std::mem::take(&mut *n.borrow_mut()));
+    if notes.is_empty() || !shared_counters::attached() {
+        return;
+    }
+    let Some(secret) = crate::shared::server_secret() else { return };
+    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    let mut merged: Vec<Note> = Vec::new();
+    for note in notes {
+        match merged.iter_mut().find(|m| m.queue == note.queue) {
+            Some(m) => m.delta.add(&note.delta),
+            None => merged.push(note),
+        }
+    }
+    for m in merged {
+        shared_counters::add(database, hash(secret, database, &m.queue), &m.queue, m.kept, &m.delta, now);
+    }
+}
+
+fn forget_all() {
+    NOTES.with(|n| n.borrow_mut().clear());
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => apply(),
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT | XACT_EVENT_PREPARE => forget_all(),
+        _ => {}
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_subxact_event(
+    event: pg_sys::SubXactEvent::Type,
+    my_subid: pg_sys::SubTransactionId,
+    _parent_subid: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    // Subtransaction ids grow within a transaction: those from `my_subid`
+    // on, when it aborts, are it and the subtransactions it held.
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        NOTES.with(|n| n.borrow_mut().retain(|note| note.subxact < my_subid));
+    }
+}
+
+pub fn register_callbacks() {
+    unsafe {
+        pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut());
+        pg_sys::RegisterSubXactCallback(Some(on_subxact_event), std::ptr::null_mut());
+    }
+}
+
+fn require_counters() {
+    if !crate::shared::available() {
+        raise_with_hint(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "pg_distlock queue counters need shared memory, which this server does not give them",
+            crate::pg_compat::SHARED_MEMORY_HINT,
+        );
+    }
+    if !shared_counters::available() {
+        raise_with_hint(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "pg_distlock queue counters are off",
+            "Set distlock.queue_counters_capacity above 0 and restart the server.",
+        );
+    }
+}
+
+fn timestamp(us: i64) -> TimestampWithTimeZone {
+    TimestampWithTimeZone::try_from(us).unwrap_or_else(|_| TimestampWithTimeZone::positive_infinity())
+}
+
+fn count(value: u64) -> i64 {
+    value.min(i64::MAX as u64) as i64
+}
+
+/// This database's cumulative job counters, per queue in the caller's
+/// monitor scope: committed work only, since the server started (or the
+/// queue's counters were reset, or its entry taken: `since`). A queue name
+/// longer than 128 bytes is shown cut at a character boundary
+/// (`queue_complete` false); a cut name is in a scope only when its kept
+/// bytes start with one of the scope's prefixes. `wait_le` are the wait
+/// histogram's upper bounds in seconds (the last infinite), `wait_buckets`
+/// the claims of runnable jobs that waited at most each (cumulative).
+#[pg_extern(volatile, parallel_restricted)]
+#[allow(clippy::type_complexity)]
+fn queue_counters() -> TableIterator<
+    'static,
+    (
+        name!(queue, Text),
+        name!(queue_complete, bool),
+        name!(claimed, i64),
+        name!(completed, i64),
+        name!(failed, i64),
+        name!(dead, i64),
+        name!(taken_over, i64),
+        name!(expired, i64),
+        name!(wait_le, Vec<f64>),
+        name!(wait_buckets, Vec<i64>),
+        name!(wait_sum, f64),
+        name!(wait_count, i64),
+        name!(since, TimestampWithTimeZone),
+    ),
+> {
+    require_counters();
+    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let scope = crate::scopes::of_caller(crate::scopes::Capability::Monitor);
+    let mut entries = shared_counters::entries_of(database).unwrap_or_default();
+    entries.retain(|e| scope.admits(e.kept_name()));
+    entries.sort_by(|a, b| a.kept_name().cmp(b.kept_name()).then(a.name_len.cmp(&b.name_len)));
+    let bounds: Vec<f64> = WAIT_BOUNDS.iter().copied().chain([f64::INFINITY]).collect();
+    TableIterator::new(entries.into_iter().map(move |e| {
+        let c = &e.counts;
+        let mut cumulative = Vec::with_capacity(BUCKETS);
+        let mut total = 0u64;
+        for jobs in c.waits {
+            total = total.saturating_add(jobs);
+            cumulative.push(count(total));
+        }
+        (
+            Text::from(e.kept_name()),
+            e.name_complete(),
+            count(c.outcomes[Outcome::Claimed as usize]),
+            count(c.outcomes[Outcome::Completed as usize]),
+            count(c.outcomes[Outcome::Failed as usize]),
+            count(c.outcomes[Outcome::Dead as usize]),
+            count(c.outcomes[Outcome::TakenOver as usize]),
+            count(c.outcomes[Outcome::Expired as usize]),
+            bounds.clone(),
+            cumulative,
+            c.wait_sum_us as f64 / 1e6,
+            count(total),
+            timestamp(e.since_us),
+        )
+    }))
+}
+
+/// Zeroes this database's queue counters: of queue `p_queue`, or of every
+/// queue when NULL; returns how many queues' counters were zeroed.
+/// Prometheus sees a counter reset.
+#[pg_extern(volatile, parallel_unsafe)]
+fn reset_queue_counters(p_queue: default!(Option<Text>, "NULL")) -> i64 {
+    require_counters();
+    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    let queue = p_queue.map(|q| crate::text::checked_name(q, "p_queue"));
+    let target = queue.as_ref().map(|queue| {
+        let secret = crate::shared::server_secret()
+            .unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "no shared-memory secret"));
+        hash(secret, database, queue.bytes())
+    });
+    shared_counters::reset(database, now, |e| target.is_none_or(|h| e.hash == h)).unwrap_or(0)
+}
