@@ -409,3 +409,16 @@ def test_the_counters_count_committed_work_seen_from_another_session(db: Db) -> 
     finally:
         consumer.close()
 
+
+def test_the_grafana_dashboard_uses_only_series_the_exporter_serves() -> None:
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "grafana", "pg_distlock.json")
+    with open(path, encoding="utf-8") as f:
+        dashboard = json.load(f)
+    served = {"pg_distlock_up", "pg_distlock_scrape_errors"}
+    for definition in metrics.definitions():
+        served.add(definition.name)
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    exprs += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    used = {name for expr in exprs for name in re.findall(r"pg_distlock_[a-z_]+", expr)}
+    assert used and used <= served, f"not served: {used - served}"
+    assert {"pg_distlock_queue_jobs_total", "pg_distlock_queue_wait_seconds_bucket"} <= used
