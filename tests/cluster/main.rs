@@ -51,6 +51,7 @@ mod review_46_7;
 mod review_46_8;
 mod review_46_9;
 mod review_jq2b;
+mod review_metrics;
 mod run_now;
 mod scopes;
 mod search_path;

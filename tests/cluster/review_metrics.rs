@@ -1,0 +1,91 @@
+//! Review of the queue counters (branch metrics-counters): breaks written as
+//! tests that fail on the branch as reviewed.
+
+use crate::support::*;
+
+/// (claimed, completed, dead, expired, wait_count) of `queue`, zeros when
+/// it has no entry.
+fn counts(c: &mut Client, queue: &str) -> [i64; 5] {
+    let rows = c
+        .query(
+            "SELECT claimed, completed, dead, expired, wait_count FROM distlock.queue_counters() WHERE queue = $1",
+            &[&queue],
+        )
+        .expect("queue_counters");
+    match rows.first() {
+        Some(r) => [r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)],
+        None => [0; 5],
+    }
+}
+
+/// Break: the shared table is one for the whole server (all databases)
+/// and a new queue replaces the least recently counted entry it probes,
+/// whatever its database. So a database that churns queue names (a tenant
+/// with a database of its own, 4000 queue names, each job claimed once)
+/// zeroes another database's counters: they fall, and Prometheus reads a
+/// reset. The rate-limit table has distlock.rate_limit_database_share for
+/// exactly this; the counters have no share.
+#[test]
+fn another_databases_queue_names_do_not_evict_this_databases_counters() {
+    let db = fresh_db("review_metrics_victim");
+    let noisy = fresh_db("review_metrics_noisy");
+    let mut v = connect(&db);
+    let mut n = connect(&noisy);
+    v.batch_execute("SELECT distlock.enqueue_task('job', '{}', p_queue => 'orders')").expect("enqueue");
+    assert_eq!(count(&mut v, "SELECT 1 FROM distlock.consume_task('w', p_queues => ARRAY['orders'])"), 1);
+    assert_eq!(counts(&mut v, "orders")[0], 1, "one claim counted");
+
+    // The other database: 4000 queue names, a job each, claimed in 4 commits.
+    n.batch_execute(
+        "SELECT pg_catalog.count(distlock.enqueue_task('job', '{}', p_queue => 'churn.' || i)) \
+           FROM pg_catalog.generate_series(1, 4000) i",
+    )
+    .expect("enqueue churn");
+    for _ in 0..4 {
+        n.batch_execute("SELECT pg_catalog.count(*) FROM distlock.consume_tasks(1000, 'w', '1 hour')")
+            .expect("claim churn");
+    }
+    assert_eq!(count(&mut n, "SELECT 1 FROM distlock.task_queue WHERE status = 'processing'"), 4000);
+
+    assert_eq!(
+        counts(&mut v, "orders")[0],
+        1,
+        "another database's queue names evicted this database's counters (they fell to zero)"
+    );
+}
+
+/// Break: the wait histogram counts a job's wait from its created_at or
+/// run_after, but the sweep puts a job whose lease ran out back without
+/// touching run_after (it keeps its place in the index). Its next claim is
+/// then counted as having waited the whole time the lost consumer held it
+/// (here the 2 s lease; in production a 5-minute to 1-hour lease), though it
+/// was runnable again for milliseconds: a dead consumer shows as queue
+/// latency in pg_distlock_queue_wait_seconds.
+#[test]
+fn a_job_put_back_by_the_sweep_waits_from_when_it_was_put_back() {
+    let db = fresh_db("review_metrics_put_back");
+    let mut c = connect(&db);
+    c.batch_execute("SELECT distlock.enqueue_task('job', '{}', p_queue => 'putback')").expect("enqueue");
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.consume_task('w', '2 seconds', NULL, ARRAY['putback'])"), 1);
+    // Its consumer dies; the lease runs out; the sweep puts it back.
+    c.batch_execute("SELECT pg_sleep(2.5)").expect("lease runs out");
+    c.batch_execute("SELECT distlock.check_and_recover_timeout_tasks()").expect("sweep");
+    assert_eq!(counts(&mut c, "putback")[3], 1, "put back after its lease ran out");
+    // Claimed again at once.
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.consume_task('w2', '1 hour', NULL, ARRAY['putback'])"), 1);
+    let (within_half_second, wait_sum): (i64, f64) = {
+        let row = c
+            .query_one(
+                "SELECT wait_buckets[pg_catalog.array_position(wait_le, 0.5::float8)], wait_sum \
+                   FROM distlock.queue_counters() WHERE queue = 'putback'",
+                &[],
+            )
+            .expect("histogram");
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(
+        within_half_second, 2,
+        "both claims came within milliseconds of the job becoming runnable, but the second was counted \
+         with the lost consumer's lease (wait_sum {wait_sum} s)"
+    );
+}
