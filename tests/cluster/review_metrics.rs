@@ -89,3 +89,43 @@ fn a_job_put_back_by_the_sweep_waits_from_when_it_was_put_back() {
          with the lost consumer's lease (wait_sum {wait_sum} s)"
     );
 }
+
+/// Break: the same eviction inside one database, by a tenant. A role with
+/// producer and consumer scope "rvt_a." only (it can neither see nor touch
+/// queue "rvt_b.orders") enqueues and claims jobs under 4000 names of its
+/// own prefix, and tenant b's counters are gone: a scoped role can zero
+/// another tenant's counters (and its monitor, polling, can tell that the
+/// table turned over). Entries are replaced by recency alone, whoever asks.
+#[test]
+fn a_scoped_tenants_queue_names_do_not_evict_another_tenants_counters() {
+    let db = fresh_db("review_metrics_tenants");
+    let mut c = connect(&db);
+    c.batch_execute("SELECT distlock.enqueue_task('job', '{}', p_queue => 'rvt_b.orders')").expect("enqueue b");
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.consume_task('w', p_queues => ARRAY['rvt_b.orders'])"), 1);
+    assert_eq!(counts(&mut c, "rvt_b.orders")[0], 1);
+
+    ensure_role(&mut c, "review_metrics_tenant_a");
+    for capability in ["producer", "consumer"] {
+        c.batch_execute(&format!(
+            "SELECT distlock.grant_capability('review_metrics_tenant_a', '{capability}', 'rvt_a.')"
+        ))
+        .expect("scoped capability");
+    }
+    as_role(&mut c, "review_metrics_tenant_a", |c| {
+        c.batch_execute(
+            "SELECT pg_catalog.count(distlock.enqueue_task('rvt_a.job', '{}', p_queue => 'rvt_a.' || i)) \
+               FROM pg_catalog.generate_series(1, 4000) i",
+        )
+        .expect("tenant a enqueues under its prefix");
+        for _ in 0..4 {
+            c.batch_execute("SELECT pg_catalog.count(*) FROM distlock.consume_tasks(1000, 'a', '1 hour')")
+                .expect("tenant a claims its own jobs");
+        }
+    });
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_queue WHERE queue LIKE 'rvt_a.%' AND status = 'processing'"), 4000);
+    assert_eq!(
+        counts(&mut c, "rvt_b.orders")[0],
+        1,
+        "a tenant scoped to rvt_a. evicted tenant rvt_b.'s queue counters (they fell to zero)"
+    );
+}
