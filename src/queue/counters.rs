@@ -168,12 +168,15 @@ fn count(value: u64) -> i64 {
 /// bytes start with one of the scope's prefixes. `wait_le` are the wait
 /// histogram's upper bounds in seconds (the last infinite), `wait_buckets`
 /// the claims of runnable jobs that waited at most each (cumulative).
+/// A row with a NULL queue, shown to monitors of every queue only, counts
+/// the jobs of queues that found no place in the shared table (it was
+/// full of live counters, or this database held its share of it).
 #[pg_extern(volatile, parallel_restricted)]
 #[allow(clippy::type_complexity)]
 fn queue_counters() -> TableIterator<
     'static,
     (
-        name!(queue, Text),
+        name!(queue, Option<Text>),
         name!(queue_complete, bool),
         name!(claimed, i64),
         name!(completed, i64),
@@ -191,11 +194,14 @@ fn queue_counters() -> TableIterator<
     require_counters();
     let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
     let scope = crate::scopes::of_caller(crate::scopes::Capability::Monitor);
-    let mut entries = shared_counters::entries_of(database).unwrap_or_default();
+    let (mut entries, overflow) = shared_counters::entries_of(database).unwrap_or_default();
     entries.retain(|e| scope.admits(e.kept_name()));
     entries.sort_by(|a, b| a.kept_name().cmp(b.kept_name()).then(a.name_len.cmp(&b.name_len)));
+    // The overflow mixes every tenant's queues: not for a scoped monitor.
+    let overflow = overflow.filter(|_| matches!(*scope, crate::scopes::Scope::Everything));
+    let rows = entries.into_iter().map(|e| (Some(e), e)).chain(overflow.map(|e| (None, e)));
     let bounds: Vec<f64> = WAIT_BOUNDS.iter().copied().chain([f64::INFINITY]).collect();
-    TableIterator::new(entries.into_iter().map(move |e| {
+    TableIterator::new(rows.map(move |(named, e)| {
         let c = &e.counts;
         let mut cumulative = Vec::with_capacity(BUCKETS);
         let mut total = 0u64;
@@ -204,8 +210,8 @@ fn queue_counters() -> TableIterator<
             cumulative.push(count(total));
         }
         (
-            Text::from(e.kept_name()),
-            e.name_complete(),
+            named.map(|e| Text::from(e.kept_name())),
+            named.is_some_and(|e| e.name_complete()),
             count(c.outcomes[Outcome::Claimed as usize]),
             count(c.outcomes[Outcome::Completed as usize]),
             count(c.outcomes[Outcome::Failed as usize]),
@@ -222,7 +228,8 @@ fn queue_counters() -> TableIterator<
 }
 
 /// Zeroes this database's queue counters: of queue `p_queue`, or of every
-/// queue when NULL; returns how many queues' counters were zeroed.
+/// queue when NULL (and then the overflow row too); returns how many
+/// queues' counters were zeroed.
 /// Prometheus sees a counter reset.
 #[pg_extern(volatile, parallel_unsafe)]
 fn reset_queue_counters(p_queue: default!(Option<Text>, "NULL")) -> i64 {
@@ -235,5 +242,5 @@ fn reset_queue_counters(p_queue: default!(Option<Text>, "NULL")) -> i64 {
             .unwrap_or_else(|| raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "no shared-memory secret"));
         hash(secret, database, queue.bytes())
     });
-    shared_counters::reset(database, now, |e| target.is_none_or(|h| e.hash == h)).unwrap_or(0)
+    shared_counters::reset(database, now, target.is_none(), |e| target.is_none_or(|h| e.hash == h)).unwrap_or(0)
 }

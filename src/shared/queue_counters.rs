@@ -8,9 +8,15 @@
 //!
 //! Entries are found by a SipHash of (database, queue name) keyed with the
 //! server's secret, so nobody can pick queue names that crowd another's
-//! place. An entry is never freed, only zeroed (reset) or replaced (the
-//! least recently used one among those a lookup probes, when a new queue
-//! finds no free slot): a free slot therefore ends a lookup.
+//! place. An entry is never freed, only zeroed (reset) or replaced: a new
+//! queue takes a never-used slot among those its lookup probes, or else the
+//! one idle longest of those not counted for `IDLE_BEFORE_REPLACED`, and
+//! only while its database holds less than its share of the partition
+//! (`distlock.queue_counters_database_share`). Live counters are therefore
+//! never reset by anyone's new queue names, whatever database or tenant
+//! they come from. A queue that may take no slot is counted in its
+//! database's overflow figure (per partition, summed when read), so the
+//! loss shows. A free slot ends a lookup, as no entry is ever freed.
 
 use std::ffi::CStr;
 
@@ -27,13 +33,23 @@ pub const PARTITIONS: usize = 16;
 pub const KEPT_NAME_BYTES: usize = 128;
 /// How many slots a lookup inspects.
 const MAX_PROBE: usize = 32;
+/// How long an entry must have counted nothing before a new queue may take
+/// its slot: Prometheus reads a replaced entry as a counter reset, and a
+/// series silent for an hour has left every usual `rate()` window (and
+/// Prometheus' staleness marking), while a queue dropped for good frees its
+/// slot within the hour. Shorter would let a tenant that churns names
+/// reset others' quiet but live queues; longer keeps dropped queues' slots.
+pub const IDLE_BEFORE_REPLACED_US: i64 = 3_600 * 1_000_000;
+/// Databases whose overflow a partition counts; beyond them, an idle one's
+/// place is taken, else the loss goes uncounted.
+pub const OVERFLOW_DATABASES: usize = 8;
 
 const TRANCHE: &CStr = c"pg_distlock queue counters";
-const SHMEM_NAME: &CStr = c"pg_distlock queue counters v1";
+const SHMEM_NAME: &CStr = c"pg_distlock queue counters v2";
 #[cfg(not(feature = "pg15"))]
-const SIZES_SEGMENT: &CStr = c"pg_distlock queue counter sizes v1";
+const SIZES_SEGMENT: &CStr = c"pg_distlock queue counter sizes v2";
 #[cfg(not(feature = "pg15"))]
-const SEGMENT_NAME: &CStr = c"pg_distlock queue counters v1";
+const SEGMENT_NAME: &CStr = c"pg_distlock queue counters v2";
 
 /// What happened to jobs, counted per queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +133,9 @@ struct Table {
     per_partition: usize,
     tranche_id: i32,
     locks: [pg_sys::LWLockPadded; PARTITIONS],
+    /// Per partition, jobs of queues that found no slot, per database
+    /// (`name` unused, `hash` 0).
+    overflow: [[Entry; OVERFLOW_DATABASES]; PARTITIONS],
     entries: [Entry; 0],
 }
 
@@ -220,36 +239,90 @@ pub(crate) fn attached() -> bool {
     !table.is_null() && unsafe { (*table).per_partition } > 0
 }
 
-/// Runs `f` on partition `partition` of `table` under its exclusive LWLock.
-fn with_partition<R>(table: *mut Table, partition: usize, f: impl FnOnce(&mut [Entry]) -> R) -> R {
+/// Runs `f` on partition `partition` of `table` (its entries and its
+/// overflow figures) under its exclusive LWLock.
+fn with_partition<R>(table: *mut Table, partition: usize, f: impl FnOnce(&mut [Entry], &mut [Entry]) -> R) -> R {
     unsafe {
         let partition = partition % PARTITIONS;
         let per = (*table).per_partition;
         let base = std::ptr::addr_of_mut!((*table).entries).cast::<Entry>();
         let entries = std::slice::from_raw_parts_mut(base.add(partition * per), per);
-        super::holding_exclusive(std::ptr::addr_of_mut!((*table).locks[partition].lock), || f(entries))
+        let overflow = &mut *std::ptr::addr_of_mut!((*table).overflow[partition]);
+        super::holding_exclusive(std::ptr::addr_of_mut!((*table).locks[partition].lock), || f(entries, overflow))
     }
 }
 
-/// The slot of (database, hash), or a slot it may take: a never-used one,
-/// or else the least recently used among those probed.
-fn probe(entries: &[Entry], start: usize, database: u32, hash: u64) -> (usize, bool) {
+/// Where a lookup leaves a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Its entry.
+    Found(usize),
+    /// A slot it may take: never used, or idle long enough.
+    Take(usize),
+    /// None: its jobs go to its database's overflow figure.
+    Overflow,
+}
+
+fn idle(entry: &Entry, now_us: i64) -> bool {
+    now_us.saturating_sub(entry.last_used_us) >= IDLE_BEFORE_REPLACED_US
+}
+
+/// The place of (database, hash) among the slots it probes from `start`,
+/// at `now_us`. A new queue takes a never-used slot, or else the
+/// least recently used of the idle ones ([`IDLE_BEFORE_REPLACED_US`]);
+/// one that would raise its database's entries in the partition above
+/// `share` (an idle entry of its own database may always be replaced) gets
+/// none. Live entries are never taken.
+fn probe(entries: &[Entry], start: usize, database: u32, hash: u64, now_us: i64, share: usize) -> Place {
     let len = entries.len();
-    let mut victim = start % len;
+    let mut candidate: Option<usize> = None;
     for step in 0..MAX_PROBE.min(len) {
         let i = (start + step) % len;
         let entry = &entries[i];
         if !entry.in_use {
-            return (i, false);
+            candidate = Some(i);
+            break;
         }
         if entry.database == database && entry.hash == hash {
-            return (i, true);
+            return Place::Found(i);
         }
-        if entries[victim].last_used_us > entry.last_used_us {
-            victim = i;
+        if idle(entry, now_us) && candidate.is_none_or(|c| entries[c].last_used_us > entry.last_used_us) {
+            candidate = Some(i);
         }
     }
-    (victim, false)
+    let Some(i) = candidate else { return Place::Overflow };
+    let own = entries[i].in_use && entries[i].database == database;
+    if !own && entries.iter().filter(|e| e.in_use && e.database == database).count() >= share {
+        return Place::Overflow;
+    }
+    Place::Take(i)
+}
+
+/// Entries one database may hold per partition: its share of the
+/// partition's slots, rounded down, at least one (as the rate-limit table's).
+fn share_limit(per_partition: usize) -> usize {
+    let share = crate::gucs::QUEUE_COUNTERS_DATABASE_SHARE.get().clamp(1, 100) as usize;
+    (per_partition * share / 100).max(1)
+}
+
+/// Adds `delta` to `database`'s overflow figure among `overflow`: its own,
+/// a free one, or else the one idle longest; none when all are live.
+fn add_overflow(overflow: &mut [Entry], database: u32, delta: &Delta, now_us: i64) {
+    let place = overflow.iter().position(|e| e.in_use && e.database == database).or_else(|| {
+        overflow
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !e.in_use || idle(e, now_us))
+            .min_by_key(|(_, e)| (e.in_use, e.last_used_us))
+            .map(|(i, _)| i)
+    });
+    let Some(i) = place else { return };
+    let entry = &mut overflow[i];
+    if !(entry.in_use && entry.database == database) {
+        *entry = Entry::new(database, 0, &[], now_us);
+    }
+    entry.counts.add(delta);
+    entry.last_used_us = now_us;
 }
 
 /// Adds `delta` to the entry of (`database`, queue `name` with keyed hash
@@ -262,56 +335,89 @@ pub(crate) fn add(database: u32, hash: u64, name: &[u8], kept: usize, delta: &De
         return;
     }
     let table = unsafe { TABLE };
-    with_partition(table, (hash % PARTITIONS as u64) as usize, |entries| {
+    with_partition(table, (hash % PARTITIONS as u64) as usize, |entries, overflow| {
         let start = ((hash / PARTITIONS as u64) % entries.len() as u64) as usize;
-        let (i, found) = probe(entries, start, database, hash);
+        let i = match probe(entries, start, database, hash, now_us, share_limit(entries.len())) {
+            Place::Found(i) => i,
+            Place::Take(i) => {
+                let kept = &name[..kept.min(KEPT_NAME_BYTES).min(name.len())];
+                entries[i] = Entry::new(database, hash, kept, now_us);
+                entries[i].name_len = name.len() as u32;
+                i
+            }
+            Place::Overflow => return add_overflow(overflow, database, delta, now_us),
+        };
         let entry = &mut entries[i];
-        if !found {
-            let kept = &name[..kept.min(KEPT_NAME_BYTES).min(name.len())];
-            let mut fresh = Entry {
-                in_use: true,
-                database,
-                hash,
-                name_len: name.len() as u32,
-                kept_len: kept.len() as u32,
-                name: [0; KEPT_NAME_BYTES],
-                counts: Delta::default(),
-                since_us: now_us,
-                last_used_us: now_us,
-            };
-            fresh.name[..kept.len()].copy_from_slice(kept);
-            *entry = fresh;
-        }
         entry.counts.add(delta);
         entry.last_used_us = now_us;
     });
 }
 
-/// Copies of the entries of `database`; None without a table.
-pub fn entries_of(database: u32) -> Option<Vec<Entry>> {
+impl Entry {
+    /// A fresh entry keeping `kept` of the name (whole, as far as it knows).
+    fn new(database: u32, hash: u64, kept: &[u8], now_us: i64) -> Entry {
+        let mut fresh = Entry {
+            in_use: true,
+            database,
+            hash,
+            name_len: kept.len() as u32,
+            kept_len: kept.len() as u32,
+            name: [0; KEPT_NAME_BYTES],
+            counts: Delta::default(),
+            since_us: now_us,
+            last_used_us: now_us,
+        };
+        fresh.name[..kept.len()].copy_from_slice(kept);
+        fresh
+    }
+}
+
+/// Copies of the entries of `database`, and its overflow figures summed
+/// into one entry (None when it has none); None without a table.
+pub fn entries_of(database: u32) -> Option<(Vec<Entry>, Option<Entry>)> {
     let table = table()?;
     let mut found = Vec::new();
+    let mut lost: Option<Entry> = None;
     for partition in 0..PARTITIONS {
-        with_partition(table, partition, |entries| {
+        with_partition(table, partition, |entries, overflow| {
             found.extend(entries.iter().filter(|e| e.in_use && e.database == database).copied());
+            for o in overflow.iter().filter(|e| e.in_use && e.database == database) {
+                let sum = lost.get_or_insert(Entry { counts: Delta::default(), ..*o });
+                sum.counts.add(&o.counts);
+                sum.since_us = sum.since_us.min(o.since_us);
+            }
         });
     }
-    Some(found)
+    Some((found, lost))
+}
+
+/// Zeroes `entry`, and lets a new queue take its slot until it is counted
+/// again: an admin's reset (after dropping queues, a tenant or a database)
+/// frees the slots of queues no longer used without waiting an hour; a
+/// queue still in use keeps its slot at its next count.
+fn zero(entry: &mut Entry, now_us: i64) {
+    entry.counts = Delta::default();
+    entry.since_us = now_us;
+    entry.last_used_us = i64::MIN;
 }
 
 /// Zeroes the counts of the entries of `database` for which `which` says
-/// so (their names and places stay); how many. None without a table.
-pub fn reset(database: u32, now_us: i64, mut which: impl FnMut(&Entry) -> bool) -> Option<i64> {
+/// so (their names stay, and their places until another queue needs one:
+/// [`zero`]), and its overflow figures when
+/// `overflow_too`; how many entries. None without a table.
+pub fn reset(database: u32, now_us: i64, overflow_too: bool, mut which: impl FnMut(&Entry) -> bool) -> Option<i64> {
     let table = table()?;
     let mut reset = 0;
     for partition in 0..PARTITIONS {
-        with_partition(table, partition, |entries| {
+        with_partition(table, partition, |entries, overflow| {
             for entry in entries.iter_mut().filter(|e| e.in_use && e.database == database) {
                 if which(entry) {
-                    entry.counts = Delta::default();
-                    entry.since_us = now_us;
+                    zero(entry, now_us);
                     reset += 1;
                 }
+            }
+            if overflow_too {
+                overflow.iter_mut().filter(|e| e.in_use && e.database == database).for_each(|e| zero(e, now_us));
             }
         });
     }
@@ -334,5 +440,74 @@ mod tests {
         assert_eq!(d.waits[1], 1);
         assert_eq!(d.waits[BUCKETS - 1], 1);
         assert_eq!(d.wait_sum_us, 7_200_010_001);
+    }
+
+    const HOUR: i64 = IDLE_BEFORE_REPLACED_US;
+
+    fn used(database: u32, hash: u64, last_used_us: i64) -> Entry {
+        Entry { last_used_us, ..Entry::new(database, hash, b"q", 0) }
+    }
+
+    #[test]
+    fn live_entries_of_any_database_are_never_taken() {
+        let now = 10 * HOUR;
+        let entries: Vec<Entry> = (0..4).map(|i| used(1 + i % 2, 100 + i as u64, now - HOUR + 1)).collect();
+        // Another database's, or this database's (another tenant's) names: no slot.
+        assert_eq!(probe(&entries, 0, 3, 7, now, 4), Place::Overflow);
+        assert_eq!(probe(&entries, 0, 1, 7, now, 4), Place::Overflow);
+        assert_eq!(probe(&entries, 1, 2, 101, now, 4), Place::Found(1));
+    }
+
+    #[test]
+    fn the_longest_idle_entry_is_taken_and_a_free_slot_first() {
+        let now = 10 * HOUR;
+        let mut entries: Vec<Entry> = vec![
+            used(1, 1, now - HOUR),
+            used(1, 2, now - 3 * HOUR),
+            used(2, 3, now - 2 * HOUR),
+            used(2, 4, now),
+        ];
+        assert_eq!(probe(&entries, 0, 3, 9, now, 4), Place::Take(1));
+        entries[2].in_use = false;
+        assert_eq!(probe(&entries, 0, 3, 9, now, 4), Place::Take(2));
+    }
+
+    #[test]
+    fn a_database_beyond_its_share_gets_no_new_slot_but_may_replace_its_own() {
+        let now = 10 * HOUR;
+        let mut entries: Vec<Entry> = vec![used(1, 1, now), used(1, 2, now), used(2, 3, now), Entry::new(0, 0, b"", 0)];
+        entries[3].in_use = false;
+        assert_eq!(probe(&entries, 0, 1, 9, now, 2), Place::Overflow);
+        assert_eq!(probe(&entries, 0, 2, 9, now, 2), Place::Take(3));
+        entries[1].last_used_us = now - 2 * HOUR;
+        entries[3] = used(2, 4, now);
+        assert_eq!(probe(&entries, 0, 1, 9, now, 2), Place::Take(1));
+    }
+
+    #[test]
+    fn a_reset_entry_may_be_taken_until_counted_again() {
+        let now = 10 * HOUR;
+        let mut entries = vec![used(1, 1, now)];
+        zero(&mut entries[0], now);
+        assert_eq!(probe(&entries, 0, 1, 1, now, 1), Place::Found(0));
+        assert_eq!(probe(&entries, 0, 2, 9, now, 1), Place::Take(0));
+    }
+
+    #[test]
+    fn overflow_is_counted_per_database_and_live_figures_stay() {
+        let now = 10 * HOUR;
+        let mut overflow = [Entry::new(0, 0, b"", 0); 2];
+        overflow.iter_mut().for_each(|e| e.in_use = false);
+        let mut one = Delta::default();
+        one.outcomes[Outcome::Claimed as usize] = 1;
+        add_overflow(&mut overflow, 1, &one, now);
+        add_overflow(&mut overflow, 1, &one, now);
+        add_overflow(&mut overflow, 2, &one, now);
+        add_overflow(&mut overflow, 3, &one, now);
+        assert_eq!(overflow[0].database, 1);
+        assert_eq!(overflow[0].counts.outcomes[0], 2);
+        assert_eq!(overflow[1].counts.outcomes[0], 1);
+        add_overflow(&mut overflow, 3, &one, now + HOUR);
+        assert_eq!(overflow.iter().filter(|e| e.database == 3).count(), 1);
     }
 }
