@@ -4,7 +4,11 @@
 //! (shared/queue_counters.rs), one LWLock round per queue and transaction.
 //! A subtransaction rolled back (a savepoint, a consumer's empty look)
 //! drops its notes and those of the subtransactions it held; so does a
-//! rolled-back transaction.
+//! rolled-back transaction. A subtransaction released (committed) hands its
+//! notes to its parent, merged per queue, so a transaction keeps one note
+//! per queue and open subtransaction level, however many subtransactions it
+//! runs (a PL/pgSQL loop with an exception block: one per iteration). The
+//! notes are ordered by subtransaction: the current one's come last.
 //!
 //! PREPARE TRANSACTION drops them as well: COMMIT PREPARED may run in any
 //! session (and after a restart), which has no record of them, and
@@ -55,8 +59,8 @@ pub(crate) fn note(queue: &[u8], outcome: Outcome, wait_us: Option<i64>) {
     let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
     NOTES.with(|notes| {
         let mut notes = notes.borrow_mut();
-        let i = match notes.iter().rposition(|n| n.subxact == subxact && n.queue == queue) {
-            Some(i) => i,
+        let i = match own_notes(&notes, subxact).iter().position(|n| n.queue == queue) {
+            Some(i) => notes.len() - own_notes(&notes, subxact).len() + i,
             None => {
                 notes.push(Note { subxact, queue: queue.to_vec(), kept: kept_length(queue), delta: Delta::default() });
                 notes.len() - 1
@@ -68,6 +72,27 @@ pub(crate) fn note(queue: &[u8], outcome: Outcome, wait_us: Option<i64>) {
             delta.wait(wait_us);
         }
     });
+}
+
+/// The notes of subtransaction `subxact` at the end of `notes` (all of
+/// its notes, as those of the subtransactions it ran were merged into it
+/// or dropped when they ended).
+fn own_notes(notes: &[Note], subxact: pg_sys::SubTransactionId) -> &[Note] {
+    let own = notes.iter().rev().take_while(|n| n.subxact == subxact).count();
+    &notes[notes.len() - own..]
+}
+
+/// A subtransaction `child` released: its notes become `parent`'s, added
+/// to the parent's note of the same queue where it has one.
+fn merge_into_parent(notes: &mut Vec<Note>, child: pg_sys::SubTransactionId, parent: pg_sys::SubTransactionId) {
+    let first_child = notes.len() - own_notes(notes, child).len();
+    for note in notes.split_off(first_child) {
+        let first_parent = notes.len() - own_notes(notes, parent).len();
+        match notes[first_parent..].iter_mut().find(|n| n.queue == note.queue) {
+            Some(n) => n.delta.add(&note.delta),
+            None => notes.push(Note { subxact: parent, ..note }),
+        }
+    }
 }
 
 /// The keyed hash of (database, queue) the shared table finds a queue by.
@@ -118,13 +143,19 @@ unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: 
 unsafe extern "C-unwind" fn on_subxact_event(
     event: pg_sys::SubXactEvent::Type,
     my_subid: pg_sys::SubTransactionId,
-    _parent_subid: pg_sys::SubTransactionId,
+    parent_subid: pg_sys::SubTransactionId,
     _arg: *mut std::ffi::c_void,
 ) {
-    // Subtransaction ids grow within a transaction: those from `my_subid`
-    // on, when it aborts, are it and the subtransactions it held.
-    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
-        NOTES.with(|n| n.borrow_mut().retain(|note| note.subxact < my_subid));
+    match event {
+        // Subtransaction ids grow within a transaction: those from
+        // `my_subid` on, when it aborts, are it and the subtransactions it held.
+        pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB => {
+            NOTES.with(|n| n.borrow_mut().retain(|note| note.subxact < my_subid))
+        }
+        pg_sys::SubXactEvent::SUBXACT_EVENT_COMMIT_SUB => {
+            NOTES.with(|n| merge_into_parent(&mut n.borrow_mut(), my_subid, parent_subid))
+        }
+        _ => {}
     }
 }
 
@@ -243,4 +274,38 @@ fn reset_queue_counters(p_queue: default!(Option<Text>, "NULL")) -> i64 {
         hash(secret, database, queue.bytes())
     });
     shared_counters::reset(database, now, target.is_none(), |e| target.is_none_or(|h| e.hash == h)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(subxact: u32, queue: &str, claimed: u64) -> Note {
+        let mut delta = Delta::default();
+        delta.outcomes[Outcome::Claimed as usize] = claimed;
+        Note { subxact, queue: queue.as_bytes().to_vec(), kept: queue.len(), delta }
+    }
+
+    fn summary(notes: &[Note]) -> Vec<(u32, &[u8], u64)> {
+        notes.iter().map(|n| (n.subxact, n.queue.as_slice(), n.delta.outcomes[0])).collect()
+    }
+
+    #[test]
+    fn released_subtransactions_leave_one_note_per_queue_and_level() {
+        // Top level 1 noted "a"; subtransaction 2 noted "b", its child 3 "a" and "b".
+        let mut notes = vec![note(1, "a", 1), note(2, "b", 1), note(3, "a", 1), note(3, "b", 2)];
+        merge_into_parent(&mut notes, 3, 2);
+        assert_eq!(summary(&notes), vec![(1, &b"a"[..], 1), (2, &b"b"[..], 3), (2, &b"a"[..], 1)]);
+        merge_into_parent(&mut notes, 2, 1);
+        assert_eq!(summary(&notes), vec![(1, &b"a"[..], 2), (1, &b"b"[..], 3)]);
+        // A loop of released subtransactions: the notes stay two.
+        for subxact in 4..10_000 {
+            notes.push(note(subxact, "b", 1));
+            merge_into_parent(&mut notes, subxact, 1);
+        }
+        assert_eq!(summary(&notes), vec![(1, &b"a"[..], 2), (1, &b"b"[..], 3 + 9_996)]);
+        // A released subtransaction that noted nothing changes nothing.
+        merge_into_parent(&mut notes, 10_000, 1);
+        assert_eq!(notes.len(), 2);
+    }
 }
