@@ -19,10 +19,7 @@ WITH expired AS (
 )
 UPDATE distlock.task_queue q
    SET status = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN 'dead' ELSE 'pending' END,
-       -- When its attempt ended: for a job put back, when it became runnable
-       -- again, which its next claim's wait is counted from (claim.rs; its
-       -- run_after stays, keeping its place in the claim's index).
-       completed_at = $2,
+       completed_at = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN $2 END,
        lease_expires_at = NULL,
        -- Not the claim's takeover message ('lease expired (worker ...'),
        -- which marks a job with no place in the runnable index: a job put

@@ -257,11 +257,9 @@ fn count_claim(row: &pgrx::spi::SpiHeapTupleData<'_>, claimed: bool, now_us: pg_
         super::counters::note(queue.bytes(), Outcome::Claimed, None);
         super::counters::note(queue.bytes(), Outcome::TakenOver, None);
     } else {
-        // Runnable from its run_after, or from when it was enqueued or put
-        // back by the sweep, whichever is later (the statement's last column).
         let run_after = row.get::<TimestampWithTimeZone>(9)?.map_or(now_us, |t| t.into_inner());
-        let back_at = row.get::<TimestampWithTimeZone>(12)?.map_or(now_us, |t| t.into_inner());
-        super::counters::note(queue.bytes(), Outcome::Claimed, Some(now_us - run_after.max(back_at)));
+        let created_at = row.get::<TimestampWithTimeZone>(12)?.map_or(now_us, |t| t.into_inner());
+        super::counters::note(queue.bytes(), Outcome::Claimed, Some(now_us - run_after.max(created_at)));
     }
     Ok(())
 }
