@@ -493,6 +493,20 @@ mod tests {
         assert_eq!(probe(&entries, 0, 2, 9, now, 1), Place::Take(0));
     }
 
+    /// Review 2: a database at its share whose own entries were reset (or
+    /// idled) may take one of them, even when the probe meets a free slot
+    /// first (the free slot is refused by the share; its own is not).
+    #[test]
+    fn a_database_at_its_share_takes_its_own_reset_entry_past_a_free_slot() {
+        let now = 10 * HOUR;
+        let mut entries: Vec<Entry> = vec![used(1, 1, now), used(1, 2, now), Entry::new(0, 0, b"", 0), used(2, 3, now)];
+        entries[2].in_use = false;
+        zero(&mut entries[0], now);
+        zero(&mut entries[1], now);
+        // From slot 1: its own reset entry 1, then the free slot 2.
+        assert_eq!(probe(&entries, 1, 1, 9, now, 2), Place::Take(1));
+    }
+
     #[test]
     fn overflow_is_counted_per_database_and_live_figures_stay() {
         let now = 10 * HOUR;
