@@ -12,7 +12,8 @@
 //! queue takes a never-used slot among those its lookup probes, or else the
 //! one idle longest of those not counted for `IDLE_BEFORE_REPLACED`, and
 //! only while its database holds less than its share of the partition
-//! (`distlock.queue_counters_database_share`). Live counters are therefore
+//! (`distlock.queue_counters_database_share`); a database at its share
+//! may take back its own idle or reset entries among those probed. Live counters are therefore
 //! never reset by anyone's new queue names, whatever database or tenant
 //! they come from. A queue that may take no slot is counted in its
 //! database's overflow figure (per partition, summed when read), so the
@@ -268,34 +269,46 @@ fn idle(entry: &Entry, now_us: i64) -> bool {
 }
 
 /// The place of (database, hash) among the slots it probes from `start`,
-/// at `now_us`. A new queue takes a never-used slot, or else the
-/// least recently used of the idle ones ([`IDLE_BEFORE_REPLACED_US`]);
-/// one that would raise its database's entries in the partition above
-/// `share` (an idle entry of its own database may always be replaced) gets
-/// none. Live entries are never taken.
+/// at `now_us`.
+/// A new queue takes a never-used slot, or else the least recently used
+/// of the idle ones ([`IDLE_BEFORE_REPLACED_US`]); one that would raise
+/// its database's entries in the partition above `share` gets none of
+/// those, but may take the least recently used reusable (idle or reset)
+/// entry of its own database anywhere in the probed slots. Live entries
+/// are never taken. A free slot ends the search for the queue's own entry
+/// (no entry is ever freed, so it cannot lie beyond one).
 fn probe(entries: &[Entry], start: usize, database: u32, hash: u64, now_us: i64, share: usize) -> Place {
     let len = entries.len();
-    let mut candidate: Option<usize> = None;
+    let mut free: Option<usize> = None;
+    let mut idlest: Option<usize> = None;
+    let mut own_idlest: Option<usize> = None;
     for step in 0..MAX_PROBE.min(len) {
         let i = (start + step) % len;
         let entry = &entries[i];
         if !entry.in_use {
-            candidate = Some(i);
-            break;
+            free = free.or(Some(i));
+            continue;
         }
-        if entry.database == database && entry.hash == hash {
+        if free.is_none() && entry.database == database && entry.hash == hash {
             return Place::Found(i);
         }
-        if idle(entry, now_us) && candidate.is_none_or(|c| entries[c].last_used_us > entry.last_used_us) {
-            candidate = Some(i);
+        if !idle(entry, now_us) {
+            continue;
+        }
+        let older = |c: Option<usize>| c.is_none_or(|c| entries[c].last_used_us > entry.last_used_us);
+        if free.is_none() && older(idlest) {
+            idlest = Some(i);
+        }
+        if entry.database == database && older(own_idlest) {
+            own_idlest = Some(i);
         }
     }
-    let Some(i) = candidate else { return Place::Overflow };
-    let own = entries[i].in_use && entries[i].database == database;
-    if !own && entries.iter().filter(|e| e.in_use && e.database == database).count() >= share {
-        return Place::Overflow;
+    let held = entries.iter().filter(|e| e.in_use && e.database == database).count();
+    let candidate = if held < share { free.or(idlest) } else { None };
+    match candidate.or(own_idlest) {
+        Some(i) => Place::Take(i),
+        None => Place::Overflow,
     }
-    Place::Take(i)
 }
 
 /// Entries one database may hold per partition: its share of the
