@@ -47,6 +47,8 @@ fn kept_length(queue: &[u8]) -> usize {
 
 thread_local! {
     static NOTES: RefCell<Vec<Note>> = const { RefCell::new(Vec::new()) };
+    /// Whether this session logged that jobs went uncounted.
+    static LOGGED_UNCOUNTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Notes `outcome` for a job of `queue` in the current subtransaction;
@@ -121,7 +123,16 @@ fn apply() {
         }
     }
     for m in merged {
-        shared_counters::add(database, hash(secret, database, &m.queue), &m.queue, m.kept, &m.delta, now);
+        let hash = hash(secret, database, &m.queue);
+        let addition = shared_counters::Addition { hash, name: &m.queue, kept: m.kept, delta: &m.delta };
+        let overflowed = shared_counters::add_to_partition(database, shared_counters::partition_of(hash), &[addition], now);
+        if shared_counters::add_overflowed(database, &overflowed, now) && !LOGGED_UNCOUNTED.replace(true) {
+            pgrx::log!(
+                "pg_distlock: queue counters: jobs of database {database} found no slot and no overflow row \
+                 (every overflow row is live); they are added to the server-wide uncounted figure only \
+                 (logged once per session; raise distlock.queue_counters_capacity)"
+            );
+        }
     }
 }
 

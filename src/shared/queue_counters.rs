@@ -13,11 +13,15 @@
 //! one idle longest of those not counted for `IDLE_BEFORE_REPLACED`, and
 //! only while its database holds less than its share of the partition
 //! (`distlock.queue_counters_database_share`); a database at its share
-//! may take back its own idle or reset entries among those probed. Live counters are therefore
+//! may take back its own idle or reset entries among those probed. Live
+//! counters are therefore
 //! never reset by anyone's new queue names, whatever database or tenant
 //! they come from. A queue that may take no slot is counted in its
-//! database's overflow figure (per partition, summed when read), so the
-//! loss shows. A free slot ends a lookup, as no entry is ever freed.
+//! database's overflow row (one per database for the whole server, in an
+//! area of its own with its own lock), and when every overflow row is live
+//! with other databases', in the server-wide uncounted figure, so no job
+//! goes uncounted without a trace. A free slot ends a lookup, as no entry
+//! is ever freed.
 
 use std::ffi::CStr;
 
@@ -41,16 +45,18 @@ const MAX_PROBE: usize = 32;
 /// slot within the hour. Shorter would let a tenant that churns names
 /// reset others' quiet but live queues; longer keeps dropped queues' slots.
 pub const IDLE_BEFORE_REPLACED_US: i64 = 3_600 * 1_000_000;
-/// Databases whose overflow a partition counts; beyond them, an idle one's
-/// place is taken, else the loss goes uncounted.
-pub const OVERFLOW_DATABASES: usize = 8;
+/// Databases whose overflow the server counts, each in one row of its
+/// own (whatever partition its queues fell in); beyond them, an idle one's
+/// row is taken, else the jobs are added to the server-wide uncounted
+/// figure ([`uncounted`]), so no job is dropped without a trace.
+pub const OVERFLOW_DATABASES: usize = 128;
 
 const TRANCHE: &CStr = c"pg_distlock queue counters";
-const SHMEM_NAME: &CStr = c"pg_distlock queue counters v2";
+const SHMEM_NAME: &CStr = c"pg_distlock queue counters v3";
 #[cfg(not(feature = "pg15"))]
-const SIZES_SEGMENT: &CStr = c"pg_distlock queue counter sizes v2";
+const SIZES_SEGMENT: &CStr = c"pg_distlock queue counter sizes v3";
 #[cfg(not(feature = "pg15"))]
-const SEGMENT_NAME: &CStr = c"pg_distlock queue counters v2";
+const SEGMENT_NAME: &CStr = c"pg_distlock queue counters v3";
 
 /// What happened to jobs, counted per queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,10 +139,14 @@ impl Entry {
 struct Table {
     per_partition: usize,
     tranche_id: i32,
-    locks: [pg_sys::LWLockPadded; PARTITIONS],
-    /// Per partition, jobs of queues that found no slot, per database
-    /// (`name` unused, `hash` 0).
-    overflow: [[Entry; OVERFLOW_DATABASES]; PARTITIONS],
+    /// One per partition, then the overflow area's.
+    locks: [pg_sys::LWLockPadded; PARTITIONS + 1],
+    /// Jobs of queues that found no slot, one row per database for the
+    /// whole server (`name` unused, `hash` 0).
+    overflow: [Entry; OVERFLOW_DATABASES],
+    /// Jobs of queues that found no slot, of databases that found no
+    /// overflow row (all live): server-wide.
+    uncounted: Delta,
     entries: [Entry; 0],
 }
 
@@ -155,7 +165,7 @@ unsafe fn initialize(table: *mut Table, per_partition: usize) {
         std::ptr::write_bytes(table.cast::<u8>(), 0, size(per_partition));
         (*table).per_partition = per_partition;
         (*table).tranche_id = pg_sys::LWLockNewTrancheId();
-        for lock in 0..PARTITIONS {
+        for lock in 0..=PARTITIONS {
             pg_sys::LWLockInitialize(std::ptr::addr_of_mut!((*table).locks[lock].lock), (*table).tranche_id);
         }
     }
@@ -240,16 +250,25 @@ pub(crate) fn attached() -> bool {
     !table.is_null() && unsafe { (*table).per_partition } > 0
 }
 
-/// Runs `f` on partition `partition` of `table` (its entries and its
-/// overflow figures) under its exclusive LWLock.
-fn with_partition<R>(table: *mut Table, partition: usize, f: impl FnOnce(&mut [Entry], &mut [Entry]) -> R) -> R {
+/// Runs `f` on the entries of partition `partition` of `table` under its
+/// exclusive LWLock.
+fn with_partition<R>(table: *mut Table, partition: usize, f: impl FnOnce(&mut [Entry]) -> R) -> R {
     unsafe {
         let partition = partition % PARTITIONS;
         let per = (*table).per_partition;
         let base = std::ptr::addr_of_mut!((*table).entries).cast::<Entry>();
         let entries = std::slice::from_raw_parts_mut(base.add(partition * per), per);
-        let overflow = &mut *std::ptr::addr_of_mut!((*table).overflow[partition]);
-        super::holding_exclusive(std::ptr::addr_of_mut!((*table).locks[partition].lock), || f(entries, overflow))
+        super::holding_exclusive(std::ptr::addr_of_mut!((*table).locks[partition].lock), || f(entries))
+    }
+}
+
+/// Runs `f` on the overflow rows and the uncounted figure of `table` under
+/// their exclusive LWLock.
+fn with_overflow<R>(table: *mut Table, f: impl FnOnce(&mut [Entry], &mut Delta) -> R) -> R {
+    unsafe {
+        let overflow = &mut *std::ptr::addr_of_mut!((*table).overflow);
+        let uncounted = &mut *std::ptr::addr_of_mut!((*table).uncounted);
+        super::holding_exclusive(std::ptr::addr_of_mut!((*table).locks[PARTITIONS].lock), || f(overflow, uncounted))
     }
 }
 
@@ -269,7 +288,7 @@ fn idle(entry: &Entry, now_us: i64) -> bool {
 }
 
 /// The place of (database, hash) among the slots it probes from `start`,
-/// at `now_us`.
+/// at `now_us`, when its database holds `held` entries of the partition.
 /// A new queue takes a never-used slot, or else the least recently used
 /// of the idle ones ([`IDLE_BEFORE_REPLACED_US`]); one that would raise
 /// its database's entries in the partition above `share` gets none of
@@ -277,7 +296,7 @@ fn idle(entry: &Entry, now_us: i64) -> bool {
 /// entry of its own database anywhere in the probed slots. Live entries
 /// are never taken. A free slot ends the search for the queue's own entry
 /// (no entry is ever freed, so it cannot lie beyond one).
-fn probe(entries: &[Entry], start: usize, database: u32, hash: u64, now_us: i64, share: usize) -> Place {
+fn probe(entries: &[Entry], start: usize, database: u32, hash: u64, now_us: i64, share: usize, held: usize) -> Place {
     let len = entries.len();
     let mut free: Option<usize> = None;
     let mut idlest: Option<usize> = None;
@@ -303,7 +322,6 @@ fn probe(entries: &[Entry], start: usize, database: u32, hash: u64, now_us: i64,
             own_idlest = Some(i);
         }
     }
-    let held = entries.iter().filter(|e| e.in_use && e.database == database).count();
     let candidate = if held < share { free.or(idlest) } else { None };
     match candidate.or(own_idlest) {
         Some(i) => Place::Take(i),
@@ -318,9 +336,10 @@ fn share_limit(per_partition: usize) -> usize {
     (per_partition * share / 100).max(1)
 }
 
-/// Adds `delta` to `database`'s overflow figure among `overflow`: its own,
-/// a free one, or else the one idle longest; none when all are live.
-fn add_overflow(overflow: &mut [Entry], database: u32, delta: &Delta, now_us: i64) {
+/// Adds `delta` to `database`'s overflow row among `overflow`: its own,
+/// a free one, or else the one idle longest; false (nothing added) when
+/// all are live.
+fn add_overflow(overflow: &mut [Entry], database: u32, delta: &Delta, now_us: i64) -> bool {
     let place = overflow.iter().position(|e| e.in_use && e.database == database).or_else(|| {
         overflow
             .iter()
@@ -329,41 +348,93 @@ fn add_overflow(overflow: &mut [Entry], database: u32, delta: &Delta, now_us: i6
             .min_by_key(|(_, e)| (e.in_use, e.last_used_us))
             .map(|(i, _)| i)
     });
-    let Some(i) = place else { return };
+    let Some(i) = place else { return false };
     let entry = &mut overflow[i];
     if !(entry.in_use && entry.database == database) {
         *entry = Entry::new(database, 0, &[], now_us);
     }
     entry.counts.add(delta);
     entry.last_used_us = now_us;
+    true
 }
 
-/// Adds `delta` to the entry of (`database`, queue `name` with keyed hash
-/// `hash`) at `now_us`, taking a slot for it when it has none, which keeps
-/// the first `kept` bytes of the name (at most `KEPT_NAME_BYTES`, ending on
-/// a character boundary of the database encoding). Does not fail (it runs
-/// after commit).
-pub(crate) fn add(database: u32, hash: u64, name: &[u8], kept: usize, delta: &Delta, now_us: i64) {
-    if !attached() {
-        return;
+/// Counts for one queue: its keyed hash, its name, how many bytes of it a
+/// new entry keeps (at most `KEPT_NAME_BYTES`, ending on a character
+/// boundary of the database encoding), and what to add.
+pub(crate) struct Addition<'a> {
+    pub hash: u64,
+    pub name: &'a [u8],
+    pub kept: usize,
+    pub delta: &'a Delta,
+}
+
+/// The partition a queue of keyed hash `hash` lives in.
+pub(crate) fn partition_of(hash: u64) -> usize {
+    (hash % PARTITIONS as u64) as usize
+}
+
+/// Adds `additions` of `database` at `now_us`, all of queues in partition
+/// `partition` ([`partition_of`]), under one round of its lock, taking a
+/// slot for a queue that has none; returns what found no slot (to go to
+/// [`add_overflowed`]). Does not fail (it runs after commit).
+pub(crate) fn add_to_partition(database: u32, partition: usize, additions: &[Addition], now_us: i64) -> Delta {
+    let mut overflowed = Delta::default();
+    if !attached() || additions.is_empty() {
+        return overflowed;
     }
     let table = unsafe { TABLE };
-    with_partition(table, (hash % PARTITIONS as u64) as usize, |entries, overflow| {
-        let start = ((hash / PARTITIONS as u64) % entries.len() as u64) as usize;
-        let i = match probe(entries, start, database, hash, now_us, share_limit(entries.len())) {
-            Place::Found(i) => i,
-            Place::Take(i) => {
-                let kept = &name[..kept.min(KEPT_NAME_BYTES).min(name.len())];
-                entries[i] = Entry::new(database, hash, kept, now_us);
-                entries[i].name_len = name.len() as u32;
-                i
-            }
-            Place::Overflow => return add_overflow(overflow, database, delta, now_us),
-        };
-        let entry = &mut entries[i];
-        entry.counts.add(delta);
-        entry.last_used_us = now_us;
+    with_partition(table, partition, |entries| {
+        let share = share_limit(entries.len());
+        let mut held = entries.iter().filter(|e| e.in_use && e.database == database).count();
+        for a in additions {
+            let start = ((a.hash / PARTITIONS as u64) % entries.len() as u64) as usize;
+            let i = match probe(entries, start, database, a.hash, now_us, share, held) {
+                Place::Found(i) => i,
+                Place::Take(i) => {
+                    if !(entries[i].in_use && entries[i].database == database) {
+                        held += 1;
+                    }
+                    let kept = &a.name[..a.kept.min(KEPT_NAME_BYTES).min(a.name.len())];
+                    entries[i] = Entry::new(database, a.hash, kept, now_us);
+                    entries[i].name_len = a.name.len() as u32;
+                    i
+                }
+                Place::Overflow => {
+                    overflowed.add(a.delta);
+                    continue;
+                }
+            };
+            let entry = &mut entries[i];
+            entry.counts.add(a.delta);
+            entry.last_used_us = now_us;
+        }
     });
+    overflowed
+}
+
+/// Adds `delta`, jobs of `database` whose queues found no slot, to its
+/// overflow row, or to the server-wide uncounted figure when every
+/// overflow row is live with another database's; whether it went there.
+pub(crate) fn add_overflowed(database: u32, delta: &Delta, now_us: i64) -> bool {
+    if !attached() || *delta == Delta::default() {
+        return false;
+    }
+    with_overflow(unsafe { TABLE }, |overflow, uncounted| {
+        let counted = add_overflow(overflow, database, delta, now_us);
+        if !counted {
+            uncounted.add(delta);
+        }
+        !counted
+    })
+}
+
+/// The server-wide uncounted figure: jobs of queues that found neither a
+/// slot nor an overflow row for their database. None without a table.
+/// No SQL function reads it yet (the log says when it first grows).
+#[allow(dead_code)]
+pub fn uncounted() -> Option<Delta> {
+    let table = table()?;
+    Some(with_overflow(table, |_, uncounted| *uncounted))
 }
 
 impl Entry {
@@ -385,22 +456,18 @@ impl Entry {
     }
 }
 
-/// Copies of the entries of `database`, and its overflow figures summed
-/// into one entry (None when it has none); None without a table.
+/// Copies of the entries of `database`, and its overflow row (None when it
+/// has none); None without a table.
 pub fn entries_of(database: u32) -> Option<(Vec<Entry>, Option<Entry>)> {
     let table = table()?;
     let mut found = Vec::new();
-    let mut lost: Option<Entry> = None;
+
     for partition in 0..PARTITIONS {
-        with_partition(table, partition, |entries, overflow| {
+        with_partition(table, partition, |entries| {
             found.extend(entries.iter().filter(|e| e.in_use && e.database == database).copied());
-            for o in overflow.iter().filter(|e| e.in_use && e.database == database) {
-                let sum = lost.get_or_insert(Entry { counts: Delta::default(), ..*o });
-                sum.counts.add(&o.counts);
-                sum.since_us = sum.since_us.min(o.since_us);
-            }
         });
     }
+    let lost = with_overflow(table, |overflow, _| overflow.iter().find(|e| e.in_use && e.database == database).copied());
     Some((found, lost))
 }
 
@@ -416,22 +483,24 @@ fn zero(entry: &mut Entry, now_us: i64) {
 
 /// Zeroes the counts of the entries of `database` for which `which` says
 /// so (their names stay, and their places until another queue needs one:
-/// [`zero`]), and its overflow figures when
+/// [`zero`]), and its overflow row when
 /// `overflow_too`; how many entries. None without a table.
 pub fn reset(database: u32, now_us: i64, overflow_too: bool, mut which: impl FnMut(&Entry) -> bool) -> Option<i64> {
     let table = table()?;
     let mut reset = 0;
     for partition in 0..PARTITIONS {
-        with_partition(table, partition, |entries, overflow| {
+        with_partition(table, partition, |entries| {
             for entry in entries.iter_mut().filter(|e| e.in_use && e.database == database) {
                 if which(entry) {
                     zero(entry, now_us);
                     reset += 1;
                 }
             }
-            if overflow_too {
-                overflow.iter_mut().filter(|e| e.in_use && e.database == database).for_each(|e| zero(e, now_us));
-            }
+        });
+    }
+    if overflow_too {
+        with_overflow(table, |overflow, _| {
+            overflow.iter_mut().filter(|e| e.in_use && e.database == database).for_each(|e| zero(e, now_us));
         });
     }
     Some(reset)
@@ -456,6 +525,12 @@ mod tests {
     }
 
     const HOUR: i64 = IDLE_BEFORE_REPLACED_US;
+
+    /// [`super::probe`] with the entries `database` holds counted.
+    fn probe(entries: &[Entry], start: usize, database: u32, hash: u64, now: i64, share: usize) -> Place {
+        let held = entries.iter().filter(|e| e.in_use && e.database == database).count();
+        super::probe(entries, start, database, hash, now, share, held)
+    }
 
     fn used(database: u32, hash: u64, last_used_us: i64) -> Entry {
         Entry { last_used_us, ..Entry::new(database, hash, b"q", 0) }
@@ -530,7 +605,7 @@ mod tests {
         add_overflow(&mut overflow, 1, &one, now);
         add_overflow(&mut overflow, 1, &one, now);
         add_overflow(&mut overflow, 2, &one, now);
-        add_overflow(&mut overflow, 3, &one, now);
+        assert!(!add_overflow(&mut overflow, 3, &one, now), "both rows live: nothing added");
         assert_eq!(overflow[0].database, 1);
         assert_eq!(overflow[0].counts.outcomes[0], 2);
         assert_eq!(overflow[1].counts.outcomes[0], 1);
