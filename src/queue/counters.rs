@@ -1,14 +1,18 @@
 //! Counting committed queue work (issue 47, item 3). The statements that
 //! claim, settle and reap jobs note what they did here, per backend and per
 //! subtransaction; at COMMIT the notes are added to the shared counters
-//! (shared/queue_counters.rs), one LWLock round per queue and transaction.
+//! (shared/queue_counters.rs), one LWLock round per partition the
+//! transaction's queues fall in (and one for the overflow rows, when some
+//! found no slot).
 //! A subtransaction rolled back (a savepoint, a consumer's empty look)
 //! drops its notes and those of the subtransactions it held; so does a
 //! rolled-back transaction. A subtransaction released (committed) hands its
 //! notes to its parent, merged per queue, so a transaction keeps one note
 //! per queue and open subtransaction level, however many subtransactions it
 //! runs (a PL/pgSQL loop with an exception block: one per iteration). The
-//! notes are ordered by subtransaction: the current one's come last.
+//! notes are a stack of levels, one per open subtransaction that noted
+//! something (the current one's last), each a hash map by queue name: a
+//! note, a merge and the commit cost time linear in the queues noted.
 //!
 //! PREPARE TRANSACTION drops them as well: COMMIT PREPARED may run in any
 //! session (and after a restart), which has no record of them, and
@@ -17,21 +21,50 @@
 //! work of prepared transactions that did.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 use crate::errors::{raise, raise_with_hint};
-use crate::shared::queue_counters::{self as shared_counters, Delta, Outcome, BUCKETS, KEPT_NAME_BYTES, WAIT_BOUNDS};
+use crate::shared::queue_counters::{
+    self as shared_counters, Addition, Delta, Outcome, BUCKETS, KEPT_NAME_BYTES, PARTITIONS, WAIT_BOUNDS,
+};
 use crate::text::Text;
 
+/// What one subtransaction level did to one queue.
 struct Note {
-    subxact: pg_sys::SubTransactionId,
-    queue: Vec<u8>,
-    /// How many bytes of `queue` a new shared entry keeps.
+    /// How many bytes of the queue's name a new shared entry keeps.
     kept: usize,
     delta: Delta,
+}
+
+impl Note {
+    fn merge(&mut self, other: &Note) {
+        self.delta.add(&other.delta);
+    }
+}
+
+/// The notes of one subtransaction, by queue name.
+struct Level {
+    subxact: pg_sys::SubTransactionId,
+    notes: HashMap<Vec<u8>, Note>,
+}
+
+/// Adds the notes of `from` to `into`, walking the smaller map.
+fn merge_maps(into: &mut HashMap<Vec<u8>, Note>, mut from: HashMap<Vec<u8>, Note>) {
+    if from.len() > into.len() {
+        std::mem::swap(into, &mut from);
+    }
+    for (queue, note) in from {
+        match into.get_mut(&queue) {
+            Some(n) => n.merge(&note),
+            None => {
+                into.insert(queue, note);
+            }
+        }
+    }
 }
 
 /// The longest prefix of `queue`, at most `KEPT_NAME_BYTES`, that ends on
@@ -46,7 +79,7 @@ fn kept_length(queue: &[u8]) -> usize {
 }
 
 thread_local! {
-    static NOTES: RefCell<Vec<Note>> = const { RefCell::new(Vec::new()) };
+    static NOTES: RefCell<Vec<Level>> = const { RefCell::new(Vec::new()) };
     /// Whether this session logged that jobs went uncounted.
     static LOGGED_UNCOUNTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
@@ -59,16 +92,16 @@ pub(crate) fn note(queue: &[u8], outcome: Outcome, wait_us: Option<i64>) {
         return;
     }
     let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
-    NOTES.with(|notes| {
-        let mut notes = notes.borrow_mut();
-        let i = match own_notes(&notes, subxact).iter().position(|n| n.queue == queue) {
-            Some(i) => notes.len() - own_notes(&notes, subxact).len() + i,
-            None => {
-                notes.push(Note { subxact, queue: queue.to_vec(), kept: kept_length(queue), delta: Delta::default() });
-                notes.len() - 1
-            }
-        };
-        let delta = &mut notes[i].delta;
+    NOTES.with(|levels| {
+        let mut levels = levels.borrow_mut();
+        if levels.last().is_none_or(|l| l.subxact != subxact) {
+            levels.push(Level { subxact, notes: HashMap::new() });
+        }
+        let notes = &mut levels.last_mut().expect("a level was pushed").notes;
+        if !notes.contains_key(queue) {
+            notes.insert(queue.to_vec(), Note { kept: kept_length(queue), delta: Delta::default() });
+        }
+        let delta = &mut notes.get_mut(queue).expect("a note was inserted").delta;
         delta.outcomes[outcome as usize] += 1;
         if let Some(wait_us) = wait_us {
             delta.wait(wait_us);
@@ -76,24 +109,21 @@ pub(crate) fn note(queue: &[u8], outcome: Outcome, wait_us: Option<i64>) {
     });
 }
 
-/// The notes of subtransaction `subxact` at the end of `notes` (all of
-/// its notes, as those of the subtransactions it ran were merged into it
-/// or dropped when they ended).
-fn own_notes(notes: &[Note], subxact: pg_sys::SubTransactionId) -> &[Note] {
-    let own = notes.iter().rev().take_while(|n| n.subxact == subxact).count();
-    &notes[notes.len() - own..]
-}
-
-/// A subtransaction `child` released: its notes become `parent`'s, added
-/// to the parent's note of the same queue where it has one.
-fn merge_into_parent(notes: &mut Vec<Note>, child: pg_sys::SubTransactionId, parent: pg_sys::SubTransactionId) {
-    let first_child = notes.len() - own_notes(notes, child).len();
-    for note in notes.split_off(first_child) {
-        let first_parent = notes.len() - own_notes(notes, parent).len();
-        match notes[first_parent..].iter_mut().find(|n| n.queue == note.queue) {
-            Some(n) => n.delta.add(&note.delta),
-            None => notes.push(Note { subxact: parent, ..note }),
+/// A subtransaction `child` released: its notes (and those of any level
+/// above it, though each is merged into it or dropped when it ends) become
+/// `parent`'s, added to the parent's note of the same queue where it has one.
+fn merge_into_parent(levels: &mut Vec<Level>, child: pg_sys::SubTransactionId, parent: pg_sys::SubTransactionId) {
+    let mut moved: Option<HashMap<Vec<u8>, Note>> = None;
+    while let Some(level) = levels.pop_if(|l| l.subxact >= child) {
+        match &mut moved {
+            Some(m) => merge_maps(m, level.notes),
+            None => moved = Some(level.notes),
         }
+    }
+    let Some(moved) = moved else { return };
+    match levels.last_mut() {
+        Some(level) if level.subxact == parent => merge_maps(&mut level.notes, moved),
+        _ => levels.push(Level { subxact: parent, notes: moved }),
     }
 }
 
@@ -106,33 +136,41 @@ fn hash(secret: [u64; 2], database: u32, queue: &[u8]) -> u64 {
     hasher.finish()
 }
 
-/// At commit: adds this transaction's notes, one per queue.
+/// At commit: adds this transaction's notes, one per queue, grouped by
+/// partition (one lock round each; the hashes are computed before), and
+/// what found no slot to the database's overflow row in one more round.
 fn apply() {
-    let notes = NOTES.with(|n| std::mem::take(&mut *n.borrow_mut()));
-    if notes.is_empty() || !shared_counters::attached() {
+    let levels = NOTES.with(|n| std::mem::take(&mut *n.borrow_mut()));
+    if levels.is_empty() || !shared_counters::attached() {
         return;
     }
     let Some(secret) = crate::shared::server_secret() else { return };
     let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
     let now = unsafe { pg_sys::GetCurrentTimestamp() };
-    let mut merged: Vec<Note> = Vec::new();
-    for note in notes {
-        match merged.iter_mut().find(|m| m.queue == note.queue) {
-            Some(m) => m.delta.add(&note.delta),
-            None => merged.push(note),
-        }
+    let mut merged: HashMap<Vec<u8>, Note> = HashMap::new();
+    for level in levels {
+        merge_maps(&mut merged, level.notes);
     }
-    for m in merged {
-        let hash = hash(secret, database, &m.queue);
-        let addition = shared_counters::Addition { hash, name: &m.queue, kept: m.kept, delta: &m.delta };
-        let overflowed = shared_counters::add_to_partition(database, shared_counters::partition_of(hash), &[addition], now);
-        if shared_counters::add_overflowed(database, &overflowed, now) && !LOGGED_UNCOUNTED.replace(true) {
-            pgrx::log!(
-                "pg_distlock: queue counters: jobs of database {database} found no slot and no overflow row \
-                 (every overflow row is live); they are added to the server-wide uncounted figure only \
-                 (logged once per session; raise distlock.queue_counters_capacity)"
-            );
-        }
+    let mut by_partition: [Vec<Addition>; PARTITIONS] = std::array::from_fn(|_| Vec::new());
+    for (queue, note) in &merged {
+        let hash = hash(secret, database, queue);
+        by_partition[shared_counters::partition_of(hash)].push(Addition {
+            hash,
+            name: queue,
+            kept: note.kept,
+            delta: &note.delta,
+        });
+    }
+    let mut overflowed = Delta::default();
+    for (partition, additions) in by_partition.iter().enumerate() {
+        overflowed.add(&shared_counters::add_to_partition(database, partition, additions, now));
+    }
+    if shared_counters::add_overflowed(database, &overflowed, now) && !LOGGED_UNCOUNTED.replace(true) {
+        pgrx::log!(
+            "pg_distlock: queue counters: jobs of database {database} found no slot and no overflow row \
+             (every overflow row is live); they are added to the server-wide uncounted figure only \
+             (logged once per session; raise distlock.queue_counters_capacity)"
+        );
     }
 }
 
@@ -161,7 +199,7 @@ unsafe extern "C-unwind" fn on_subxact_event(
         // Subtransaction ids grow within a transaction: those from
         // `my_subid` on, when it aborts, are it and the subtransactions it held.
         pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB => {
-            NOTES.with(|n| n.borrow_mut().retain(|note| note.subxact < my_subid))
+            NOTES.with(|n| n.borrow_mut().retain(|level| level.subxact < my_subid))
         }
         pg_sys::SubXactEvent::SUBXACT_EVENT_COMMIT_SUB => {
             NOTES.with(|n| merge_into_parent(&mut n.borrow_mut(), my_subid, parent_subid))
@@ -291,32 +329,56 @@ fn reset_queue_counters(p_queue: default!(Option<Text>, "NULL")) -> i64 {
 mod tests {
     use super::*;
 
-    fn note(subxact: u32, queue: &str, claimed: u64) -> Note {
+    fn note(levels: &mut Vec<Level>, subxact: u32, queue: &str, claimed: u64) {
+        if levels.last().is_none_or(|l| l.subxact != subxact) {
+            levels.push(Level { subxact, notes: HashMap::new() });
+        }
         let mut delta = Delta::default();
         delta.outcomes[Outcome::Claimed as usize] = claimed;
-        Note { subxact, queue: queue.as_bytes().to_vec(), kept: queue.len(), delta }
+        let mut one = HashMap::new();
+        one.insert(queue.as_bytes().to_vec(), Note { kept: queue.len(), delta });
+        merge_maps(&mut levels.last_mut().unwrap().notes, one);
     }
 
-    fn summary(notes: &[Note]) -> Vec<(u32, &[u8], u64)> {
-        notes.iter().map(|n| (n.subxact, n.queue.as_slice(), n.delta.outcomes[0])).collect()
+    fn summary(levels: &[Level]) -> Vec<(u32, Vec<u8>, u64)> {
+        let mut all: Vec<_> = levels
+            .iter()
+            .flat_map(|l| l.notes.iter().map(move |(q, n)| (l.subxact, q.clone(), n.delta.outcomes[0])))
+            .collect();
+        all.sort();
+        all
     }
 
     #[test]
     fn released_subtransactions_leave_one_note_per_queue_and_level() {
         // Top level 1 noted "a"; subtransaction 2 noted "b", its child 3 "a" and "b".
-        let mut notes = vec![note(1, "a", 1), note(2, "b", 1), note(3, "a", 1), note(3, "b", 2)];
-        merge_into_parent(&mut notes, 3, 2);
-        assert_eq!(summary(&notes), vec![(1, &b"a"[..], 1), (2, &b"b"[..], 3), (2, &b"a"[..], 1)]);
-        merge_into_parent(&mut notes, 2, 1);
-        assert_eq!(summary(&notes), vec![(1, &b"a"[..], 2), (1, &b"b"[..], 3)]);
+        let mut levels = Vec::new();
+        note(&mut levels, 1, "a", 1);
+        note(&mut levels, 2, "b", 1);
+        note(&mut levels, 3, "a", 1);
+        note(&mut levels, 3, "b", 2);
+        merge_into_parent(&mut levels, 3, 2);
+        assert_eq!(summary(&levels), vec![(1, b"a".to_vec(), 1), (2, b"a".to_vec(), 1), (2, b"b".to_vec(), 3)]);
+        merge_into_parent(&mut levels, 2, 1);
+        assert_eq!(summary(&levels), vec![(1, b"a".to_vec(), 2), (1, b"b".to_vec(), 3)]);
         // A loop of released subtransactions: the notes stay two.
         for subxact in 4..10_000 {
-            notes.push(note(subxact, "b", 1));
-            merge_into_parent(&mut notes, subxact, 1);
+            note(&mut levels, subxact, "b", 1);
+            merge_into_parent(&mut levels, subxact, 1);
         }
-        assert_eq!(summary(&notes), vec![(1, &b"a"[..], 2), (1, &b"b"[..], 3 + 9_996)]);
+        assert_eq!(summary(&levels), vec![(1, b"a".to_vec(), 2), (1, b"b".to_vec(), 3 + 9_996)]);
         // A released subtransaction that noted nothing changes nothing.
-        merge_into_parent(&mut notes, 10_000, 1);
-        assert_eq!(notes.len(), 2);
+        merge_into_parent(&mut levels, 10_000, 1);
+        assert_eq!(levels.len(), 1);
+        assert_eq!(levels[0].notes.len(), 2);
+    }
+
+    #[test]
+    fn a_released_subtransaction_without_noting_parent_hands_its_notes_up() {
+        // Top level 1 noted nothing; subtransaction 2 did: its notes become level 1's.
+        let mut levels = Vec::new();
+        note(&mut levels, 2, "a", 1);
+        merge_into_parent(&mut levels, 2, 1);
+        assert_eq!(summary(&levels), vec![(1, b"a".to_vec(), 1)]);
     }
 }
