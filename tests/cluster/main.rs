@@ -53,6 +53,7 @@ mod review_46_9;
 mod review_jq2b;
 mod review_metrics;
 mod review_metrics2;
+mod review_metrics3;
 mod run_now;
 mod scopes;
 mod search_path;
