@@ -148,3 +148,51 @@ fn backends_committing_one_new_queue_at_once_share_one_entry() {
         rows.len()
     );
 }
+
+/// Sets `distlock.queue_counters_capacity` with ALTER SYSTEM and restarts
+/// the primary; back to the default (restarted again) when dropped, also
+/// when the test fails.
+struct Capacity(String);
+
+impl Capacity {
+    fn set(db: &str, capacity: i32) -> (Capacity, Client) {
+        connect(db)
+            .batch_execute(&format!("ALTER SYSTEM SET distlock.queue_counters_capacity = {capacity}"))
+            .expect("alter system");
+        let c = crash_restart_primary(db);
+        (Capacity(db.to_string()), c)
+    }
+}
+
+impl Drop for Capacity {
+    fn drop(&mut self) {
+        connect(&self.0).batch_execute("ALTER SYSTEM RESET distlock.queue_counters_capacity").expect("alter system");
+        drop(crash_restart_primary(&self.0));
+    }
+}
+
+/// Break (share arithmetic at a small capacity): "Each database may fill
+/// at most distlock.queue_counters_database_share percent (default 50) of
+/// the table, so one database cannot leave the others no room"
+/// (docs/metrics.md). The share is taken per partition and rounded down to
+/// at least one slot (share_limit), so with a capacity of 16 (or anything
+/// up to 31 at the default share: one slot per partition) one database
+/// may take every slot of the table: 100 %. A second database then counts
+/// none of its queues by name.
+#[test]
+fn at_a_capacity_of_16_one_database_fills_at_most_its_share() {
+    let a = fresh_db("review_metrics3_small_a");
+    let b = fresh_db("review_metrics3_small_b");
+    let (_capacity, mut c) = Capacity::set(&a, 16);
+    assert_eq!(scalar(&mut c, "SHOW distlock.queue_counters_capacity").as_deref(), Some("16"));
+    churn(&mut c, "a.", 100, 100);
+    let held_by_a = count(&mut c, "SELECT 1 FROM distlock.queue_counters() WHERE queue IS NOT NULL");
+    let mut cb = connect(&b);
+    churn(&mut cb, "b.", 16, 16);
+    let held_by_b = count(&mut cb, "SELECT 1 FROM distlock.queue_counters() WHERE queue IS NOT NULL");
+    assert!(
+        held_by_a <= 8 && held_by_b > 0,
+        "capacity 16, share 50 %: database a holds {held_by_a} of the table's slots (at most 8 by its share), \
+         database b, with 16 new queues, {held_by_b}"
+    );
+}
