@@ -129,7 +129,7 @@ fn register_capacities(context: fn() -> GucContext) {
     GucRegistry::define_int_guc(
         c"distlock.queue_counters_capacity",
         c"Queues whose cumulative job counters are kept in shared memory (all databases together).",
-        c"0 turns the counters off. A new queue takes a free slot or one idle for an hour, never a live one; a queue with none is counted in its database's overflow row. Read once per server start.",
+        c"0 turns the counters off; other values are raised to a multiple of 16, at least 256. A new queue takes a free slot or one idle for an hour, never a live one; a queue with none is counted in its database's overflow row. Read once per server start.",
         &QUEUE_COUNTERS_CAPACITY,
         0,
         1_000_000,

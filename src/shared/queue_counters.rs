@@ -20,8 +20,8 @@
 //! database's overflow row (one per database for the whole server, in an
 //! area of its own with its own lock), and when every overflow row is live
 //! with other databases', in the server-wide uncounted figure, so no job
-//! goes uncounted without a trace. A free slot ends a lookup, as no entry
-//! is ever freed.
+//! goes uncounted without a trace. A lookup reads its whole probe window:
+//! a database at its share may take back its own entry past a free slot.
 
 use std::ffi::CStr;
 
@@ -153,8 +153,17 @@ struct Table {
 static mut TABLE: *mut Table = std::ptr::null_mut();
 
 pub(crate) fn per_partition() -> usize {
-    (crate::gucs::QUEUE_COUNTERS_CAPACITY.get().max(0) as usize).div_ceil(PARTITIONS)
+    match crate::gucs::QUEUE_COUNTERS_CAPACITY.get().max(0) as usize {
+        0 => 0,
+        // A database's share is counted per partition, in whole slots: below
+        // MIN_PER_PARTITION a share of 50 % rounded to a whole slot was the
+        // whole partition, and one database could fill the table.
+        capacity => capacity.div_ceil(PARTITIONS).max(MIN_PER_PARTITION),
+    }
 }
+
+/// The fewest slots of a partition (the capacity is raised to 16 times it).
+const MIN_PER_PARTITION: usize = 16;
 
 fn size(per_partition: usize) -> usize {
     std::mem::size_of::<Table>() + per_partition * PARTITIONS * std::mem::size_of::<Entry>()
@@ -294,8 +303,8 @@ fn idle(entry: &Entry, now_us: i64) -> bool {
 /// its database's entries in the partition above `share` gets none of
 /// those, but may take the least recently used reusable (idle or reset)
 /// entry of its own database anywhere in the probed slots. Live entries
-/// are never taken. A free slot ends the search for the queue's own entry
-/// (no entry is ever freed, so it cannot lie beyond one).
+/// are never taken. The queue's own entry is looked for in the whole window:
+/// an own entry taken back past a free slot lies beyond one.
 fn probe(entries: &[Entry], start: usize, database: u32, hash: u64, now_us: i64, share: usize, held: usize) -> Place {
     let len = entries.len();
     let mut free: Option<usize> = None;
@@ -308,7 +317,10 @@ fn probe(entries: &[Entry], start: usize, database: u32, hash: u64, now_us: i64,
             free = free.or(Some(i));
             continue;
         }
-        if free.is_none() && entry.database == database && entry.hash == hash {
+        // Past a free slot too: a database at its share may take its own
+        // reusable entry beyond one (below), where a lookup that stopped at
+        // the free slot would not find it again.
+        if entry.database == database && entry.hash == hash {
             return Place::Found(i);
         }
         if !idle(entry, now_us) {
@@ -593,6 +605,16 @@ mod tests {
         zero(&mut entries[1], now);
         // From slot 1: its own reset entry 1, then the free slot 2.
         assert_eq!(probe(&entries, 1, 1, 9, now, 2), Place::Take(1));
+    }
+
+    /// Review 3 of metrics-counters: an entry taken back past a free slot
+    /// (above) is found there by the queue's next lookup, not taken again.
+    #[test]
+    fn a_queue_finds_its_entry_past_a_free_slot() {
+        let now = 10 * HOUR;
+        let mut entries: Vec<Entry> = vec![Entry::new(0, 0, b"", 0), used(1, 7, now)];
+        entries[0].in_use = false;
+        assert_eq!(probe(&entries, 0, 1, 7, now, 2), Place::Found(1));
     }
 
     #[test]

@@ -185,14 +185,16 @@ fn at_a_capacity_of_16_one_database_fills_at_most_its_share() {
     let b = fresh_db("review_metrics3_small_b");
     let (_capacity, mut c) = Capacity::set(&a, 16);
     assert_eq!(scalar(&mut c, "SHOW distlock.queue_counters_capacity").as_deref(), Some("16"));
-    churn(&mut c, "a.", 100, 100);
+    // The fix: a capacity under 256 is raised to 256 (16 slots a partition),
+    // so a share of 50 % is 8 whole slots of each partition: 128 in all.
+    churn(&mut c, "a.", 300, 300);
     let held_by_a = count(&mut c, "SELECT 1 FROM distlock.queue_counters() WHERE queue IS NOT NULL");
     let mut cb = connect(&b);
     churn(&mut cb, "b.", 16, 16);
     let held_by_b = count(&mut cb, "SELECT 1 FROM distlock.queue_counters() WHERE queue IS NOT NULL");
     assert!(
-        held_by_a <= 8 && held_by_b > 0,
-        "capacity 16, share 50 %: database a holds {held_by_a} of the table's slots (at most 8 by its share), \
-         database b, with 16 new queues, {held_by_b}"
+        held_by_a <= 128 && held_by_b == 16,
+        "capacity 16 (raised to 256), share 50 %: database a holds {held_by_a} of the table's slots (at most 128 by \
+         its share), database b, with 16 new queues, {held_by_b}"
     );
 }
