@@ -54,7 +54,6 @@ mod review_jq2b;
 mod review_metrics;
 mod review_metrics2;
 mod review_metrics3;
-mod review_metrics4;
 mod run_now;
 mod scopes;
 mod search_path;
