@@ -8,7 +8,8 @@ their rows into samples as sql_exporter does (key_labels, values,
 value_label). Those who already run sql_exporter use the same file.
 
 sql_exporter has no histogram type, so the file spells a histogram as three
-metrics, NAME_bucket (with an `le` key label), NAME_sum and NAME_count; this
+metrics, NAME_bucket (its `le` label the value_label of one column per
+bound), NAME_sum and NAME_count, all of one query; this
 module serves them as one family NAME of type histogram (its _count from the
 +Inf bucket), which `promtool check metrics` accepts."""
 
@@ -80,22 +81,25 @@ def histograms(found: list[Definition]) -> dict[str, dict[str, Definition]]:
             if definition.name.endswith(suffix):
                 parts.setdefault(definition.name[:-len(suffix)], {})[suffix] = definition
     return {name: p for name, p in parts.items()
-            if len(p) == len(HISTOGRAM_PARTS) and "le" in p["_bucket"].key_labels}
+            if len(p) == len(HISTOGRAM_PARTS) and p["_bucket"].value_label == "le"}
 
 
 def histogram(name: str, parts: dict[str, Definition], rows: dict[str, list[dict[str, Any]]]) -> Metric:
-    """One histogram family from the rows of its _bucket and _sum queries:
-    per label set, the cumulative buckets in the order of their bounds. A
-    label set without a +Inf bucket or a sum gives no sample."""
+    """One histogram family from the rows of its _bucket and _sum queries
+    (the same one, read once, in the collector file): per label set, the
+    cumulative buckets (one column per upper bound, named by it: the
+    _bucket's values, with `le` its value_label) in the order of their
+    bounds. A label set without a +Inf bucket or a sum gives no sample."""
     bucket, total = parts["_bucket"], parts["_sum"]
-    labels = [label for label in bucket.key_labels if label != "le"]
+    labels = list(bucket.key_labels)
     family = HistogramMetricFamily(name, bucket.help, labels=labels)
     buckets: dict[tuple[str, ...], list[tuple[float, float]]] = {}
     for row in rows["_bucket"]:
-        value = row[bucket.values[0]]
-        if value is not None:
-            key = tuple(str(row[label]) for label in labels)
-            buckets.setdefault(key, []).append((float(row["le"]), float(value)))
+        key = tuple(str(row[label]) for label in labels)
+        for le in bucket.values:
+            value = row[le]
+            if value is not None:
+                buckets.setdefault(key, []).append((float(le), float(value)))
     sums = {tuple(str(row[label]) for label in labels): row[total.values[0]] for row in rows["_sum"]}
     for key, found in buckets.items():
         found.sort()
