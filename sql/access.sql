@@ -106,6 +106,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_wait_stats()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.rate_limit_keys()'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_counters()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lease_backend_connected(integer)'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lease_backend_alive(integer)'),
     -- Recovery, retention and resets; defining tasks.
@@ -117,6 +118,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limit(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limits(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_lock_stats()'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.reset_queue_counters(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_execution_log(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_jobs(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.retry_dead_jobs(text, bigint[])'),

@@ -74,6 +74,7 @@ GRANT SELECT ON distlock.advisory_locks, distlock.lock_waits,
 GRANT EXECUTE ON FUNCTION distlock.task_lock_class() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.lock_stats_entries() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.rate_limit_keys() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION distlock.queue_counters() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.in_monitor_scope(text, text) TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.lease_backend_connected(integer) TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.lease_backend_alive(integer) TO pg_monitor;

@@ -176,6 +176,33 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'reset_rate_limits_wrapper';
 REVOKE ALL ON FUNCTION distlock.reset_rate_limits(text) FROM PUBLIC;
 
+-- Cumulative per-queue job counters and a wait histogram, kept in shared
+-- memory and counted at commit (issue 47, item 3): what Prometheus needs.
+CREATE FUNCTION distlock.queue_counters() RETURNS TABLE (
+    queue text,
+    queue_complete boolean,
+    claimed bigint,
+    completed bigint,
+    failed bigint,
+    dead bigint,
+    taken_over bigint,
+    expired bigint,
+    wait_le double precision[],
+    wait_buckets bigint[],
+    wait_sum double precision,
+    wait_count bigint,
+    since timestamp with time zone
+)
+LANGUAGE c STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'queue_counters_wrapper';
+REVOKE ALL ON FUNCTION distlock.queue_counters() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION distlock.queue_counters() TO pg_monitor;
+
+CREATE FUNCTION distlock.reset_queue_counters(p_queue text DEFAULT NULL) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'reset_queue_counters_wrapper';
+REVOKE ALL ON FUNCTION distlock.reset_queue_counters(text) FROM PUBLIC;
+
 -- This database's secret for the hash that places pg_distlock's own locks
 -- on names (the locks ordering lease and election grants, and the claim
 -- turns of limited queues): with it unknown, nobody can choose a name whose
@@ -556,6 +583,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_stats_entries()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_wait_stats()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.rate_limit_keys()'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_counters()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lease_backend_connected(integer)'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lease_backend_alive(integer)'),
     -- Recovery, retention and resets; defining tasks.
@@ -567,6 +595,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limit(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_rate_limits(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.reset_lock_stats()'),
+    ('admin',    'EXECUTE', 'FUNCTION distlock.reset_queue_counters(text)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_execution_log(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_jobs(interval)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.retry_dead_jobs(text, bigint[])'),
@@ -610,7 +639,8 @@ BEGIN
                    'distlock.purge_queue(text, boolean)', 'distlock.keep_job_ids_unique()',
                    'distlock.rate_limit_keys()', 'distlock.reset_rate_limits(text)',
                    'distlock.refuse_lock_key_secret_change()', 'distlock.lease_backend_connected(integer)',
-                   'distlock.lease_backend_alive(integer)']::pg_catalog.regprocedure[]::pg_catalog.oid[])
+                   'distlock.lease_backend_alive(integer)', 'distlock.queue_counters()',
+                   'distlock.reset_queue_counters(text)']::pg_catalog.regprocedure[]::pg_catalog.oid[])
            AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, p.proowner]::pg_catalog.oid[])
         UNION
         SELECT 'TABLE distlock.lock_key_secret', a.grantee
@@ -649,7 +679,7 @@ REVOKE CREATE ON SCHEMA distlock FROM PUBLIC CASCADE;
 -- pg_monitor's reads, as granted where these functions are created (without
 -- the grant option a default privilege may have added).
 GRANT EXECUTE ON FUNCTION distlock.rate_limit_keys(), distlock.lease_backend_connected(integer),
-                          distlock.lease_backend_alive(integer) TO pg_monitor;
+                          distlock.lease_backend_alive(integer), distlock.queue_counters() TO pg_monitor;
 
 DO $grant$
 DECLARE

@@ -14,6 +14,8 @@ pub static SNOWFLAKE_MAX_CLOCK_BACKWARD_MS: GucSetting<i32> = GucSetting::<i32>:
 pub static RATE_LIMIT_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(65_536);
 pub static RATE_LIMIT_DATABASE_SHARE: GucSetting<i32> = GucSetting::<i32>::new(50);
 pub static LOCK_STATS_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(4096);
+pub static QUEUE_COUNTERS_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(1024);
+pub static QUEUE_COUNTERS_DATABASE_SHARE: GucSetting<i32> = GucSetting::<i32>::new(50);
 pub static MAX_LOCKS_PER_SESSION: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static MAX_HOLD_TTL_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_400);
 pub static MAX_JOB_LEASE_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_400);
@@ -122,6 +124,26 @@ fn register_capacities(context: fn() -> GucContext) {
         0,
         10_000_000,
         context(),
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"distlock.queue_counters_capacity",
+        c"Queues whose cumulative job counters are kept in shared memory (all databases together).",
+        c"0 turns the counters off; other values are raised to a multiple of 16, at least 256. A new queue takes a free slot or one idle for an hour, never a live one; a queue with none is counted in its database's overflow row. Read once per server start.",
+        &QUEUE_COUNTERS_CAPACITY,
+        0,
+        1_000_000,
+        context(),
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"distlock.queue_counters_database_share",
+        c"Percent of the shared-memory queue counter table one database may fill.",
+        c"Keeps one database (and so one tenant with a database of its own) from leaving the others no room for their queues.",
+        &QUEUE_COUNTERS_DATABASE_SHARE,
+        1,
+        100,
+        GucContext::Sighup,
         GucFlags::default(),
     );
 }

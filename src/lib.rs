@@ -79,6 +79,7 @@ pub extern "C-unwind" fn _PG_init() {
     gucs::register();
     shared::init();
     xact::register_callbacks();
+    queue::counters::register_callbacks();
 }
 
 /// Required by `cargo pgrx test`.

@@ -23,4 +23,4 @@ INSERT INTO distlock.completed_jobs (id, queue, task_name, payload, worker_id, c
 SELECT id, queue, task_name, payload, worker_id, created_at, started_at, pg_catalog.clock_timestamp(),
        attempts, max_attempts, run_after, priority, last_error, holder_role, producer_role, unique_key
   FROM done
-RETURNING id, holder_role
+RETURNING id, holder_role, queue

@@ -147,5 +147,7 @@ RETURNING q.id, q.task_name, q.payload, q.attempts, q.max_attempts, q.lease_expi
           -- row rather than by joining the claimed rows, which cost the
           -- one-job loop 7-10 %.
           pg_catalog.starts_with(q.last_error, 'lease expired (worker '),
-          -- The job's queue, handed to the consumer (0.4.0).
-          q.queue
+          -- The job's queue, handed to the consumer (0.4.0) and counted by
+          -- the queue counters (counters.rs), with when the job became
+          -- runnable (the later of this and run_after).
+          q.queue, q.created_at

@@ -22,4 +22,4 @@ UPDATE distlock.task_queue
  WHERE id OPERATOR(pg_catalog.=) $1 AND pg_catalog.texteq(status, 'processing')
    AND worker_id OPERATOR(pg_catalog.=) $2
    AND ($4::int IS NULL OR attempts OPERATOR(pg_catalog.=) $4)
-RETURNING id, holder_role, queue, priority, run_after
+RETURNING id, holder_role, queue, priority, run_after, status OPERATOR(pg_catalog.=) 'dead'

@@ -26,4 +26,4 @@ UPDATE distlock.task_queue q
    AND pg_catalog.texteq(q.status, 'processing')
    AND q.worker_id OPERATOR(pg_catalog.=) $2
    AND (j.attempt IS NULL OR q.attempts OPERATOR(pg_catalog.=) j.attempt)
-RETURNING q.id, q.holder_role, q.queue, q.priority, q.run_after
+RETURNING q.id, q.holder_role, q.queue, q.priority, q.run_after, q.status OPERATOR(pg_catalog.=) 'dead'

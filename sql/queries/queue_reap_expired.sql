@@ -30,4 +30,4 @@ UPDATE distlock.task_queue q
                     OPERATOR(pg_catalog.||) COALESCE(q.worker_id, '?') OPERATOR(pg_catalog.||) ')'
   FROM expired
  WHERE q.id OPERATOR(pg_catalog.=) expired.id
-RETURNING q.status OPERATOR(pg_catalog.=) 'pending'
+RETURNING q.status OPERATOR(pg_catalog.=) 'pending', q.queue

@@ -161,7 +161,11 @@ pub(crate) fn claim_from(
             rows
                 .and_then(|rows| {
                     for row in rows {
-                        if row.get::<bool>(8)? != Some(true) {
+                        let claimed = row.get::<bool>(8)? == Some(true);
+                        if starts_anywhere {
+                            count_claim(&row, claimed, now_us)?;
+                        }
+                        if !claimed {
                             made_dead += 1;
                             continue;
                         }
@@ -239,6 +243,25 @@ pub(crate) fn claim_from(
         }
     }
     end
+}
+
+/// Notes a row a claim statement returned for the queue counters: a claim
+/// (of a runnable job, with how long it waited since it became runnable;
+/// or taken over from an expired lease), or a job its takeover made dead.
+fn count_claim(row: &pgrx::spi::SpiHeapTupleData<'_>, claimed: bool, now_us: pg_sys::TimestampTz) -> pgrx::spi::SpiResult<()> {
+    use crate::shared::queue_counters::Outcome;
+    let queue = row.get::<Text>(11)?.unwrap_or_default();
+    if !claimed {
+        super::counters::note(queue.bytes(), Outcome::Dead, None);
+    } else if row.get::<bool>(10)? == Some(true) {
+        super::counters::note(queue.bytes(), Outcome::Claimed, None);
+        super::counters::note(queue.bytes(), Outcome::TakenOver, None);
+    } else {
+        let run_after = row.get::<TimestampWithTimeZone>(9)?.map_or(now_us, |t| t.into_inner());
+        let created_at = row.get::<TimestampWithTimeZone>(12)?.map_or(now_us, |t| t.into_inner());
+        super::counters::note(queue.bytes(), Outcome::Claimed, Some(now_us - run_after.max(created_at)));
+    }
+    Ok(())
 }
 
 /// Takes the table locks a claim statement takes before its snapshot, in

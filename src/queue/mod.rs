@@ -5,6 +5,7 @@
 mod claim;
 mod claim_start;
 mod consume;
+pub(crate) mod counters;
 mod dead_jobs;
 mod enqueue;
 mod entries_read;

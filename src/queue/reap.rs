@@ -9,6 +9,7 @@ use super::claim::{clock_now, timestamp};
 use super::place::Place;
 use super::wake;
 use crate::errors::OrRaise;
+use crate::shared::queue_counters::Outcome;
 use crate::plans::{plan, types};
 use crate::text::Text;
 
@@ -26,8 +27,12 @@ pub fn reap_expired_leases_of(client: &SpiClient<'_>, limit: i64, queue: Option<
         .and_then(|rows| {
             let mut counts = (0, 0);
             for row in rows {
+                let put_back = row.get::<bool>(1)? == Some(true);
                 counts.0 += 1;
-                counts.1 += usize::from(row.get::<bool>(1)? == Some(true));
+                counts.1 += usize::from(put_back);
+                let queue = row.get::<Text>(2)?.unwrap_or_default();
+                let outcome = if put_back { Outcome::Expired } else { Outcome::Dead };
+                super::counters::note(queue.bytes(), outcome, None);
             }
             Ok(counts)
         })

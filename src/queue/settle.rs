@@ -11,18 +11,22 @@ use crate::text::Text;
 use pgrx::prelude::*;
 
 use super::place::Place;
+use crate::shared::queue_counters::Outcome;
 use super::{for_completions, raise_unknown_job, resolve_worker};
 use crate::errors::{required, OrRaise};
 use crate::plans::{plan, types};
 
 /// A settled job's queue and its place in the claim's index, when the
-/// statement returns them (the head of the index when it does not).
-type Settled = (Option<Text>, Place);
+/// statement returns them (the head of the index when it does not), and
+/// whether a failure made it dead.
+type Settled = (Option<Text>, Place, bool);
 
-/// The queue (column 3) and place (priority and run_after in columns 4 and
-/// 5) of a row a settle statement returned, as far as it returns them.
+/// The queue (column 3), place (priority and run_after in columns 4 and
+/// 5) and death (column 6, of a failure) of a row a settle statement
+/// returned, as far as it returns them.
 fn settled_row(row: &pgrx::spi::SpiHeapTupleData<'_>, columns: usize) -> pgrx::spi::SpiResult<Settled> {
     let queue = if columns >= 3 { row.get::<Text>(3)? } else { None };
+    let dead = columns >= 6 && row.get::<bool>(6)? == Some(true);
     let place = match (columns >= 5, row.get::<i64>(1)?) {
         (true, Some(id)) => Place {
             priority: row.get::<i32>(4)?.unwrap_or(i32::MAX),
@@ -31,7 +35,7 @@ fn settled_row(row: &pgrx::spi::SpiHeapTupleData<'_>, columns: usize) -> pgrx::s
         },
         _ => Place::HEAD,
     };
-    Ok((queue, place))
+    Ok((queue, place, dead))
 }
 
 /// Runs one of the settle statements for (job, worker, extra, attempt):
@@ -160,7 +164,16 @@ fn complete(p_task_id: Option<i64>, p_worker_id: Option<Text>, attempt: Option<i
         pgrx::datum::DatumWithOid::null::<bool>(),
         types::BOOL,
     )
+    .inspect(|settled| count_settled(settled, Outcome::Completed))
     .is_some()
+}
+
+/// Notes a settled job for the queue counters: `outcome`, or dead for a
+/// failure that used the job's last attempt.
+fn count_settled((queue, _, dead): &Settled, outcome: Outcome) {
+    if let Some(queue) = queue {
+        super::counters::note(queue.bytes(), if *dead { Outcome::Dead } else { outcome }, None);
+    }
 }
 
 fn fail(p_task_id: Option<i64>, p_error: Option<Text>, p_worker_id: Option<Text>, attempt: Option<i32>) -> bool {
@@ -171,7 +184,8 @@ fn fail(p_task_id: Option<i64>, p_error: Option<Text>, p_worker_id: Option<Text>
         false => include_str!("../../sql/queries/queue_fail_0_2_0.sql"),
     };
     let failed = settle(statement, job_id, p_worker_id, attempt, p_error.into(), types::TEXT);
-    if let Some((queue, place)) = &failed {
+    if let Some(settled @ (queue, place, _)) = &failed {
+        count_settled(settled, Outcome::Failed);
         // Its retry time is new to consumers waiting for the next job.
         super::wake::jobs_added(queue.as_ref().map(Text::bytes), 1, *place);
     }
@@ -290,7 +304,11 @@ pub(crate) fn complete_many(
     );
     let ids = ids_in_scope(client, ids);
     let rows = client.select(&*stmt, None, &[ids.into(), worker.into(), attempts.into()]);
-    settled_ids(client, rows, worker).into_iter().map(|(id, _)| id).collect()
+    let completed = settled_ids(client, rows, worker);
+    for (_, settled) in &completed {
+        count_settled(settled, Outcome::Completed);
+    }
+    completed.into_iter().map(|(id, _)| id).collect()
 }
 
 /// Records failed attempts of the jobs `ids` that `worker` holds (job
@@ -311,7 +329,8 @@ pub(crate) fn fail_many(
     let ids = ids_in_scope(client, ids);
     let rows = client.select(&*stmt, None, &[ids.into(), worker.into(), attempts.into(), errors.into()]);
     let failed = settled_ids(client, rows, worker);
-    for (_, (queue, place)) in &failed {
+    for (_, settled @ (queue, place, _)) in &failed {
+        count_settled(settled, Outcome::Failed);
         super::wake::jobs_added(queue.as_ref().map(Text::bytes), 1, *place);
     }
     failed.into_iter().map(|(id, _)| id).collect()

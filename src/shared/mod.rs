@@ -4,7 +4,8 @@
 //! slept on before 0.3.0 (kept for backends still running an older library),
 //! and, beside them, the rate-limit table (`rate_table`), the table of
 //! waiting consumers (`sleepers`) and the log of commits that made jobs
-//! runnable (`runnable_log`). It comes
+//! runnable (`runnable_log`), and the per-queue job counters
+//! (`queue_counters`). It comes
 //! from one of two places:
 //! - pg_distlock in shared_preload_libraries: the server's main shared
 //!   memory, set up at start (every version);
@@ -25,6 +26,7 @@ use crate::gucs;
 
 #[cfg(not(feature = "pg15"))]
 mod dsm_registry;
+pub mod queue_counters;
 pub mod rate_table;
 pub mod runnable_log;
 pub mod sleepers;
@@ -201,6 +203,7 @@ unsafe extern "C-unwind" fn on_shmem_request() {
         pg_sys::RequestAddinShmemSpace(rate_table::preload_size());
         pg_sys::RequestAddinShmemSpace(sleepers::preload_size());
         pg_sys::RequestAddinShmemSpace(runnable_log::preload_size());
+        pg_sys::RequestAddinShmemSpace(queue_counters::preload_size());
         pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), PARTITION_LOCKS as i32);
     }
 }
@@ -221,6 +224,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         rate_table::attach_preloaded();
         sleepers::attach_preloaded();
         runnable_log::attach_preloaded();
+        queue_counters::attach_preloaded();
         DECIDED = true;
     }
 }
@@ -267,6 +271,7 @@ unsafe fn decide() {
             rate_table::attach_registry();
             sleepers::attach_registry();
             runnable_log::attach_registry();
+            queue_counters::attach_registry();
         }
     }
 }
@@ -304,8 +309,15 @@ unsafe fn with_locked<T, R>(
     entries: &mut [T],
     f: impl FnOnce(&mut [T]) -> R,
 ) -> R {
+    unsafe { holding_exclusive(std::ptr::addr_of_mut!((*layout.locks.add(lock)).lock), || f(entries)) }
+}
+
+/// Runs `f` while holding `lock` exclusively (released however `f` ends).
+///
+/// # Safety
+/// `lock` is an initialised LWLock in shared memory.
+pub(crate) unsafe fn holding_exclusive<R>(lock: *mut pg_sys::LWLock, f: impl FnOnce() -> R) -> R {
     unsafe {
-        let lock = std::ptr::addr_of_mut!((*layout.locks.add(lock)).lock);
         pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
         struct Release(*mut pg_sys::LWLock);
         impl Drop for Release {
@@ -314,7 +326,7 @@ unsafe fn with_locked<T, R>(
             }
         }
         let _release = Release(lock);
-        f(entries)
+        f()
     }
 }
 

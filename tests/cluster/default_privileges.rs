@@ -78,4 +78,8 @@ fn the_update_to_0_4_0_grants_nothing_new_through_the_owners_default_privileges(
         scalar(&mut c, "SELECT has_function_privilege('pg_monitor', 'distlock.rate_limit_keys()', 'EXECUTE')").as_deref(),
         Some("t")
     );
+    assert_eq!(
+        scalar(&mut c, "SELECT has_function_privilege('pg_monitor', 'distlock.queue_counters()', 'EXECUTE')").as_deref(),
+        Some("t")
+    );
 }

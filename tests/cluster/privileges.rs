@@ -220,6 +220,17 @@ fn capabilities_are_enough_and_holds_belong_to_the_role_that_took_them() {
     // A monitor reads the views and can take nothing.
     as_role(&mut c, "distlock_watch", |c| scalar(c, "SELECT count(*) FROM distlock.leases"));
     refused(&mut c, "distlock_watch", "SELECT distlock.acquire_lease('x', 'y', '1 hour')");
+    // The queue counters: read by monitors and admins, reset by admins alone.
+    for (role, function, may) in [
+        ("distlock_watch", "distlock.queue_counters()", "t"),
+        ("distlock_watch", "distlock.reset_queue_counters(text)", "f"),
+        ("distlock_app_a", "distlock.queue_counters()", "f"),
+        ("distlock_ops", "distlock.queue_counters()", "t"),
+        ("distlock_ops", "distlock.reset_queue_counters(text)", "t"),
+    ] {
+        let sql = format!("SELECT has_function_privilege('{role}', '{function}', 'EXECUTE')");
+        assert_eq!(scalar(&mut c, &sql).as_deref(), Some(may), "{role}: {function}");
+    }
     // An admin acts on any role's holds.
     for sql in [
         "SELECT distlock.release_lease('shared-lease', 'node')".to_string(),

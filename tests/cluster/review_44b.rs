@@ -39,7 +39,12 @@ fn the_update_keeps_no_grant_option_of_pg_monitor_on_the_monitor_functions() {
          ALTER EXTENSION pg_distlock UPDATE",
     )
     .expect("0.3.0, then the update");
-    for f in ["distlock.rate_limit_keys()", "distlock.lease_backend_connected(integer)", "distlock.lease_backend_alive(integer)"] {
+    for f in [
+        "distlock.rate_limit_keys()",
+        "distlock.lease_backend_connected(integer)",
+        "distlock.lease_backend_alive(integer)",
+        "distlock.queue_counters()",
+    ] {
         assert_eq!(
             scalar(&mut c, &format!("SELECT has_function_privilege('pg_monitor', '{f}', 'EXECUTE WITH GRANT OPTION')"))
                 .as_deref(),

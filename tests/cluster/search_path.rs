@@ -509,6 +509,8 @@ const CALLS: &[(&str, &str)] = &[
     ("distlock.fail_task(bigint,text,text)", "SELECT distlock.fail_task(1, 'again', 'h')"),
     ("distlock.consume_tasks(integer,text,interval,interval,text[])", "SELECT * FROM distlock.consume_tasks(3, 'h', '1 hour')"),
     ("distlock.queue_wait_stats()", "SELECT * FROM distlock.queue_wait_stats()"),
+    ("distlock.queue_counters()", "SELECT * FROM distlock.queue_counters()"),
+    ("distlock.reset_queue_counters(text)", "SELECT distlock.reset_queue_counters('q'), distlock.reset_queue_counters()"),
     ("distlock.pause_queue(text)", "SELECT distlock.pause_queue('q')"),
     ("distlock.consume_tasks(integer,text,interval,interval,text[])",
      "SELECT * FROM distlock.consume_tasks(3, 'h', '1 hour', NULL, ARRAY['q'])"),

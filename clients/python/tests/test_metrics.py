@@ -59,10 +59,10 @@ def activity(db: Db) -> None:
     for _ in range(2):
         db.value("SELECT distlock.enqueue_task('send', '{}', p_queue => 'mail')")
     job = db.value("SELECT distlock.enqueue_task('resize', '{}', p_queue => 'images')")
+    # It has been runnable for 3 s when it is claimed.
+    db.admin.execute("UPDATE distlock.task_queue SET created_at = created_at - interval '3 seconds', "
+                     "run_after = run_after - interval '3 seconds' WHERE id = %s", (job,))
     db.value("SELECT distlock.complete_task(task_id, 'w') FROM distlock.consume_task('w', p_queues => ARRAY['images'])")
-    # It waited 3 s from runnable to started.
-    db.admin.execute("UPDATE distlock.completed_jobs SET started_at = created_at + interval '3 seconds' WHERE id = %s",
-                     (job,))
     db.value("SELECT distlock.acquire_lease('primary', 'node-a', '1 hour')")
     db.value("SELECT distlock.acquire_semaphore('exports', 2, 'node-a', '1 hour')")
     db.value("SELECT is_leader FROM distlock.try_become_leader('planner', 'node-a', '1 hour')")
@@ -89,9 +89,16 @@ def test_the_metrics_count_what_happened(db: Db) -> None:
     assert found[("pg_distlock_queue_jobs", (("queue", "mail"), ("status", "pending")))] == 2
     assert found[("pg_distlock_queue_jobs", (("queue", "mail"), ("status", "dead")))] == 1
     assert found[("pg_distlock_queue_completed_last_hour", (("queue", "images"),))] == 1
+    # The cumulative counters (shared memory: the test clusters preload pg_distlock).
+    jobs = {outcome: found[("pg_distlock_queue_jobs_total", (("outcome", outcome), ("queue", "mail")))]
+            for outcome in ("claimed", "completed", "failed", "dead", "taken_over", "expired")}
+    assert jobs == {"claimed": 1, "completed": 0, "failed": 0, "dead": 1, "taken_over": 0, "expired": 0}
+    assert found[("pg_distlock_queue_jobs_total", (("outcome", "completed"), ("queue", "images")))] == 1
     assert found[("pg_distlock_queue_wait_seconds_bucket", (("le", "2.5"), ("queue", "images")))] == 0
-    assert found[("pg_distlock_queue_wait_seconds_bucket", (("le", "5"), ("queue", "images")))] == 1
+    assert found[("pg_distlock_queue_wait_seconds_bucket", (("le", "5.0"), ("queue", "images")))] == 1
     assert found[("pg_distlock_queue_wait_seconds_bucket", (("le", "+Inf"), ("queue", "images")))] == 1
+    assert found[("pg_distlock_queue_wait_seconds_count", (("queue", "images"),))] == 1
+    assert 3 <= found[("pg_distlock_queue_wait_seconds_sum", (("queue", "images"),))] < 4
     assert found[("pg_distlock_lock_holders", (("lock", "orders"),))] == 1
     assert found[("pg_distlock_sessions_waiting", ())] == 1
     assert found[("pg_distlock_leases_held", (("kind", "lease"),))] == 1
@@ -134,11 +141,17 @@ def test_the_collector_file_is_one_sql_exporter_reads() -> None:
     queries = {q["query_name"] for q in spec["queries"]}
     names = [m["metric_name"] for m in spec["metrics"]]
     assert len(names) == len(set(names))
+    histogram_parts = {d.name for parts in metrics.histograms(metrics.definitions()).values() for d in parts.values()}
+    assert histogram_parts == {f"pg_distlock_queue_wait_seconds{s}" for s in ("_bucket", "_sum", "_count")}
     for metric in spec["metrics"]:
         assert set(metric) <= {"metric_name", "type", "help", "key_labels", "value_label", "values", "query_ref"}
         assert metric["query_ref"] in queries and metric["values"] and metric["help"]
         assert re.fullmatch(r"pg_distlock_[a-z_]+", metric["metric_name"])
         assert metric["type"] in ("counter", "gauge")
+        if metric["metric_name"] in histogram_parts:
+            # A histogram's parts, as sql_exporter must spell them: counters.
+            assert metric["type"] == "counter"
+            continue
         assert metric["metric_name"].endswith("_total") == (metric["type"] == "counter")
     assert queries == {m["query_ref"] for m in spec["metrics"]}, "every query feeds a metric"
 
@@ -204,9 +217,11 @@ def test_prometheus_scrapes_the_exporter_and_answers_promql(db: Db, prometheus_d
         assert float(completed[0]["value"][1]) == 1
         dead = promql(port, 'pg_distlock_queue_jobs{queue="mail", status="dead"}')
         assert float(dead[0]["value"][1]) == 1
-        # The last hour's waits of queue images: one job, 3 s: its median lies in the 2.5-5 s bucket.
+        # The waits of queue images: one job, 3 s: its median lies in the 2.5-5 s bucket.
         median = promql(port, 'histogram_quantile(0.5, pg_distlock_queue_wait_seconds_bucket{queue="images"})')
         assert 2.5 <= float(median[0]["value"][1]) <= 5
+        claimed = promql(port, 'pg_distlock_queue_jobs_total{queue="images", outcome="claimed"}')
+        assert float(claimed[0]["value"][1]) == 1
 
 
 def documented_alert(comment: str) -> str:
@@ -283,3 +298,127 @@ def test_a_view_without_shared_memory_gives_no_samples_and_no_error(db: Db) -> N
 
     assert rows("55000") == []
     assert rows("42501") is None
+
+
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+OPENMETRICS_FIRST = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+
+
+def queue_states(db: Db) -> None:
+    """Jobs in every state and every counted outcome: pending, processing,
+    failed (to be retried), dead, completed, taken over, expired."""
+    dead_job(db, "states")
+    db.value("SELECT distlock.enqueue_task('send', '{}', p_queue => 'states')")  # pending
+    for _ in range(4):
+        db.value("SELECT distlock.enqueue_task('send', '{}', p_queue => 'states')")
+    claimed = [r[0] for r in db.rows("SELECT task_id FROM distlock.consume_tasks(4, 'w', '1 hour', NULL, ARRAY['states'])")]
+    db.value("SELECT distlock.complete_task(%s, 'w')", claimed[0])
+    db.value("SELECT distlock.fail_task(%s, 'again', 'w')", claimed[1])  # failed, to be retried
+    # Two leases run out: one taken over by a claim, one put back by the sweep.
+    db.admin.execute("UPDATE distlock.task_queue SET lease_expires_at = now() - interval '1 second' "
+                     "WHERE id = ANY(%s)", (claimed[2:],))
+    assert db.value("SELECT count(*) FROM distlock.consume_tasks(1, 'x', '1 hour', NULL, ARRAY['states'])") == 1
+    db.value("SELECT count(*) FROM distlock.check_and_recover_timeout_tasks()")
+    # A queue name that needs escaping in a label.
+    db.value("SELECT distlock.enqueue_task('send', '{}', p_queue => 'a \"quoted\" \\ queue')")
+
+
+def promtool_check(text: str) -> None:
+    process = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert process.returncode == 0, f"promtool check metrics: {process.stdout}{process.stderr}\n{text}"
+
+
+@pytest.mark.skipif(not os.path.exists(PROMTOOL), reason="promtool is not installed (Debian package prometheus)")
+def test_promtool_accepts_the_exporters_and_the_consoles_metrics(db: Db) -> None:
+    activity(db)
+    queue_states(db)
+    code, printed = cli(db, "metrics")
+    assert code == 0
+    found = parse(printed)
+    assert found[("pg_distlock_scrape_errors", ())] == 0
+    states = {o: found[("pg_distlock_queue_jobs_total", (("outcome", o), ("queue", "states")))]
+              for o in ("claimed", "completed", "failed", "dead", "taken_over", "expired")}
+    assert states == {"claimed": 6, "completed": 1, "failed": 1, "dead": 1, "taken_over": 1, "expired": 1}, states
+    assert "# TYPE pg_distlock_queue_wait_seconds histogram" in printed
+    assert "# TYPE pg_distlock_queue_jobs_total counter" in printed
+    bounds = [float(m) for m in re.findall(r'pg_distlock_queue_wait_seconds_bucket\{le="([^"]+)",queue="states"\}', printed)]
+    assert bounds == sorted(bounds) and bounds[-1] == float("inf") and len(bounds) == 17, bounds
+    promtool_check(printed)
+    # The exporter's and the console's /metrics: the same Content-Type, and
+    # both pass, also for a scraper that asks for OpenMetrics first (as
+    # Prometheus does).
+    from prometheus_client import CONTENT_TYPE_LATEST
+    port = free_port()
+    exporter = subprocess.Popen(
+        [sys.executable, "-m", "pg_distlock", "--dsn", db.dsn, "metrics", "--listen", f"127.0.0.1:{port}"],
+        stderr=subprocess.PIPE, text=True)
+    try:
+        def scrape() -> Any:
+            try:
+                return urllib.request.urlopen(urllib.request.Request(
+                    f"http://127.0.0.1:{port}/metrics", headers={"Accept": OPENMETRICS_FIRST}), timeout=5)
+            except OSError:
+                return None
+        response = eventually(scrape, timeout=30, what="the exporter to listen")
+        served_type = response.headers["Content-Type"]
+        promtool_check(response.read().decode())
+    finally:
+        exporter.terminate()
+        exporter.wait(timeout=10)
+    with console(db.dsn) as (client, _):
+        page = client.get("/metrics", headers={"Accept": OPENMETRICS_FIRST})
+    assert served_type == page.headers["content-type"] == CONTENT_TYPE_LATEST
+    promtool_check(page.text)
+
+
+def counters_of(db: Db, queue: str) -> tuple[int, ...]:
+    row = db.rows("SELECT claimed, completed, failed, dead, wait_count FROM distlock.queue_counters() WHERE queue = %s",
+                  queue)
+    return tuple(row[0]) if row else (0, 0, 0, 0, 0)
+
+
+def test_the_counters_count_committed_work_seen_from_another_session(db: Db) -> None:
+    """A consumer's claims and completions show in another session's scrape
+    once committed, not before; a rolled-back transaction and a savepoint
+    rolled back leave nothing; retrying a dead job and pruning lower nothing."""
+    consumer = connect(db.dsn)
+    try:
+        job = db.value("SELECT distlock.enqueue_task('send', '{}', p_queue => 'committed')")
+        with consumer.transaction():
+            with contextlib.suppress(RuntimeError):
+                with consumer.transaction():  # a savepoint
+                    consumer.execute("SELECT * FROM distlock.consume_task('c', p_queues => ARRAY['committed'])")
+                    raise RuntimeError("roll back to the savepoint")
+            assert counters_of(db, "committed") == (0, 0, 0, 0, 0)
+            claimed = consumer.execute(
+                "SELECT task_id FROM distlock.consume_task('c', p_queues => ARRAY['committed'])").fetchone()
+            assert claimed == (job,)
+            assert counters_of(db, "committed") == (0, 0, 0, 0, 0), "not before its commit"
+        assert counters_of(db, "committed") == (1, 0, 0, 0, 1)
+        consumer.execute("BEGIN")
+        consumer.execute("SELECT distlock.complete_task(%s, 'c')", (job,))
+        consumer.execute("ROLLBACK")
+        consumer.execute("SELECT distlock.complete_task(%s, 'c')", (job,))
+        assert counters_of(db, "committed") == (1, 1, 0, 0, 1)
+        dead = dead_job(db, "committed")
+        before = counters_of(db, "committed")
+        assert before == (2, 1, 0, 1, 2)
+        db.value("SELECT distlock.retry_dead_jobs('committed', ARRAY[%s]::bigint[])", dead)
+        db.value("SELECT distlock.prune_jobs('0 seconds')")
+        assert counters_of(db, "committed") == before
+    finally:
+        consumer.close()
+
+
+def test_the_grafana_dashboard_uses_only_series_the_exporter_serves() -> None:
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "grafana", "pg_distlock.json")
+    with open(path, encoding="utf-8") as f:
+        dashboard = json.load(f)
+    served = {"pg_distlock_up", "pg_distlock_scrape_errors"}
+    for definition in metrics.definitions():
+        served.add(definition.name)
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    exprs += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    used = {name for expr in exprs for name in re.findall(r"pg_distlock_[a-z_]+", expr)}
+    assert used and used <= served, f"not served: {used - served}"
+    assert {"pg_distlock_queue_jobs_total", "pg_distlock_queue_wait_seconds_bucket"} <= used

@@ -5,21 +5,30 @@ The metrics are defined once, in `pg_distlock.collector.yml`, a collector
 file in sql_exporter's format: this module runs its queries at each scrape
 (one short autocommit statement each, on a pooled connection) and turns
 their rows into samples as sql_exporter does (key_labels, values,
-value_label). Those who already run sql_exporter use the same file."""
+value_label). Those who already run sql_exporter use the same file.
+
+sql_exporter has no histogram type, so the file spells a histogram as three
+metrics, NAME_bucket (its `le` label the value_label of one column per
+bound), NAME_sum and NAME_count, all of one query; this
+module serves them as one family NAME of type histogram (its _count from the
++Inf bucket), which `promtool check metrics` accepts."""
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import psycopg
 import yaml
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -60,6 +69,47 @@ def definitions() -> list[Definition]:
     return found
 
 
+HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
+
+
+def histograms(found: list[Definition]) -> dict[str, dict[str, Definition]]:
+    """The histograms among `found`: by name, their _bucket (which has an
+    `le` key label), _sum and _count definitions."""
+    parts: dict[str, dict[str, Definition]] = {}
+    for definition in found:
+        for suffix in HISTOGRAM_PARTS:
+            if definition.name.endswith(suffix):
+                parts.setdefault(definition.name[:-len(suffix)], {})[suffix] = definition
+    return {name: p for name, p in parts.items()
+            if len(p) == len(HISTOGRAM_PARTS) and p["_bucket"].value_label == "le"}
+
+
+def histogram(name: str, parts: dict[str, Definition], rows: dict[str, list[dict[str, Any]]]) -> Metric:
+    """One histogram family from the rows of its _bucket and _sum queries
+    (the same one, read once, in the collector file): per label set, the
+    cumulative buckets (one column per upper bound, named by it: the
+    _bucket's values, with `le` its value_label) in the order of their
+    bounds. A label set without a +Inf bucket or a sum gives no sample."""
+    bucket, total = parts["_bucket"], parts["_sum"]
+    labels = list(bucket.key_labels)
+    family = HistogramMetricFamily(name, bucket.help, labels=labels)
+    buckets: dict[tuple[str, ...], list[tuple[float, float]]] = {}
+    for row in rows["_bucket"]:
+        key = tuple(str(row[label]) for label in labels)
+        for le in bucket.values:
+            value = row[le]
+            if value is not None:
+                buckets.setdefault(key, []).append((float(le), float(value)))
+    sums = {tuple(str(row[label]) for label in labels): row[total.values[0]] for row in rows["_sum"]}
+    for key, found in buckets.items():
+        found.sort()
+        if sums.get(key) is None or found[-1][0] != float("inf"):
+            continue
+        bounds = [(floatToGoString(le), value) for le, value in found]  # type: ignore[no-untyped-call]
+        family.add_metric(list(key), bounds, float(sums[key]))
+    return family
+
+
 def _family(definition: Definition) -> Metric:
     labels = [*definition.key_labels, *([definition.value_label] if definition.value_label else [])]
     if definition.kind == "counter":
@@ -93,6 +143,8 @@ class DatabaseCollector(Collector):
     def __init__(self, pool: ConnectionPool[Any]) -> None:
         self.pool = pool
         self.definitions = definitions()
+        self.histograms = histograms(self.definitions)
+        self.histogram_parts = {d.name for parts in self.histograms.values() for d in parts.values()}
         # One scrape at a time: two Prometheus servers scraping at once
         # must not take two connections from a small pool.
         self.lock = threading.Lock()
@@ -116,7 +168,12 @@ class DatabaseCollector(Collector):
                     if rows is None:
                         errors += 1
                         continue
-                    families.append(samples(definition, rows))
+                    if definition.name not in self.histogram_parts:
+                        families.append(samples(definition, rows))
+                for name, parts in self.histograms.items():
+                    part_rows = {suffix: answers[d.query] for suffix, d in parts.items()}
+                    if all(r is not None for r in part_rows.values()):
+                        families.append(histogram(name, parts, part_rows))  # type: ignore[arg-type]
         except (psycopg.Error, reads.NotInstalled) as error:
             log.warning("pg_distlock metrics: %s", error)
             up.add_metric([], 0.0)
@@ -137,8 +194,8 @@ class DatabaseCollector(Collector):
                 cur.execute(definition.query.encode())
                 return list(cur.fetchall())
         except psycopg.errors.ObjectNotInPrerequisiteState:
-            # distlock.lock_stats without shared memory: there is nothing to
-            # count, which is not an error of the scrape.
+            # distlock.lock_stats or queue_counters() without shared memory:
+            # there is nothing to count, which is not an error of the scrape.
             return []
         except psycopg.Error as error:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -160,15 +217,43 @@ def registry(pool: ConnectionPool[Any]) -> CollectorRegistry:
     return found
 
 
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        pass
+
+
+def exposition_app(scraped: CollectorRegistry) -> Callable[..., Iterable[bytes]]:
+    """A WSGI app serving `scraped` at / and /metrics in the text format,
+    with prometheus_client's CONTENT_TYPE_LATEST, as the console's /metrics
+    does: never OpenMetrics, whatever the scraper's Accept header asks (in
+    OpenMetrics the gauge pg_distlock_queue_jobs and the counter
+    pg_distlock_queue_jobs_total would be one family named twice)."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"not found: pg_distlock metrics are at /metrics\n"]
+        body = generate_latest(scraped)
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Cache-Control", "no-store")])
+        return [body]
+    return app
+
+
 def serve(dsn: str, host: str = "127.0.0.1", port: int = 9188, listening: Callable[[], None] = lambda: None) -> None:
     """Serves /metrics on host:port until interrupted; `listening` is called
     once the port is bound."""
-    from prometheus_client import start_http_server
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
 
     pool = open_pool(dsn)
     pool.open()
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry(pool))
+        server = make_server(host, port, exposition_app(registry(pool)), Server, handler_class=_Quiet)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
         listening()
         try:
             thread.join()
