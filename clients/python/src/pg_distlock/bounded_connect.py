@@ -18,8 +18,13 @@ as psycopg's, so that connect_errors.connect_failure tells a wrong conninfo
 from a server that cannot serve now as before. An unbounded connect
 (timeout None) is psycopg's own.
 
-A host name that resolves to several addresses is one attempt here (libpq
-tries its addresses in turn within that attempt's connect_timeout)."""
+psycopg resolves host names itself: each address is an attempt, and the
+addresses of one host start together, at that host's turn. A connect_timeout
+of the user's own (conninfo or keyword) only shortens each attempt; the
+call's bound stands. Hosts that libpq alone knows of (a service file's, a
+service= conninfo) are one attempt here: libpq tries them in turn within
+that attempt's connect_timeout, so a silent first one of them can spend the
+bound."""
 
 from __future__ import annotations
 
@@ -72,44 +77,60 @@ class BoundedAttempts:
             conninfo, **{key: value for key, value in kwargs.items() if key not in CONNECTION_OPTIONS})
         self.timeout = timeout
         self.by = self.started + timeout
-        # A connect_timeout the user set is each attempt's, as with psycopg;
-        # the bound still stops the attempts from starting.
+        # The call's bound is the contract: a connect_timeout the user set
+        # (conninfo or keyword) may only shorten each attempt (0, libpq's
+        # "wait for ever", does not; nor does what libpq refuses to read).
+        self.own_timeout: int | None = None
         own = self.params.get("connect_timeout")
-        self.own_timeout = own is not None
         try:
-            first = max(MIN_CONNECT_TIMEOUT, int(own)) if own is not None else MIN_CONNECT_TIMEOUT
+            if own is not None and int(own) > 0:
+                self.own_timeout = max(MIN_CONNECT_TIMEOUT, int(own))
         except (TypeError, ValueError):
-            first = MIN_CONNECT_TIMEOUT  # libpq says what is wrong with it
-        self.ends_by = max(self.by, self.started + first)
+            pass  # libpq says what is wrong with it
+        self.ends_by = max(self.by, self.started + MIN_CONNECT_TIMEOUT)
         self.attempts: list[dict[str, Any]] = []
+        self.slots: list[int] = []
+        self.hosts = 1
         self.failures: list[tuple[psycopg.Error, str]] = []
 
     def plan(self, attempts: list[dict[str, Any]]) -> None:
+        """psycopg's `attempts`: one per address of each host (it resolves
+        host names itself); the even share is per host, its addresses
+        starting together."""
         self.attempts = attempts
+        seen: dict[tuple[Any, Any], int] = {}
+        for attempt in attempts:
+            self.slots.append(seen.setdefault((attempt.get("host"), attempt.get("port")), len(seen)))
+        self.hosts = max(len(seen), 1)
 
     def start_of(self, index: int) -> float:
         """When attempt `index` starts unless those before it all failed."""
-        return self.started + index * self.timeout / len(self.attempts)
+        return self.started + self.slots[index] * self.timeout / self.hosts
 
     def may_start(self, index: int, running: int, now: float) -> bool:
-        """Whether attempt `index` starts now, `running` attempts still connecting."""
+        """Whether attempt `index` starts now, `running` attempts still
+        connecting: the first at once; the next when all started failed
+        (while the connect lasts: a bound under libpq's least still tries
+        every host refused at once), or at its time within the bound."""
         if index >= len(self.attempts):
             return False
         if index == 0:
             return True
-        return now < self.by and (running == 0 or now >= self.start_of(index))
+        if running == 0:
+            return now < self.ends_by
+        return now < self.by and now >= self.start_of(index)
 
     def next_event(self, index: int, now: float) -> float:
         """Until when to wait for an outcome before looking again."""
         if index < len(self.attempts) and now < self.by:
-            return min(self.start_of(index), self.ends_by)
+            return max(min(self.start_of(index), self.ends_by), now)
         return self.ends_by
 
     def conninfo_of(self, index: int, now: float) -> str:
-        attempt = self.attempts[index]
-        if not self.own_timeout:
-            attempt = {**attempt, "connect_timeout": attempt_timeout(self.ends_by - now)}
-        return make_conninfo("", **attempt)
+        timeout = attempt_timeout(self.ends_by - now)
+        if self.own_timeout is not None:
+            timeout = min(timeout, self.own_timeout)
+        return make_conninfo("", **{**self.attempts[index], "connect_timeout": timeout})
 
     def where(self, index: int) -> str:
         attempt = self.attempts[index]
@@ -262,14 +283,21 @@ async def async_race(bound: BoundedAttempts,
                     raise error
                 bound.failed(attempt, error)
     finally:
-        await abandon(list(running))
+        abandon(list(running))
 
 
-async def abandon(tasks: list[asyncio.Task[psycopg.AsyncConnection[Any]]]) -> None:
-    """Cancels the attempts still connecting; one that connected meanwhile
-    is closed."""
+def abandon(tasks: list[asyncio.Task[psycopg.AsyncConnection[Any]]]) -> None:
+    """Cancels the attempts still connecting, without waiting for them (a
+    caller cancelled meanwhile must not lose the winner): one that connected
+    all the same is closed when it ends."""
     for task in tasks:
         task.cancel()
-    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
-        if isinstance(outcome, psycopg.AsyncConnection):
-            await outcome.close()
+        task.add_done_callback(close_if_connected)
+
+
+def close_if_connected(task: asyncio.Task[psycopg.AsyncConnection[Any]]) -> None:
+    """An abandoned attempt's end: its connection, if it made one, closed."""
+    if task.cancelled():
+        return
+    if task.exception() is None:
+        asyncio.ensure_future(task.result().close())

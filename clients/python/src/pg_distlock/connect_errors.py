@@ -28,7 +28,11 @@ _REFUSED_BEFORE_A_SUCCESS = ("does not exist", "no pg_hba.conf entry", "is not p
 # No server answered where the conninfo points: a wrong host or port, or,
 # once connections have succeeded, a server that is down.
 _NO_SERVER = ("Connection refused", "could not translate host name", "No route to host",
-              "Network is unreachable", "No such file or directory")
+              "Network is unreachable", "No such file or directory",
+              "failed to resolve host")  # psycopg's words: it resolves host names itself (3.2+)
+# A conninfo whose lists do not match (psycopg's words, before libpq reads
+# it): wrong at every try, and its words quote no value.
+_MISMATCHED_LISTS = ("could not match",)
 # Everything else (starting up, shutting down, too many clients, a
 # read-only server for target_session_attrs, a connect timeout) is "not
 # now", before and after a first success.
@@ -81,6 +85,10 @@ def connect_failure(exc: psycopg.Error, conninfo: str, connected_before: bool) -
         err.__cause__ = exc
         return err
     cause = str(exc).strip().replace("\n", " ")
+    if any(words in cause for words in _MISMATCHED_LISTS):
+        err = Misconfigured(f"cannot connect: the conninfo is malformed: {cause}")
+        err.__cause__ = exc
+        return err
     refused = any(words in cause for words in _REFUSED_BEFORE_A_SUCCESS)
     no_server = any(words in cause for words in _NO_SERVER)
     if not connected_before and (refused or no_server):
