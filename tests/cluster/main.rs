@@ -27,6 +27,7 @@ mod locks;
 mod names;
 mod nemesis;
 mod operations;
+mod owner_deadlocks;
 mod pooler;
 mod queue_admin;
 mod queue_counters;
