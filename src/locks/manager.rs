@@ -100,6 +100,11 @@ pub fn acquire(hold: Hold, wait: Wait, what: &dyn Fn() -> String) -> Outcome {
     }
 }
 
+/// Whether this backend holds `key` in mode `shared` (at any level).
+pub fn held_by_me(key: i64, shared: bool) -> bool {
+    unsafe { crate::pg_compat::lock_held_by_me(&tag(key), mode(shared)) }
+}
+
 /// Drops one session-level hold; false (and no WARNING) when none is held.
 pub fn release(key: i64, shared: bool) -> bool {
     let tag = tag(key);

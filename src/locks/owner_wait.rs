@@ -13,7 +13,8 @@
 //! pooler's DISCARD ALL): it cancels the wait, and the backend, out of the
 //! lock queue, verifies the cycle against the lock manager's own data.
 //! Proven, it raises 40P01; otherwise it takes its wait up again (behind
-//! whoever queued meanwhile). A cycle of backends only (each owner's
+//! whoever queued meanwhile), checked again only after a longer pause each
+//! time (BACKOFF_FACTOR). A cycle of backends only (each owner's
 //! holding and waiting connection the same) is left to the server's
 //! detector, so that no cycle gets two victims.
 
@@ -42,8 +43,11 @@ static mut TIMEOUT_ID: i32 = -1;
 static WATCHING: AtomicBool = AtomicBool::new(false);
 /// Set by the handler when it cancelled the wait on a suspicion.
 static SUSPECTED: AtomicBool = AtomicBool::new(false);
-/// The words of the cancel the handler causes (ProcessInterrupts').
-const CANCEL_WORDS: &str = "canceling statement due to user request";
+/// After a suspicion the proof did not bear out, the next check of the
+/// same wait comes this many times later (each time again), up to
+/// MAX_BACKOFF_MS: a stale entry costs the waiter its place rarely.
+const BACKOFF_FACTOR: i32 = 4;
+const MAX_BACKOFF_MS: i32 = 30_000;
 
 /// The shared table as the handler reads it.
 struct SharedView<'t>(&'t OwnerTable);
@@ -96,12 +100,16 @@ unsafe extern "C" fn on_watch_timer() {
     }
 }
 
-fn arm() {
+/// Starts the watch: a first check after deadlock_timeout (times
+/// `backoff`, at most MAX_BACKOFF_MS past it), then every deadlock_timeout
+/// (0.1 to 1 s).
+fn arm(backoff: i32) {
     unsafe {
         if TIMEOUT_ID < 0 {
             TIMEOUT_ID = RegisterTimeout(ANY_USER_TIMEOUT, Some(on_watch_timer));
         }
-        let first_ms = pg_sys::DeadlockTimeout.max(1);
+        let deadlock_ms = pg_sys::DeadlockTimeout.max(1);
+        let first_ms = deadlock_ms.saturating_mul(backoff).min(deadlock_ms.saturating_add(MAX_BACKOFF_MS));
         let every_ms = pg_sys::DeadlockTimeout.clamp(100, 1000);
         SUSPECTED.store(false, Ordering::SeqCst);
         WATCHING.store(true, Ordering::SeqCst);
@@ -139,11 +147,21 @@ enum Once {
 
 /// One wait in an internal subtransaction (only aborting one takes the
 /// backend out of the lock's queue cleanly), bounded by `left_ms` when given.
+/// Whether the statement has run past statement_timeout: its cancel is
+/// the statement timeout's, not the watch's.
+fn statement_timed_out() -> bool {
+    let ms = unsafe { pg_sys::StatementTimeout };
+    ms > 0
+        && unsafe { pg_sys::GetCurrentTimestamp() - pg_sys::GetCurrentStatementStartTimestamp() }
+            >= ms as i64 * 1000
+}
+
 fn wait_once(
     tag: &pg_sys::LOCKTAG,
     mode: pg_sys::LOCKMODE,
     session: bool,
     left_ms: Option<i32>,
+    backoff: i32,
 ) -> Once {
     let tag = *tag;
     let entered = crate::subtransaction::begin();
@@ -151,7 +169,7 @@ fn wait_once(
     if let Some(ms) = left_ms {
         unsafe { pg_sys::LockTimeout = ms.max(1) };
     }
-    arm();
+    arm(backoff);
     PgTryBuilder::new(move || {
         unsafe { pg_sys::LockAcquire(&tag, mode, session, false) };
         disarm(true);
@@ -162,17 +180,21 @@ fn wait_once(
         let suspected = disarm(false);
         let code = match &error {
             CaughtError::PostgresError(report) | CaughtError::ErrorReport(report) => {
-                Some((report.sql_error_code(), report.message() == CANCEL_WORDS))
+                Some(report.sql_error_code())
             }
             CaughtError::RustPanic { .. } => None,
         };
         unsafe { pg_sys::FlushErrorState() };
         entered.roll_back();
         match code {
-            Some((PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, _)) if left_ms.is_some() => {
+            Some(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE) if left_ms.is_some() => {
                 Once::TimedOut
             }
-            Some((PgSqlErrorCode::ERRCODE_QUERY_CANCELED, true)) if suspected => Once::Suspected,
+            // The watch's own cancel (a pg_cancel_backend at the same
+            // instant is taken for it: see docs/locks.md).
+            Some(PgSqlErrorCode::ERRCODE_QUERY_CANCELED) if suspected && !statement_timed_out() => {
+                Once::Suspected
+            }
             // A deadlock the server found, a cancel, statement_timeout, the
             // caller's own lock_timeout: as pg_advisory_lock would raise it.
             _ => error.rethrow(),
@@ -204,6 +226,7 @@ pub fn wait(
     let key = ((tag.locktag_field2 as u64) << 32 | tag.locktag_field3 as u64) as i64;
     let started = unsafe { pg_sys::GetCurrentTimestamp() };
     let mut seq = None;
+    let mut backoff = 1;
     loop {
         let left_ms = match timeout_ms {
             None => None,
@@ -221,7 +244,7 @@ pub fn wait(
             return None;
         }
         seq = this;
-        let once = wait_once(tag, mode, session, left_ms);
+        let once = wait_once(tag, mode, session, left_ms, backoff);
         owners::end_wait();
         match once {
             Once::Granted => return Some(Waited::Granted),
@@ -230,6 +253,7 @@ pub fn wait(
                 if let Some(hops) = proven(tag.locktag_field1, key, shared, this.unwrap_or(0)) {
                     raise_deadlock(what(), hops);
                 }
+                backoff = backoff.saturating_mul(BACKOFF_FACTOR);
             }
         }
     }

@@ -91,9 +91,13 @@ fn entry() -> Option<&'static OwnerEntry> {
     Some(entry)
 }
 
-/// Writes the set of (key, mode) this backend holds into its entry.
+/// Writes the set of (key, mode) this backend holds into its entry,
+/// forgetting first those the lock manager no longer has (DISCARD ALL or
+/// pg_advisory_unlock_all dropped them behind pg_distlock's back).
 fn publish_holds(entry: &OwnerEntry) {
     HELD.with(|held| {
+        held.borrow_mut()
+            .retain(|&(key, shared), _| super::manager::held_by_me(key, shared));
         let held = held.borrow();
         let mut modes: Vec<(i64, u8)> = Vec::with_capacity(held.len());
         for &(key, shared) in held.keys() {

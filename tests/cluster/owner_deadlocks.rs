@@ -251,3 +251,32 @@ fn a_cycle_of_plain_backends_is_the_servers_own_deadlock_with_one_victim() {
         "one victim, from the server's own detector"
     );
 }
+
+#[test]
+fn a_hold_dropped_by_discard_all_fails_no_one() {
+    // A pooler resets a connection (DISCARD ALL drops its locks and its
+    // owner) while the shared table still lists its hold: the suspicion it
+    // raises must not be taken for a deadlock.
+    let db = fresh_db("owner_deadlock_discard");
+    let mut stale = owner_conn(&db, "dsc-a");
+    lock(&mut stale, "dsc-x");
+    stale.batch_execute("DISCARD ALL").expect("discard");
+    let mut c = owner_conn(&db, "dsc-c");
+    lock(&mut c, "dsc-x"); // the real holder now
+    let mut b = owner_conn(&db, "dsc-b");
+    lock(&mut b, "dsc-y");
+    let mut watch = connect(&db);
+    let a_waits = wait_for(&db, "dsc-a", "dsc-y"); // owner a (as the table still has it) waits for b
+    waiting(&mut watch, &db, 1);
+    let b_waits = wait_for(&db, "dsc-b", "dsc-x"); // b waits for x: held by c, listed for a too
+    waiting(&mut watch, &db, 2);
+    // Time for the watch to check, several times (there is no event to wait
+    // for: the point is that nothing happens).
+    std::thread::sleep(Duration::from_millis(5 * DEADLOCK_TIMEOUT_MS));
+    c.batch_execute("SELECT distlock.unlock('dsc-x')").expect("unlock x");
+    let (b_outcome, mut b2) = b_waits.join().expect("b");
+    assert_eq!(b_outcome, "granted", "a stale hold made a victim");
+    b2.batch_execute("SELECT distlock.unlock_all()").expect("unlock");
+    b.batch_execute("SELECT distlock.unlock('dsc-y')").expect("unlock y");
+    assert_eq!(a_waits.join().expect("a").0, "granted");
+}
