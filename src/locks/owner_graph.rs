@@ -17,8 +17,22 @@ pub struct Wait {
     pub database: u32,
     pub key: i64,
     pub exclusive: bool,
-    /// The server-wide order of the wait (later waits have greater values).
+    /// The server-wide order of the wait (later waits have greater values):
+    /// the victim is the cycle's waiter with the greatest.
     pub seq: u64,
+    /// Its place in the lock's queue (earlier waits have smaller values).
+    pub order: i64,
+}
+
+impl Wait {
+    /// Whether `other`, a wait queued for the same lock, is ahead of this
+    /// one in a conflicting mode (the lock manager serves its queue in order).
+    pub fn queued_behind(&self, other: &Wait) -> bool {
+        other.database == self.database
+            && other.key == self.key
+            && other.order < self.order
+            && (other.exclusive || self.exclusive)
+    }
 }
 
 /// The connections the search looks at, by index.
@@ -27,8 +41,10 @@ pub trait View {
     /// The connection's node: its owner, or itself when it has none.
     fn node(&self, conn: usize) -> u64;
     fn waiting(&self, conn: usize) -> Option<Wait>;
-    /// Whether it holds `key` of `database` in a mode a wait of that mode conflicts with.
-    fn blocks(&self, conn: usize, database: u32, key: i64, exclusive: bool) -> bool;
+    /// Whether it stands in `wait`'s way: it holds the key in a mode the
+    /// wait conflicts with, or waits for the key ahead of it in a
+    /// conflicting mode (Wait::queued_behind).
+    fn blocks(&self, conn: usize, wait: &Wait) -> bool;
 }
 
 /// A deadlock found from one waiter: each hop a waiting connection and the
@@ -84,11 +100,7 @@ impl<V: View> Search<'_, V> {
             return false;
         }
         for holder in 0..self.view.len() {
-            if holder == waiter
-                || !self
-                    .view
-                    .blocks(holder, wait.database, wait.key, wait.exclusive)
-            {
+            if holder == waiter || !self.view.blocks(holder, &wait) {
                 continue;
             }
             self.path.hops[self.path.len] = (waiter, holder);
@@ -160,14 +172,16 @@ mod tests {
                 key,
                 exclusive,
                 seq,
+                order: seq as i64,
             })
         }
-        fn blocks(&self, conn: usize, database: u32, key: i64, exclusive: bool) -> bool {
-            database == 1
+        fn blocks(&self, conn: usize, wait: &Wait) -> bool {
+            let holds = wait.database == 1
                 && self.0[conn]
                     .2
                     .iter()
-                    .any(|&(k, x)| k == key && (exclusive || x))
+                    .any(|&(k, x)| k == wait.key && (wait.exclusive || x));
+            holds || self.waiting(conn).is_some_and(|theirs| wait.queued_behind(&theirs))
         }
     }
 
@@ -227,6 +241,22 @@ mod tests {
         );
         conns.0[3].1 = Some((10, true, 2));
         assert!(cycle_closed_by(&conns, 3).is_some());
+    }
+
+    /// Review: o1 holds A shared and waits for B; o2 holds B and asks A
+    /// shared, queued behind c's exclusive request for A, which waits for
+    /// o1's shared hold: a deadlock through the queue's order.
+    #[test]
+    fn a_cycle_through_a_queued_exclusive_waiter_is_found() {
+        let conns = Conns(vec![
+            (1, None, vec![(10, false)]),
+            (1, Some((20, true, 2)), vec![]),
+            (2, None, vec![(20, true)]),
+            (3, Some((10, true, 1)), vec![]),
+            (2, Some((10, false, 3)), vec![]),
+        ]);
+        let cycle = cycle_closed_by(&conns, 4).expect("the last waiter finds it");
+        assert_eq!(cycle.hops(), &[(4, 3), (3, 0), (1, 2)]);
     }
 
     #[test]

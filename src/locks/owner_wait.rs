@@ -63,18 +63,21 @@ impl View for SharedView<'_> {
     fn waiting(&self, conn: usize) -> Option<Wait> {
         let entry = &self.0.entries()[conn];
         let mode = entry.wait_mode.load(ORDER);
+        let seq = entry.wait_seq.load(ORDER);
         (entry.pid.load(ORDER) != 0 && mode != 0).then(|| Wait {
             database: entry.database.load(ORDER),
             key: entry.wait_key.load(ORDER),
             exclusive: mode == 2,
-            seq: entry.wait_seq.load(ORDER),
+            seq,
+            order: seq as i64,
         })
     }
-    fn blocks(&self, conn: usize, database: u32, key: i64, exclusive: bool) -> bool {
+    fn blocks(&self, conn: usize, wait: &Wait) -> bool {
         let entry = &self.0.entries()[conn];
         entry.pid.load(ORDER) != 0
-            && entry.database.load(ORDER) == database
-            && entry.blocks(key, exclusive)
+            && entry.database.load(ORDER) == wait.database
+            && (entry.blocks(wait.key, wait.exclusive)
+                || self.waiting(conn).is_some_and(|theirs| wait.queued_behind(&theirs)))
     }
 }
 
@@ -156,17 +159,27 @@ fn statement_timed_out() -> bool {
             >= ms as i64 * 1000
 }
 
+/// What bounds one wait: `ours` ends it as TimedOut (distlock.lock's
+/// p_timeout, what is left of it); `callers` is the caller's own
+/// lock_timeout, what is left of it across waits taken up again, raised as
+/// the caller's 55P03 when it runs out.
+#[derive(Clone, Copy)]
+struct Bounds {
+    ours: Option<i32>,
+    callers: Option<i32>,
+}
+
 fn wait_once(
     tag: &pg_sys::LOCKTAG,
     mode: pg_sys::LOCKMODE,
     session: bool,
-    left_ms: Option<i32>,
+    bounds: Bounds,
     backoff: i32,
 ) -> Once {
     let tag = *tag;
     let entered = crate::subtransaction::begin();
     let session_timeout = unsafe { pg_sys::LockTimeout };
-    if let Some(ms) = left_ms {
+    if let Some(ms) = bounds.ours.or(bounds.callers) {
         unsafe { pg_sys::LockTimeout = ms.max(1) };
     }
     arm(backoff);
@@ -178,6 +191,7 @@ fn wait_once(
     })
     .catch_others(move |error: CaughtError| {
         let suspected = disarm(false);
+        owners::end_wait();
         let code = match &error {
             CaughtError::PostgresError(report) | CaughtError::ErrorReport(report) => {
                 Some(report.sql_error_code())
@@ -186,15 +200,23 @@ fn wait_once(
         };
         unsafe { pg_sys::FlushErrorState() };
         entered.roll_back();
-        match code {
-            Some(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE) if left_ms.is_some() => {
-                Once::TimedOut
+        // The lock may have been granted as the error struck (between the
+        // grant and the interrupt check): a session lock outlives the
+        // subtransaction's rollback, so it is held now.
+        let granted = session && unsafe { crate::pg_compat::lock_held_by_me(&tag, mode) };
+        let ours = code == Some(PgSqlErrorCode::ERRCODE_QUERY_CANCELED) && suspected && !statement_timed_out();
+        if granted {
+            if ours {
+                return Once::Granted; // the watch's cancel came too late: nothing to prove
             }
+            // An error the caller sees as "not acquired" must leave nothing held.
+            unsafe { pg_sys::LockRelease(&tag, mode, true) };
+        }
+        match code {
+            Some(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE) if bounds.ours.is_some() => Once::TimedOut,
             // The watch's own cancel (a pg_cancel_backend at the same
             // instant is taken for it: see docs/locks.md).
-            Some(PgSqlErrorCode::ERRCODE_QUERY_CANCELED) if suspected && !statement_timed_out() => {
-                Once::Suspected
-            }
+            _ if ours => Once::Suspected,
             // A deadlock the server found, a cancel, statement_timeout, the
             // caller's own lock_timeout: as pg_advisory_lock would raise it.
             _ => error.rethrow(),
@@ -210,10 +232,18 @@ pub enum Waited {
     TimedOut,
 }
 
+/// Milliseconds left of `total_ms` since `started` (at least 1), None when
+/// none is left.
+fn left_of(total_ms: i32, started: pg_sys::TimestampTz) -> Option<i32> {
+    let waited_ms = (unsafe { pg_sys::GetCurrentTimestamp() } - started) / 1000;
+    let left = total_ms as i64 - waited_ms;
+    (left > 0).then_some(left as i32)
+}
+
 /// Waits for `tag` in `mode` (within `timeout_ms` when given) as
 /// LockAcquire does, watching for a deadlock through owners (the module's
 /// comment): its victim gets 40P01 naming `what` (the lock, as the caller
-/// called it). False (never waited) without the shared owner table: the
+/// called it). None (never waited) without the shared owner table: the
 /// caller then waits as before.
 pub fn wait(
     tag: &pg_sys::LOCKTAG,
@@ -225,32 +255,31 @@ pub fn wait(
 ) -> Option<Waited> {
     let key = ((tag.locktag_field2 as u64) << 32 | tag.locktag_field3 as u64) as i64;
     let started = unsafe { pg_sys::GetCurrentTimestamp() };
+    let callers_timeout = unsafe { pg_sys::LockTimeout };
     let mut seq = None;
     let mut backoff = 1;
     loop {
-        let left_ms = match timeout_ms {
-            None => None,
-            Some(ms) => {
-                let waited_ms = (unsafe { pg_sys::GetCurrentTimestamp() } - started) / 1000;
-                let left = ms as i64 - waited_ms;
-                if left <= 0 {
-                    return Some(Waited::TimedOut);
-                }
-                Some(left as i32)
-            }
+        let bounds = Bounds {
+            ours: match timeout_ms {
+                None => None,
+                Some(ms) => match left_of(ms, started) {
+                    Some(left) => Some(left),
+                    None => return Some(Waited::TimedOut),
+                },
+            },
+            // Taken up again, a wait keeps the caller's lock_timeout from
+            // its start (1 ms left when it has run out: LockAcquire raises it).
+            callers: (callers_timeout > 0).then(|| left_of(callers_timeout, started).unwrap_or(1)),
         };
-        let this = owners::begin_wait(key, shared, seq);
-        if this.is_none() {
-            return None;
-        }
-        seq = this;
-        let once = wait_once(tag, mode, session, left_ms, backoff);
+        let this = owners::begin_wait(key, shared, seq)?;
+        seq = Some(this);
+        let once = wait_once(tag, mode, session, bounds, backoff);
         owners::end_wait();
         match once {
             Once::Granted => return Some(Waited::Granted),
             Once::TimedOut => return Some(Waited::TimedOut),
             Once::Suspected => {
-                if let Some(hops) = proven(tag.locktag_field1, key, shared, this.unwrap_or(0)) {
+                if let Some(hops) = proven(tag.locktag_field1, key, shared, this, started) {
                     raise_deadlock(what(), hops);
                 }
                 backoff = backoff.saturating_mul(BACKOFF_FACTOR);
@@ -287,27 +316,40 @@ impl View for ManagerView {
     fn waiting(&self, conn: usize) -> Option<Wait> {
         self.conns[conn].wait
     }
-    fn blocks(&self, conn: usize, database: u32, key: i64, exclusive: bool) -> bool {
-        let conflicts = if exclusive {
-            SHARE_BIT | EXCLUSIVE_BIT
-        } else {
-            EXCLUSIVE_BIT
-        };
+    fn blocks(&self, conn: usize, wait: &Wait) -> bool {
+        let conflicts = if wait.exclusive { SHARE_BIT | EXCLUSIVE_BIT } else { EXCLUSIVE_BIT };
         self.conns[conn]
             .holds
             .iter()
-            .any(|&(db, k, mask)| db == database && k == key && mask & conflicts != 0)
+            .any(|&(db, k, mask)| db == wait.database && k == wait.key && mask & conflicts != 0)
+            || self.conns[conn].wait.is_some_and(|theirs| wait.queued_behind(&theirs))
     }
 }
 
 /// The cycle this backend's wait for `key` (order `seq`) closes, proven on
 /// the lock manager's data; None when there is none (the suspicion was
 /// stale) or it is one of backends only. Returns the owners it runs through.
-fn proven(database: u32, key: i64, shared: bool, seq: u64) -> Option<usize> {
+fn proven(database: u32, key: i64, shared: bool, seq: u64, started: pg_sys::TimestampTz) -> Option<usize> {
     let table = table::table()?;
     let my_pid = unsafe { pg_sys::MyProcPid };
     let mut conns: Vec<Conn> = Vec::new();
     let entry_of = |pid: i32| table.entries().iter().find(|e| e.pid.load(ORDER) == pid);
+    // What the table lists as held, before the lock manager is read: a
+    // listing it does not confirm is marked stale (at its generation, so a
+    // rewrite since counts again), and no later suspicion rests on it.
+    let mut listed: Vec<(i32, &crate::shared::lock_owners::Held, i64, u8, u32)> = Vec::new();
+    for entry in table.entries() {
+        let pid = entry.pid.load(ORDER);
+        if pid == 0 || entry.database.load(ORDER) != database {
+            continue;
+        }
+        for slot in &entry.held {
+            let generation = slot.generation.load(ORDER);
+            if let Some((k, mode)) = slot.listed() {
+                listed.push((pid, slot, k, mode, generation));
+            }
+        }
+    }
     unsafe {
         let data = pg_sys::GetLockStatusData();
         let locks = std::slice::from_raw_parts((*data).locks, (*data).nelements.max(0) as usize);
@@ -351,6 +393,7 @@ fn proven(database: u32, key: i64, shared: bool, seq: u64) -> Option<usize> {
                     key: lock_key,
                     exclusive: lock.waitLockMode == pg_sys::ExclusiveLock as i32,
                     seq: their_seq,
+                    order: if lock.waitStart != 0 { lock.waitStart } else { i64::MAX },
                 });
             }
         }
@@ -372,12 +415,16 @@ fn proven(database: u32, key: i64, shared: bool, seq: u64) -> Option<usize> {
             conns.len() - 1
         }
     };
-    conns[me].wait = Some(Wait {
-        database,
-        key,
-        exclusive: !shared,
-        seq,
-    });
+    conns[me].wait = Some(Wait { database, key, exclusive: !shared, seq, order: started });
+    for (pid, slot, k, mode, generation) in listed {
+        let bit = if mode == 2 { EXCLUSIVE_BIT } else { SHARE_BIT };
+        let confirmed = conns
+            .iter()
+            .any(|c| c.pid == pid && c.holds.iter().any(|&(db, hk, mask)| db == database && hk == k && mask & bit != 0));
+        if !confirmed {
+            slot.stale.store(generation, ORDER);
+        }
+    }
     let view = ManagerView { conns };
     let cycle = cycle_closed_by(&view, me)?;
     if cycle.of_backends_only() {

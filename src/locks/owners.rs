@@ -109,12 +109,9 @@ fn publish_holds(entry: &OwnerEntry) {
         }
         for (i, slot) in entry.held.iter().enumerate() {
             match modes.get(i) {
-                Some(&(key, mode)) => {
-                    slot.mode.store(0, ORDER);
-                    slot.key.store(key, ORDER);
-                    slot.mode.store(mode, ORDER);
-                }
-                None => slot.mode.store(0, ORDER),
+                Some(&(key, mode)) => slot.write(key, mode),
+                None if slot.mode.load(ORDER) != 0 => slot.write(0, 0),
+                None => {}
             }
         }
         entry

@@ -37,6 +37,32 @@ pub struct Held {
     pub key: AtomicI64,
     /// 0 free, 1 shared, 2 exclusive.
     pub mode: AtomicU8,
+    /// Bumped (never 0) at each write of the slot by its backend.
+    pub generation: AtomicU32,
+    /// A generation a prover found the lock manager does not confirm (a
+    /// hold dropped behind pg_distlock's back): the slot counts for nothing
+    /// while it is still that generation. Any backend may write it.
+    pub stale: AtomicU32,
+}
+
+impl Held {
+    /// The (key, mode) it lists, unless free or found stale.
+    pub fn listed(&self) -> Option<(i64, u8)> {
+        let mode = self.mode.load(ORDER);
+        if mode == 0 || self.stale.load(ORDER) == self.generation.load(ORDER) {
+            return None;
+        }
+        Some((self.key.load(ORDER), mode))
+    }
+
+    /// Writes (key, mode), mode 0 for a free slot, as a new generation.
+    pub fn write(&self, key: i64, mode: u8) {
+        self.mode.store(0, ORDER);
+        let next = self.generation.load(ORDER).wrapping_add(1).max(1);
+        self.generation.store(next, ORDER);
+        self.key.store(key, ORDER);
+        self.mode.store(mode, ORDER);
+    }
 }
 
 #[repr(C)]
@@ -162,11 +188,11 @@ pub fn my_entry(table: &OwnerTable) -> Option<&OwnerEntry> {
 
 impl OwnerEntry {
     /// Whether it holds `key` in a mode that a wait in `wait_exclusive`
-    /// mode conflicts with.
+    /// mode conflicts with (slots found stale count for nothing).
     pub fn blocks(&self, key: i64, wait_exclusive: bool) -> bool {
         self.held.iter().any(|h| {
-            let mode = h.mode.load(ORDER);
-            mode != 0 && h.key.load(ORDER) == key && (wait_exclusive || mode == 2)
+            h.listed()
+                .is_some_and(|(k, mode)| k == key && (wait_exclusive || mode == 2))
         })
     }
 }

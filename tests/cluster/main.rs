@@ -28,6 +28,7 @@ mod names;
 mod nemesis;
 mod operations;
 mod owner_deadlocks;
+mod review_owner_deadlocks;
 mod pooler;
 mod queue_admin;
 mod queue_counters;

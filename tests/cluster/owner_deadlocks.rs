@@ -47,16 +47,22 @@ fn wait_for(db: &str, owner: &str, name: &str) -> JoinHandle<(String, Client)> {
     })
 }
 
-/// Waits until `n` backends of `db` wait for an advisory lock.
+/// Waits until exactly `n` backends of `db` wait for an advisory lock.
 fn waiting(c: &mut Client, db: &str, n: i64) {
+    advisory_waits(c, db, |waits| waits == n)
+}
+
+/// Waits (10 s at most) until the number of backends of `db` waiting for
+/// an advisory lock satisfies `enough`.
+pub(crate) fn advisory_waits(c: &mut Client, db: &str, enough: impl Fn(i64) -> bool) {
     eventually("the waits to queue", Duration::from_secs(10), || {
-        count(
+        enough(count(
             c,
             &format!(
                 "SELECT 1 FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_database d ON d.oid = l.database \
                   WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = '{db}'"
             ),
-        ) == n
+        ))
     })
 }
 

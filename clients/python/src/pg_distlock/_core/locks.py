@@ -26,9 +26,14 @@ LOCK_SQL = {
 }
 # The lock's owner set first (the FROM item runs before the call): one
 # thread of control of this client, so that a deadlock through several of
-# its connections is found (distlock.owner; Features.lock_owner).
+# its connections is found (distlock.owner; Features.lock_owner). Only
+# where the session's library defines the setting (one loaded before the
+# extension's update does not, and its prefix is reserved); lock_id loads
+# the library first on a fresh session (17+ without preload).
 OWNED_LOCK_SQL = {
-    kind: sql + " FROM (SELECT pg_catalog.set_config('distlock.owner', %s, %s)) AS owner"
+    kind: sql + " FROM (SELECT CASE WHEN distlock.lock_id('owner') IS NOT NULL"
+    " AND pg_catalog.current_setting('distlock.owner', true) IS NOT NULL"
+    " THEN pg_catalog.set_config('distlock.owner', %s, %s) END) AS owner"
     for kind, sql in LOCK_SQL.items()
 }
 UNLOCK_SQL = {
