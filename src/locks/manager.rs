@@ -67,9 +67,16 @@ pub fn acquire(hold: Hold, wait: Wait, what: &dyn Fn() -> String) -> Outcome {
     let mode = mode(hold.shared);
     let session = !hold.xact;
     let first = unsafe { pg_sys::LockAcquire(&tag, mode, session, true) };
+    if first == pg_sys::LockAcquireResult::LOCKACQUIRE_OK {
+        // Held by none of this backend's holds before: whatever the owner
+        // table's bookkeeping still counted was dropped behind its back.
+        super::owners::first_hold(hold.key, hold.shared);
+    }
     if first != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL {
         return Outcome::Granted { waited_us: None };
     }
+    // A wait is only ever for a lock this backend does not hold.
+    super::owners::first_hold(hold.key, hold.shared);
     let started = unsafe { pg_sys::GetCurrentTimestamp() };
     let waited = || unsafe { pg_sys::GetCurrentTimestamp() } - started;
     let timeout_ms = match wait {
@@ -98,11 +105,6 @@ pub fn acquire(hold: Hold, wait: Wait, what: &dyn Fn() -> String) -> Outcome {
             }
         }
     }
-}
-
-/// Whether this backend holds `key` in mode `shared` (at any level).
-pub fn held_by_me(key: i64, shared: bool) -> bool {
-    unsafe { crate::pg_compat::lock_held_by_me(&tag(key), mode(shared)) }
 }
 
 /// Drops one session-level hold; false (and no WARNING) when none is held.

@@ -205,6 +205,11 @@ fn wait_once(
         // subtransaction's rollback, so it is held now.
         let granted = session && unsafe { crate::pg_compat::lock_held_by_me(&tag, mode) };
         let ours = code == Some(PgSqlErrorCode::ERRCODE_QUERY_CANCELED) && suspected && !statement_timed_out();
+        if suspected && !ours {
+            // Another error came first (a lock timeout, say): the cancel the
+            // handler asked for must not strike the caller's next statement.
+            unsafe { pg_sys::QueryCancelPending = 0 };
+        }
         if granted {
             if ours {
                 return Once::Granted; // the watch's cancel came too late: nothing to prove

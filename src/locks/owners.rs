@@ -9,7 +9,7 @@ use std::hash::Hasher;
 
 use pgrx::pg_sys;
 
-use crate::shared::lock_owners::{self as table, OwnerEntry, HELD_PER_BACKEND, ORDER, OWNER_BYTES};
+use crate::shared::lock_owners::{self as table, OwnerEntry, ORDER, OWNER_BYTES};
 
 thread_local! {
     /// Holds per (key, shared), as taken through lock calls.
@@ -91,32 +91,31 @@ fn entry() -> Option<&'static OwnerEntry> {
     Some(entry)
 }
 
-/// Writes the set of (key, mode) this backend holds into its entry,
-/// forgetting first those the lock manager no longer has (DISCARD ALL or
-/// pg_advisory_unlock_all dropped them behind pg_distlock's back).
+/// Writes the (key, mode) pairs this backend holds into its entry (the
+/// first HELD_PER_BACKEND of them; a key held both ways takes a slot per
+/// mode, so that a stale mark on one does not hide the other).
 fn publish_holds(entry: &OwnerEntry) {
     HELD.with(|held| {
-        held.borrow_mut()
-            .retain(|&(key, shared), _| super::manager::held_by_me(key, shared));
         let held = held.borrow();
-        let mut modes: Vec<(i64, u8)> = Vec::with_capacity(held.len());
-        for &(key, shared) in held.keys() {
-            let mode = if shared { 1 } else { 2 };
-            match modes.iter_mut().find(|(k, _)| *k == key) {
-                Some(m) => m.1 = m.1.max(mode),
-                None => modes.push((key, mode)),
-            }
-        }
-        for (i, slot) in entry.held.iter().enumerate() {
-            match modes.get(i) {
-                Some(&(key, mode)) => slot.write(key, mode),
+        let mut listed = held.keys().map(|&(key, shared)| (key, if shared { 1 } else { 2 }));
+        for slot in &entry.held {
+            match listed.next() {
+                Some((key, mode)) => slot.write(key, mode),
                 None if slot.mode.load(ORDER) != 0 => slot.write(0, 0),
                 None => {}
             }
         }
-        entry
-            .overflowed
-            .store(modes.len() > HELD_PER_BACKEND, ORDER);
+        entry.overflowed.store(listed.next().is_some(), ORDER);
+    });
+}
+
+/// The lock manager granted `key` in this mode to a backend that held it
+/// in that mode not at all: a count left from holds dropped behind
+/// pg_distlock's back (DISCARD ALL, pg_advisory_unlock_all) is forgotten,
+/// so that the grant is published as a new listing (clearing a stale mark).
+pub fn first_hold(key: i64, shared: bool) {
+    HELD.with(|held| {
+        held.borrow_mut().remove(&(key, shared));
     });
 }
 

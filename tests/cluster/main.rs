@@ -29,6 +29,7 @@ mod nemesis;
 mod operations;
 mod owner_deadlocks;
 mod review_owner_deadlocks;
+mod review_owner_deadlocks2;
 mod pooler;
 mod queue_admin;
 mod queue_counters;

@@ -9,7 +9,9 @@ transaction form is tied to the caller's open transaction instead.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
+import weakref
 from typing import Any, TypeVar
 
 from . import effects as fx
@@ -42,16 +44,33 @@ UNLOCK_SQL = {
 }
 
 
+# Owner numbers are never reused (a thread's ident and a task's id are, and
+# a later thread holding a dead one's name would wait for "itself").
+_owner_numbers = itertools.count(1)
+_thread_owner = threading.local()
+_task_owners: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_task_owners_lock = threading.Lock()
+
+
 def lock_owner(worker_id: str) -> str:
     """The owner of the locks the calling thread (or asyncio task) takes:
     one thread of control, which cannot release one lock while it waits
-    for another."""
+    for another; numbered once per thread or task, never reused. A lock's
+    owner is the thread or task that acquired it."""
     try:
         task = asyncio.current_task()
     except RuntimeError:
         task = None
-    where = f"task-{id(task):x}" if task is not None else f"thread-{threading.get_ident():x}"
-    return f"{worker_id}/{where}"
+    if task is not None:
+        with _task_owners_lock:
+            number = _task_owners.get(task)
+            if number is None:
+                number = _task_owners[task] = next(_owner_numbers)
+        return f"{worker_id}/task-{number}"
+    number = getattr(_thread_owner, "number", None)
+    if number is None:
+        number = _thread_owner.number = next(_owner_numbers)
+    return f"{worker_id}/thread-{number}"
 
 
 def is_connection(source: Any) -> bool:
