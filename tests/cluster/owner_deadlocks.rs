@@ -33,15 +33,16 @@ fn lock(c: &mut Client, name: &str) {
 /// `owner` waits for `name` on a new connection, in a thread: its outcome
 /// (the SQLSTATE of its error, or "granted") and the connection.
 fn wait_for(db: &str, owner: &str, name: &str) -> JoinHandle<(String, Client)> {
-    let mut c = owner_conn(db, owner);
-    let name = name.to_string();
+    outcome_in_thread(owner_conn(db, owner), format!("SELECT distlock.lock('{name}')"))
+}
+
+/// Runs `sql` on `c` in a thread: "granted" or the SQLSTATE of its error,
+/// with the connection.
+pub(crate) fn outcome_in_thread(mut c: Client, sql: String) -> JoinHandle<(String, Client)> {
     std::thread::spawn(move || {
-        let outcome = match c.query_one("SELECT distlock.lock($1::text)", &[&name]) {
+        let outcome = match c.simple_query(&sql) {
             Ok(_) => "granted".to_string(),
-            Err(e) => e
-                .code()
-                .map(|s| s.code().to_string())
-                .unwrap_or_else(|| e.to_string()),
+            Err(e) => e.code().map(|s| s.code().to_string()).unwrap_or_else(|| e.to_string()),
         };
         (outcome, c)
     })

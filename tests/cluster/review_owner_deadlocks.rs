@@ -17,7 +17,7 @@ use crate::owner_deadlocks::advisory_waits;
 use crate::support::*;
 
 /// A connection with `owner` (None: no owner) and settings `set`.
-fn conn(db: &str, owner: Option<&str>, set: &str) -> Client {
+pub(crate) fn conn(db: &str, owner: Option<&str>, set: &str) -> Client {
     let mut c = connect(db);
     if let Some(owner) = owner {
         c.batch_execute(&format!("SET distlock.owner = '{owner}'"))

@@ -10,19 +10,9 @@
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::owner_deadlocks::advisory_waits;
+use crate::owner_deadlocks::{advisory_waits, outcome_in_thread};
+use crate::review_owner_deadlocks::conn;
 use crate::support::*;
-
-/// A connection with `owner` (None: no owner) and settings `set`.
-fn conn(db: &str, owner: Option<&str>, set: &str) -> Client {
-    let mut c = connect(db);
-    if let Some(owner) = owner {
-        c.batch_execute(&format!("SET distlock.owner = '{owner}'"))
-            .expect("owner");
-    }
-    c.batch_execute(set).expect("settings");
-    c
-}
 
 fn lock(c: &mut Client, key: i64) {
     assert_eq!(
@@ -41,17 +31,8 @@ fn unlock(c: &mut Client, key: i64) {
 }
 
 /// Runs `sql` on `c` in a thread: "granted" or the SQLSTATE, with the connection.
-fn in_thread(mut c: Client, sql: String) -> JoinHandle<(String, Client)> {
-    std::thread::spawn(move || {
-        let outcome = match c.simple_query(&sql) {
-            Ok(_) => "granted".to_string(),
-            Err(e) => e
-                .code()
-                .map(|s| s.code().to_string())
-                .unwrap_or_else(|| e.to_string()),
-        };
-        (outcome, c)
-    })
+fn in_thread(c: Client, sql: String) -> JoinHandle<(String, Client)> {
+    outcome_in_thread(c, sql)
 }
 
 fn waiting(c: &mut Client, db: &str, n: i64) {
