@@ -16,6 +16,9 @@ pub static RATE_LIMIT_DATABASE_SHARE: GucSetting<i32> = GucSetting::<i32>::new(5
 pub static LOCK_STATS_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(4096);
 pub static QUEUE_COUNTERS_CAPACITY: GucSetting<i32> = GucSetting::<i32>::new(1024);
 pub static QUEUE_COUNTERS_DATABASE_SHARE: GucSetting<i32> = GucSetting::<i32>::new(50);
+/// Who this connection's pg_distlock locks belong to (one thread of control
+/// of a client, whatever connections it uses): the owner-level deadlock check.
+pub static OWNER: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 pub static MAX_LOCKS_PER_SESSION: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static MAX_HOLD_TTL_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_400);
 pub static MAX_JOB_LEASE_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_400);
@@ -23,6 +26,14 @@ pub static MAX_JOB_LEASE_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_40
 pub static DYNAMIC_SHARED_MEMORY: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 pub fn register() {
+    GucRegistry::define_string_guc(
+        c"distlock.owner",
+        c"Who this connection's pg_distlock locks belong to: one thread of control of a client (the Python client sets its worker id, thread and task).",
+        c"A wait that closes a cycle through the connections of several owners (one holding a lock on one connection and waiting on another) raises 40P01 in one waiter, after deadlock_timeout. Empty: the connection is its own owner.",
+        &OWNER,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     GucRegistry::define_string_guc(
         c"distlock.snowflake_epoch",
         c"Epoch of snowflake IDs, in milliseconds since 1970-01-01 UTC.",

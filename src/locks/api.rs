@@ -51,10 +51,14 @@ fn take(
             None => format!("cannot lock key {key}"),
         });
     }
-    if let Some(name) = name {
-        names::remember(key, &name);
+    if let Some(name) = &name {
+        names::remember(key, name);
     }
-    match manager::acquire(hold, wait) {
+    let what = || match &name {
+        Some(name) => format!("lock \"{name}\""),
+        None => format!("lock key {key}"),
+    };
+    match manager::acquire(hold, wait, &what) {
         Outcome::Granted { waited_us } => {
             let begins_hold = holds::granted(hold);
             stats::record(key, Event::Acquired { waited_us, begins_hold });

@@ -19,7 +19,8 @@ thread_local! {
 }
 
 /// Counts one more hold of `key`; true when it is the backend's first.
-fn add(key: i64) -> bool {
+fn add(key: i64, shared: bool) -> bool {
+    super::owners::took(key, shared);
     PER_KEY.with(|m| {
         let mut m = m.borrow_mut();
         let count = m.entry(key).or_insert(0);
@@ -30,8 +31,10 @@ fn add(key: i64) -> bool {
     })
 }
 
-/// Counts `n` fewer holds of `key`, telling telemetry when none is left.
-fn remove(key: i64, n: u32) {
+/// Counts `n` fewer holds of `key` in mode `shared`, telling telemetry when
+/// none is left.
+fn remove(key: i64, shared: bool, n: u32) {
+    super::owners::gave_back(key, shared, Some(n));
     let ended = PER_KEY.with(|m| {
         let mut m = m.borrow_mut();
         match m.get_mut(&key) {
@@ -77,11 +80,11 @@ pub fn holds_key(key: i64) -> bool {
 /// Notes a granted hold; returns whether it is the backend's first of the key.
 pub fn granted(hold: Hold) -> bool {
     ensure_exit_callback();
-    let first = add(hold.key);
+    let first = add(hold.key, hold.shared);
     if hold.xact {
         // The lock manager releases it when the (sub)transaction ends.
-        let key = hold.key;
-        crate::xact::at_end(Box::new(move || remove(key, 1)));
+        let (key, shared) = (hold.key, hold.shared);
+        crate::xact::at_end(Box::new(move || remove(key, shared, 1)));
     } else {
         SESSION.with(|m| *m.borrow_mut().entry((hold.key, hold.shared)).or_insert(0) += 1);
     }
@@ -109,7 +112,7 @@ pub fn release(key: i64, shared: bool) -> bool {
         }
     });
     if tracked > 0 {
-        remove(key, tracked);
+        remove(key, shared, tracked);
     }
     released
 }
@@ -126,7 +129,7 @@ pub fn release_all() -> i64 {
             }
             released += 1;
         }
-        remove(key, count);
+        remove(key, shared, count);
     }
     released
 }

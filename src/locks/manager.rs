@@ -60,17 +60,37 @@ fn mode(shared: bool) -> pg_sys::LOCKMODE {
     }) as pg_sys::LOCKMODE
 }
 
-/// Takes one hold of `hold`, waiting as `wait` allows.
-pub fn acquire(hold: Hold, wait: Wait) -> Outcome {
+/// Takes one hold of `hold`, waiting as `wait` allows; a wait that closes
+/// a deadlock through owners raises 40P01 naming `what` (owner_wait.rs).
+pub fn acquire(hold: Hold, wait: Wait, what: &dyn Fn() -> String) -> Outcome {
     let tag = tag(hold.key);
     let mode = mode(hold.shared);
     let session = !hold.xact;
     let first = unsafe { pg_sys::LockAcquire(&tag, mode, session, true) };
+    if first == pg_sys::LockAcquireResult::LOCKACQUIRE_OK {
+        // Held by none of this backend's holds before: whatever the owner
+        // table's bookkeeping still counted was dropped behind its back.
+        super::owners::first_hold(hold.key, hold.shared);
+    }
     if first != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL {
         return Outcome::Granted { waited_us: None };
     }
+    // A wait is only ever for a lock this backend does not hold.
+    super::owners::first_hold(hold.key, hold.shared);
     let started = unsafe { pg_sys::GetCurrentTimestamp() };
     let waited = || unsafe { pg_sys::GetCurrentTimestamp() } - started;
+    let timeout_ms = match wait {
+        Wait::No => None,
+        Wait::Unbounded => Some(None),
+        Wait::UpTo(ms) => Some(Some(ms)),
+    };
+    if let Some(timeout_ms) = timeout_ms {
+        match super::owner_wait::wait(&tag, mode, session, hold.shared, timeout_ms, what) {
+            Some(super::owner_wait::Waited::Granted) => return Outcome::Granted { waited_us: Some(waited()) },
+            Some(super::owner_wait::Waited::TimedOut) => return Outcome::TimedOut(waited()),
+            None => {} // no shared owner table: the lock manager's wait alone
+        }
+    }
     match wait {
         Wait::No => Outcome::Busy,
         Wait::Unbounded => {

@@ -8,4 +8,7 @@ mod holds;
 mod lock_tests;
 mod manager;
 mod names;
+mod owner_graph;
+mod owner_wait;
+mod owners;
 pub(crate) mod stats;

@@ -26,6 +26,7 @@ use crate::gucs;
 
 #[cfg(not(feature = "pg15"))]
 mod dsm_registry;
+pub mod lock_owners;
 pub mod queue_counters;
 pub mod rate_table;
 pub mod runnable_log;
@@ -204,6 +205,7 @@ unsafe extern "C-unwind" fn on_shmem_request() {
         pg_sys::RequestAddinShmemSpace(sleepers::preload_size());
         pg_sys::RequestAddinShmemSpace(runnable_log::preload_size());
         pg_sys::RequestAddinShmemSpace(queue_counters::preload_size());
+        pg_sys::RequestAddinShmemSpace(lock_owners::preload_size());
         pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), PARTITION_LOCKS as i32);
     }
 }
@@ -225,6 +227,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         sleepers::attach_preloaded();
         runnable_log::attach_preloaded();
         queue_counters::attach_preloaded();
+        lock_owners::attach_preloaded();
         DECIDED = true;
     }
 }
@@ -272,6 +275,7 @@ unsafe fn decide() {
             sleepers::attach_registry();
             runnable_log::attach_registry();
             queue_counters::attach_registry();
+            lock_owners::attach_registry();
         }
     }
 }

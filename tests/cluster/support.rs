@@ -199,8 +199,13 @@ pub const PG_MAJOR: u32 = if cfg!(feature = "pg18") {
 };
 
 /// A program of that version's PostgreSQL (pg_ctl, psql, pg_dump, pg_config).
+/// A server program, of PGBIN when set (a private installation, as
+/// scripts/cluster.sh takes it) or else of the system's.
 pub fn pg_bin(program: &str) -> String {
-    format!("/usr/lib/postgresql/{PG_MAJOR}/bin/{program}")
+    match std::env::var("PGBIN") {
+        Ok(dir) if !dir.is_empty() => format!("{dir}/{program}"),
+        _ => format!("/usr/lib/postgresql/{PG_MAJOR}/bin/{program}"),
+    }
 }
 
 /// Crashes and restarts the primary (pg_ctl -m immediate), then connects to `db` again.

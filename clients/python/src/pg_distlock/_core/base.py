@@ -61,6 +61,8 @@ class HandsOut(Generic[P, T]):
     def __get__(self, client: Any, owner: type | None = None) -> Callable[P, T]:
         def make(*args: P.args, **kwargs: P.kwargs) -> T:
             made = self.cls(client.pool, *args, **kwargs)
+            if hasattr(made, "lock_owner_id"):
+                made.lock_owner_id = client.worker_id  # its locks' owner (locks.lock_owner)
             client._handed_out.add(made)
             return made
 

@@ -15,7 +15,7 @@ SELECT p.proname::text, coalesce(p.proargnames, '{}'::text[])
   JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = 'distlock'
    AND p.proname = ANY ('{consume_task,consume_tasks,complete_tasks,settle_and_consume_tasks,try_acquire_task_lease,
-                          release_and_fetch_task}'::text[])
+                          release_and_fetch_task,queue_counters}'::text[])
 """
 
 
@@ -33,6 +33,9 @@ class Features:
     """settle_and_consume_tasks (0.3.0): settles finished jobs and claims in one call."""
     release_and_fetch: bool = False
     """release_and_fetch_task (0.3.0), both forms: releases a task's claim and claims the next due one."""
+    lock_owner: bool = False
+    """distlock.owner (0.4.0, told by its queue_counters): a lock carries its owner, and a deadlock
+    across connections raises 40P01."""
 
 
 def parse(rows: Iterable[tuple[Any, ...]]) -> Features:
@@ -49,6 +52,7 @@ def parse(rows: Iterable[tuple[Any, ...]]) -> Features:
         settle_and_consume=has("settle_and_consume_tasks", "p_completed", "p_failed_errors", "p_queues"),
         release_and_fetch=has("release_and_fetch_task", "p_worker_id", "p_status")
         and has("release_and_fetch_task", "p_fencing_token", "p_lease"),
+        lock_owner=has("queue_counters"),
     )
 
 

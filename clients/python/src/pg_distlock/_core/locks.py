@@ -8,10 +8,15 @@ transaction form is tied to the caller's open transaction instead.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import threading
+import weakref
 from typing import Any, TypeVar
 
 from . import effects as fx
 from .base import Losable
+from .loop import default_worker_id
 from .keeper import MIN_CONNECT_WAIT, LostCallback, Seconds, interval, non_negative, positive, seconds
 from ..errors import Cancelled, LockLost, LockTimeout, Unavailable
 
@@ -21,10 +26,51 @@ LOCK_SQL = {
     str: "SELECT distlock.lock(p_key => %s::text, p_timeout => %s::interval, p_shared => %s, p_xact => %s)",
     int: "SELECT distlock.lock(p_key => %s::bigint, p_timeout => %s::interval, p_shared => %s, p_xact => %s)",
 }
+# The lock's owner set first (the FROM item runs before the call): one
+# thread of control of this client, so that a deadlock through several of
+# its connections is found (distlock.owner; Features.lock_owner). Only
+# where the session's library defines the setting (one loaded before the
+# extension's update does not, and its prefix is reserved); lock_id loads
+# the library first on a fresh session (17+ without preload).
+OWNED_LOCK_SQL = {
+    kind: sql + " FROM (SELECT CASE WHEN distlock.lock_id('owner') IS NOT NULL"
+    " AND pg_catalog.current_setting('distlock.owner', true) IS NOT NULL"
+    " THEN pg_catalog.set_config('distlock.owner', %s, %s) END) AS owner"
+    for kind, sql in LOCK_SQL.items()
+}
 UNLOCK_SQL = {
     str: "SELECT distlock.unlock(p_key => %s::text, p_shared => %s)",
     int: "SELECT distlock.unlock(p_key => %s::bigint, p_shared => %s)",
 }
+
+
+# Owner numbers are never reused (a thread's ident and a task's id are, and
+# a later thread holding a dead one's name would wait for "itself").
+_owner_numbers = itertools.count(1)
+_thread_owner = threading.local()
+_task_owners: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_task_owners_lock = threading.Lock()
+
+
+def lock_owner(worker_id: str) -> str:
+    """The owner of the locks the calling thread (or asyncio task) takes:
+    one thread of control, which cannot release one lock while it waits
+    for another; numbered once per thread or task, never reused. A lock's
+    owner is the thread or task that acquired it."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    if task is not None:
+        with _task_owners_lock:
+            number = _task_owners.get(task)
+            if number is None:
+                number = _task_owners[task] = next(_owner_numbers)
+        return f"{worker_id}/task-{number}"
+    number = getattr(_thread_owner, "number", None)
+    if number is None:
+        number = _thread_owner.number = next(_owner_numbers)
+    return f"{worker_id}/thread-{number}"
 
 
 def is_connection(source: Any) -> bool:
@@ -60,6 +106,8 @@ class LockLogic(Losable[S]):
         self._stop: fx.Flag = self._rt.new_flag()
         self._watcher: fx.Task | None = None
         self.held = False
+        # A Client sets its worker id here (HandsOut).
+        self.lock_owner_id = default_worker_id()
 
     def _not_acquired(self) -> str:
         if self.timeout is None:
@@ -77,13 +125,14 @@ class LockLogic(Losable[S]):
         if self.held:
             raise RuntimeError(f"lock {self.key!r} is already held by this object: release it first")
         timeout = None if self.timeout is None else interval(self.timeout)
-        sql = LOCK_SQL[self._key_type()]
+        owner = lock_owner(self.lock_owner_id)
         if self.transaction:
             conn: Any = self._source
             if conn.autocommit and conn.info.transaction_status == 0:
                 raise ValueError("a transaction-level lock needs an open transaction: use `with conn.transaction():`")
+            sql, args = self._lock_statement((yield fx.Detect()), timeout, True, owner)
             try:
-                got = yield fx.Execute(sql, (self.key, timeout, self.shared, True), in_caller_xact=True)
+                got = yield fx.Execute(sql, args, in_caller_xact=True)
             except Cancelled as exc:
                 raise self._timed_out(exc) from exc
             if not got[0][0]:
@@ -96,7 +145,8 @@ class LockLogic(Losable[S]):
         # a new pool opens its first connection, or grows).
         session = yield fx.Open(timeout=None if self.timeout is None else max(self.timeout, MIN_CONNECT_WAIT))
         try:
-            got = yield from fx.first(sql, (self.key, timeout, self.shared, False), on=session)
+            sql, args = self._lock_statement((yield fx.Detect(on=session)), timeout, False, owner)
+            got = yield from fx.first(sql, args, on=session)
         except BaseException as exc:
             yield fx.Close(session, discard=True)
             if isinstance(exc, Cancelled):
@@ -110,6 +160,14 @@ class LockLogic(Losable[S]):
         self._stop = self._rt.new_flag()
         self._watcher = yield fx.Spawn(self._watching(session))
         self._lost.report("acquired")
+
+    def _lock_statement(self, found: Any, timeout: Any, xact: bool, owner: str) -> tuple[str, tuple[Any, ...]]:
+        """The lock call, with its owner where the server knows owners (a
+        transaction-level lock's owner lasts as long as its transaction)."""
+        args: tuple[Any, ...] = (self.key, timeout, self.shared, xact)
+        if not found.lock_owner:
+            return LOCK_SQL[self._key_type()], args
+        return OWNED_LOCK_SQL[self._key_type()], (*args, owner, xact)
 
     def _watching(self, session: fx.Session) -> fx.Gen[None]:
         while not (yield fx.Sleep(self.check_every, self._stop)):

@@ -1,0 +1,180 @@
+//! Publishing this backend's owner (`distlock.owner`), the pg_distlock
+//! locks it holds and the one it waits for, in its entry of the shared
+//! owner table (shared/lock_owners.rs), for the owner-level deadlock check
+//! (owner_wait.rs). Without shared memory nothing is published.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::hash::Hasher;
+
+use pgrx::pg_sys;
+
+use crate::shared::lock_owners::{self as table, OwnerEntry, ORDER, OWNER_BYTES};
+
+thread_local! {
+    /// Holds per (key, shared), as taken through lock calls.
+    static HELD: RefCell<HashMap<(i64, bool), u32>> = RefCell::new(HashMap::new());
+    /// The owner last written to the entry.
+    static PUBLISHED_OWNER: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+    static EXIT_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The node of an owner's name: its keyed hash with the top bit clear (a
+/// backend without an owner is its own node, the top bit set), never 0.
+fn owner_hash(name: &[u8]) -> u64 {
+    if name.is_empty() {
+        return 0;
+    }
+    let secret = crate::shared::server_secret().unwrap_or([0, 0]);
+    let mut hasher = siphasher::sip::SipHasher13::new_with_keys(secret[0], secret[1]);
+    hasher.write(name);
+    (hasher.finish() & !(1 << 63)).max(1)
+}
+
+/// The node of a connection: its owner's hash, or its pid's own node.
+pub fn node_of(owner_hash: u64, pid: i32) -> u64 {
+    if owner_hash != 0 {
+        owner_hash
+    } else {
+        (1 << 63) | pid as u32 as u64
+    }
+}
+
+fn current_owner() -> Vec<u8> {
+    crate::gucs::OWNER
+        .get()
+        .map(|o| o.to_bytes().to_vec())
+        .unwrap_or_default()
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn clear_at_exit(_code: i32, _arg: pg_sys::Datum) {
+    if let Some(entry) = table::attached_table().and_then(table::my_entry) {
+        entry.wait_mode.store(0, ORDER);
+        for held in &entry.held {
+            held.mode.store(0, ORDER);
+        }
+        entry.overflowed.store(false, ORDER);
+        entry.owner_hash.store(0, ORDER);
+        entry.pid.store(0, ORDER);
+    }
+}
+
+/// This backend's entry with its pid, database and current owner written.
+fn entry() -> Option<&'static OwnerEntry> {
+    let entry = table::my_entry(table::table()?)?;
+    if !EXIT_CALLBACK.get() {
+        unsafe { pg_sys::before_shmem_exit(Some(clear_at_exit), pg_sys::Datum::from(0)) };
+        EXIT_CALLBACK.set(true);
+    }
+    let pid = unsafe { pg_sys::MyProcPid };
+    if entry.pid.load(ORDER) != pid {
+        entry
+            .database
+            .store(unsafe { pg_sys::MyDatabaseId }.to_u32(), ORDER);
+        entry.pid.store(pid, ORDER);
+        PUBLISHED_OWNER.with(|o| *o.borrow_mut() = None);
+    }
+    let owner = current_owner();
+    PUBLISHED_OWNER.with(|published| {
+        if published.borrow().as_deref() != Some(&owner[..]) {
+            entry.owner_hash.store(0, ORDER);
+            let kept = owner.len().min(OWNER_BYTES);
+            for (slot, byte) in entry.owner.iter().zip(&owner[..kept]) {
+                slot.store(*byte, ORDER);
+            }
+            entry.owner_len.store(kept as u32, ORDER);
+            entry.owner_hash.store(owner_hash(&owner), ORDER);
+            *published.borrow_mut() = Some(owner);
+        }
+    });
+    Some(entry)
+}
+
+/// Writes the (key, mode) pairs this backend holds into its entry (the
+/// first HELD_PER_BACKEND of them; a key held both ways takes a slot per
+/// mode, so that a stale mark on one does not hide the other).
+fn publish_holds(entry: &OwnerEntry) {
+    HELD.with(|held| {
+        let held = held.borrow();
+        let mut listed = held.keys().map(|&(key, shared)| (key, if shared { 1 } else { 2 }));
+        for slot in &entry.held {
+            match listed.next() {
+                Some((key, mode)) => slot.write(key, mode),
+                None if slot.mode.load(ORDER) != 0 => slot.write(0, 0),
+                None => {}
+            }
+        }
+        entry.overflowed.store(listed.next().is_some(), ORDER);
+    });
+}
+
+/// The lock manager granted `key` in this mode to a backend that held it
+/// in that mode not at all: a count left from holds dropped behind
+/// pg_distlock's back (DISCARD ALL, pg_advisory_unlock_all) is forgotten,
+/// so that the grant is published as a new listing (clearing a stale mark).
+pub fn first_hold(key: i64, shared: bool) {
+    HELD.with(|held| {
+        held.borrow_mut().remove(&(key, shared));
+    });
+}
+
+/// A hold of `key` was granted.
+pub fn took(key: i64, shared: bool) {
+    let Some(entry) = entry() else { return };
+    let first = HELD.with(|held| {
+        let mut held = held.borrow_mut();
+        let count = held.entry((key, shared)).or_insert(0);
+        *count += 1;
+        *count == 1
+    });
+    if first {
+        publish_holds(entry);
+    }
+}
+
+/// `n` holds of `key` ended (all of them when `n` is None).
+pub fn gave_back(key: i64, shared: bool, n: Option<u32>) {
+    let ended = HELD.with(|held| {
+        let mut held = held.borrow_mut();
+        match (held.get_mut(&(key, shared)), n) {
+            (Some(count), Some(n)) if *count > n => {
+                *count -= n;
+                false
+            }
+            (Some(_), _) => {
+                held.remove(&(key, shared));
+                true
+            }
+            (None, _) => false,
+        }
+    });
+    if ended {
+        if let Some(entry) = table::attached_table().and_then(table::my_entry) {
+            publish_holds(entry);
+        }
+    }
+}
+
+/// Marks this backend waiting for `key`; returns the wait's order (`again`,
+/// for a wait taken up again, keeps its first one), None without shared
+/// memory.
+pub fn begin_wait(key: i64, shared: bool, again: Option<u64>) -> Option<u64> {
+    let entry = entry()?;
+    let seq = match again {
+        Some(seq) => seq,
+        None => table::table()?.next_wait_seq.fetch_add(1, ORDER) + 1,
+    };
+    entry.wait_mode.store(0, ORDER);
+    entry.wait_key.store(key, ORDER);
+    entry.wait_seq.store(seq, ORDER);
+    entry.wait_mode.store(if shared { 1 } else { 2 }, ORDER);
+    Some(seq)
+}
+
+/// This backend no longer waits.
+pub fn end_wait() {
+    if let Some(entry) = table::attached_table().and_then(table::my_entry) {
+        entry.wait_mode.store(0, ORDER);
+    }
+}
