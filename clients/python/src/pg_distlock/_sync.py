@@ -531,7 +531,7 @@ class Runtime:
         if isinstance(effect, fx.Call):
             return effect.fn(*effect.args)
         if isinstance(effect, fx.Detect):
-            with self._borrow(effect.on) as conn:
+            with self._borrow(effect.on, effect.checkout_by) as conn:
                 found = self._features.get(conn)
                 if found is None:
                     found = features.parse(run_statement(conn, fx.Execute(features.SQL)))
