@@ -6,9 +6,7 @@ cause, instead of after the pool's own timeout (30 s by default)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from typing import Any, AsyncIterator, Iterator
 
 import pytest
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -16,28 +14,9 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 import pg_distlock
 from pg_distlock import aio
 from conftest import Db, PRIMARY, dsn
+from test_acquire_bound import all_taken, all_taken_async
 
 POOL_TIMEOUT = 30.0
-
-
-@contextlib.contextmanager
-def all_taken(pool: ConnectionPool[Any]) -> Iterator[None]:
-    conns = [pool.getconn(timeout=10) for _ in range(pool.max_size)]
-    try:
-        yield
-    finally:
-        for conn in conns:
-            pool.putconn(conn)
-
-
-@contextlib.asynccontextmanager
-async def all_taken_async(pool: AsyncConnectionPool[Any]) -> AsyncIterator[None]:
-    conns = [await pool.getconn(timeout=10) for _ in range(pool.max_size)]
-    try:
-        yield
-    finally:
-        for conn in conns:
-            await pool.putconn(conn)
 
 
 @pytest.mark.parametrize("wait", [0.0, 1.5])
