@@ -199,10 +199,13 @@ class QueueLogic(Bound[S]):
         server when it offers that, else polling with a short backoff."""
         wait_s = non_negative(wait, "wait")
         at_least(batch, "batch", 1)
-        # Getting a connection counts against the wait (as a lock's does,
-        # with at least a second for it): a pool with none to give raises
-        # Unavailable in about that time, not after its own timeout.
-        checkout_by = time.monotonic() + max(wait_s, MIN_CONNECT_WAIT)
+        # Getting a connection counts against the wait (with at least a
+        # second for it, as for a lock): a pool with none to give raises
+        # Unavailable in about that time, not after its own timeout, and the
+        # time spent getting one is not waited again in the server.
+        started = time.monotonic()
+        deadline = started + wait_s
+        checkout_by = started + max(wait_s, MIN_CONNECT_WAIT)
         found = yield fx.Detect(on, checkout_by)
         in_server = wait_s > 0 and (found.consume_batch_wait if batch > 1 else found.consume_wait)
         params: tuple[Any, ...] = (self.worker_id, interval(self.lease))
@@ -210,12 +213,11 @@ class QueueLogic(Bound[S]):
             params = (batch, *params)
         routed = self.queues is not None
         tail: tuple[Any, ...] = (self.queues,) if routed else ()
-        deadline = time.monotonic() + wait_s
         if in_server:
-            left = wait_s
             while True:
                 if until is not None and until.is_set():
                     return []
+                left = max(deadline - time.monotonic(), 0.0)
                 try:
                     rows = yield from fx.execute_named(
                         consume_sql(batch, True, routed), (*params, interval(left), *tail), on=on,
