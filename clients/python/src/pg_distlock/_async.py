@@ -292,7 +292,7 @@ class Runtime:
             assert isinstance(effect.cancel, asyncio.Event)
             return await cancellable(result, effect.cancel)
         if isinstance(effect, fx.Detect):
-            async with self._borrow(effect.on) as conn:
+            async with self._borrow(effect.on, effect.checkout_by) as conn:
                 found = self._features.get(conn)
                 if found is None:
                     found = features.parse(await run_statement(conn, fx.Execute(features.SQL)))

@@ -202,7 +202,8 @@ def pool_probe_args(pool: Any, timeout: Exception) -> DistlockError | tuple[str,
     connection in use (Unavailable, saying so); for one probed in the last
     few seconds, what that probe found. Otherwise the conninfo and keyword
     arguments to probe it with (both flavours' pool_timeout_cause)."""
-    conninfo, kwargs = pool.conninfo, pool.kwargs
+    conninfo = pool.conninfo
+    kwargs = {} if pool.kwargs is None else pool.kwargs  # ConnectionPool(conninfo) keeps None
     if not isinstance(conninfo, str) or not isinstance(kwargs, dict):
         return Unavailable(str(timeout))  # made at each connect: nothing to try it with
     if not pool.get_stats().get("connections_errors", 0):
@@ -531,7 +532,7 @@ class Runtime:
         if isinstance(effect, fx.Call):
             return effect.fn(*effect.args)
         if isinstance(effect, fx.Detect):
-            with self._borrow(effect.on) as conn:
+            with self._borrow(effect.on, effect.checkout_by) as conn:
                 found = self._features.get(conn)
                 if found is None:
                     found = features.parse(run_statement(conn, fx.Execute(features.SQL)))

@@ -81,6 +81,8 @@ class Detect:
     once per connection."""
 
     on: Session | None = None
+    checkout_by: float | None = None
+    """As Execute's: when getting a connection must have succeeded."""
 
 
 @dataclass(frozen=True)
@@ -162,9 +164,10 @@ def execute(
 
 def execute_named(
     sql: str, params: Sequence[Any] | Mapping[str, Any] = (), on: Session | None = None,
+    checkout_by: float | None = None,
 ) -> Gen[NamedRows]:
     """execute(), each row a dict by column name."""
-    rows: NamedRows = yield Execute(sql, params, on, named=True)
+    rows: NamedRows = yield Execute(sql, params, on, checkout_by=checkout_by, named=True)
     return rows
 
 

@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from . import effects as fx
 from .base import Bound
 from .holds import default_owner
-from .keeper import Seconds, at_least, interval, non_negative, positive
+from .keeper import MIN_CONNECT_WAIT, Seconds, at_least, interval, non_negative, positive
 from ..errors import Cancelled, InvalidArgument, LeaseLost
 
 S = TypeVar("S")
@@ -199,22 +199,29 @@ class QueueLogic(Bound[S]):
         server when it offers that, else polling with a short backoff."""
         wait_s = non_negative(wait, "wait")
         at_least(batch, "batch", 1)
-        found = yield fx.Detect(on)
+        # Getting a connection counts against the wait (with at least a
+        # second for it, as for a lock): a pool with none to give raises
+        # Unavailable in about that time, not after its own timeout, and the
+        # time spent getting one is not waited again in the server.
+        started = time.monotonic()
+        deadline = started + wait_s
+        checkout_by = started + max(wait_s, MIN_CONNECT_WAIT)
+        found = yield fx.Detect(on, checkout_by)
         in_server = wait_s > 0 and (found.consume_batch_wait if batch > 1 else found.consume_wait)
         params: tuple[Any, ...] = (self.worker_id, interval(self.lease))
         if batch > 1:
             params = (batch, *params)
         routed = self.queues is not None
         tail: tuple[Any, ...] = (self.queues,) if routed else ()
-        deadline = time.monotonic() + wait_s
         if in_server:
-            left = wait_s
             while True:
                 if until is not None and until.is_set():
                     return []
+                left = max(deadline - time.monotonic(), 0.0)
                 try:
                     rows = yield from fx.execute_named(
-                        consume_sql(batch, True, routed), (*params, interval(left), *tail), on=on
+                        consume_sql(batch, True, routed), (*params, interval(left), *tail), on=on,
+                        checkout_by=max(checkout_by, time.monotonic() + MIN_CONNECT_WAIT),
                     )
                 except Cancelled:
                     # A worker's stop(), or the session's statement_timeout shorter
@@ -228,7 +235,10 @@ class QueueLogic(Bound[S]):
                     return self._jobs(rows)
         delay = 0.05
         while True:
-            rows = yield from fx.execute_named(consume_sql(batch, False, routed), (*params, *tail), on=on)
+            rows = yield from fx.execute_named(
+                consume_sql(batch, False, routed), (*params, *tail), on=on,
+                checkout_by=max(checkout_by, time.monotonic() + MIN_CONNECT_WAIT),
+            )
             left = deadline - time.monotonic()
             if rows or left <= 0:
                 return self._jobs(rows)
