@@ -97,14 +97,20 @@ pub(crate) fn note(queue: &[u8], outcome: Outcome, wait_us: Option<i64>) {
         if levels.last().is_none_or(|l| l.subxact != subxact) {
             levels.push(Level { subxact, notes: HashMap::new() });
         }
-        let notes = &mut levels.last_mut().expect("a level was pushed").notes;
-        if !notes.contains_key(queue) {
-            notes.insert(queue.to_vec(), Note { kept: kept_length(queue), delta: Delta::default() });
-        }
-        let delta = &mut notes.get_mut(queue).expect("a note was inserted").delta;
-        delta.outcomes[outcome as usize] += 1;
-        if let Some(wait_us) = wait_us {
-            delta.wait(wait_us);
+        let Some(level) = levels.last_mut() else { return };
+        let count = |delta: &mut Delta| {
+            delta.outcomes[outcome as usize] += 1;
+            if let Some(wait_us) = wait_us {
+                delta.wait(wait_us);
+            }
+        };
+        match level.notes.get_mut(queue) {
+            Some(note) => count(&mut note.delta),
+            None => {
+                let mut note = Note { kept: kept_length(queue), delta: Delta::default() };
+                count(&mut note.delta);
+                level.notes.insert(queue.to_vec(), note);
+            }
         }
     });
 }
