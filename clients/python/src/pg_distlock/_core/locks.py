@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import secrets
+import socket
 import threading
 import weakref
 from typing import Any, TypeVar
@@ -45,8 +48,27 @@ UNLOCK_SQL = {
 
 
 # Owner numbers are never reused (a thread's ident and a task's id are, and
-# a later thread holding a dead one's name would wait for "itself").
+# a later thread holding a dead one's name would wait for "itself"), and a
+# process token keeps two processes apart that share a worker id (replicas
+# of one service, or containers that all run as pid 1 on one host name);
+# a forked child draws its own.
 _owner_numbers = itertools.count(1)
+
+
+def _draw_process_token() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+_process_token = _draw_process_token()
+
+
+def _after_fork() -> None:
+    global _process_token
+    _process_token = _draw_process_token()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 _thread_owner = threading.local()
 _task_owners: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 _task_owners_lock = threading.Lock()
@@ -66,11 +88,11 @@ def lock_owner(worker_id: str) -> str:
             number = _task_owners.get(task)
             if number is None:
                 number = _task_owners[task] = next(_owner_numbers)
-        return f"{worker_id}/task-{number}"
+        return f"{worker_id}/{_process_token}/task-{number}"
     number = getattr(_thread_owner, "number", None)
     if number is None:
         number = _thread_owner.number = next(_owner_numbers)
-    return f"{worker_id}/thread-{number}"
+    return f"{worker_id}/{_process_token}/thread-{number}"
 
 
 def is_connection(source: Any) -> bool:
