@@ -30,7 +30,7 @@ from starlette.staticfiles import StaticFiles
 
 from .. import metrics
 from ..inspect import actions, reads
-from ..inspect.jobs import job_id as _job_id
+from ..inspect.jobs import JobQuery, job_id as _job_id
 from . import formatting, pages
 
 REFRESH_SECONDS = 5
@@ -49,6 +49,7 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 # Each page: its path and title; pages.<name> reads it, <name>.html shows it.
 PAGES: dict[str, tuple[str, str]] = {
     "overview": ("/", "Overview"),
+    "jobs": ("/jobs", "Jobs"),
     "locks": ("/locks", "Locks and waits"),
     "coordination": ("/coordination", "Leases and elections"),
 }
@@ -111,6 +112,19 @@ def _ids(value: Optional[str]) -> list[int]:
     return [i for i in ids if i is not None]
 
 
+def _job_query(params: Any) -> JobQuery:
+    """The job list's filters from a query string; ValueError for a bad one."""
+    def text(key: str) -> Optional[str]:
+        value = str(params.get(key) or "")
+        return (value.strip() if key == "q" else value) or None
+
+    before = text("before")
+    if before is not None and _job_id(before) is None:
+        raise ValueError("before must be a job id")
+    return JobQuery(state=text("state") or "all", queue=text("queue"), name=text("name"), search=text("q"),
+                    before=None if before is None else _job_id(before))
+
+
 # What an action's redirect may ask the next page to say: fixed texts, filled
 # with a count only, so that a link cannot make the console say anything
 # else (a phishing line in the success banner, say).
@@ -163,6 +177,13 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
         if job_id is None:
             return console.html("error.html", 404, page="job", error="No such job: job ids are whole numbers.")
         return await console.page(request, "job", lambda conn: pages.job(conn, job_id))
+
+    async def jobs(request: Request) -> Response:
+        try:
+            query = _job_query(request.query_params)
+        except ValueError as error:
+            return console.html("error.html", 400, page="jobs", error=str(error))
+        return await console.page(request, "jobs", lambda conn: pages.jobs(conn, query))
 
     scraped = metrics.registry(console.pool)
 
@@ -223,7 +244,7 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
     hosts = [*LOOPBACK_HOSTS, *(allowed_hosts or [])]
     static = StaticFiles(packages=[("pg_distlock.console", "static")])
     routes = [
-        *(Route(path, page(name)) for name, (path, _) in PAGES.items()),
+        *(Route(path, jobs if name == "jobs" else page(name)) for name, (path, _) in PAGES.items()),
         Route("/jobs/{job_id}", job),
         Route("/actions/{command}", action, methods=["POST"]),
         Route("/metrics", exposition),
