@@ -106,6 +106,22 @@ def _job_id(value: str) -> Optional[int]:
     return job_id if job_id <= 2**63 - 1 else None
 
 
+def _task_id(value: str) -> Optional[int]:
+    """A task id from a path or form, None unless an integer (task ids are
+    serial): no digits, too many or a value past 2**31 - 1 name no task."""
+    if not (value.isascii() and value.isdigit() and len(value) <= 10):
+        return None
+    task_id = int(value)
+    return task_id if task_id <= 2**31 - 1 else None
+
+
+def _form_task_id(value: Optional[str]) -> Optional[int]:
+    task_id = None if value is None else _task_id(value)
+    if value is not None and task_id is None:
+        raise ValueError(f"a task id is a whole number below 2**31, got {value!r}")
+    return task_id
+
+
 def _ids(value: Optional[str]) -> list[int]:
     if not value:
         return []
@@ -127,6 +143,8 @@ BANNERS: dict[str, str] = {
     "resume": "resume: {done}",
     "limit": "limit: {done}",
     "run-now": "run-now: {done}",
+    "enable-task": "enable-task: {done}",
+    "disable-task": "disable-task: {done}",
     "release-lease": "release-lease: {done}",
 }
 
@@ -189,7 +207,7 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
             if not actions.may_act(conn):
                 raise Forbidden()
             planned = actions.plan(conn, command, queue=form.get("queue") or None, ids=_ids(form.get("ids")),
-                                   name=form.get("name") or None,
+                                   name=form.get("name") or None, task_id=_form_task_id(form.get("task_id")),
                                    timeout_minutes=int(form.get("timeout_minutes") or 30))
             if form.get("confirmed") != "yes":
                 return {"question": planned.question}

@@ -199,17 +199,28 @@ def task_counts(conn: psycopg.Connection[Any]) -> Optional[dict[str, Any]]:
 
 # A task due this long ago and not running: no worker is claiming it.
 OVERDUE_AFTER = "1 minute"
+# Whether task_schedule's row `s` is overdue.
+OVERDUE = f"""coalesce(s.is_enabled AND s.next_run_at < pg_catalog.now() - interval '{OVERDUE_AFTER}'
+                        AND NOT s.is_running, false)"""
 
 
 def next_tasks(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
     """The enabled tasks due next, each flagged overdue when no worker took it in time."""
     return _rows(conn, """
         SELECT s.task_id, s.task_name, s.task_type, s.schedule_cron, s.next_run_at, s.last_status, s.last_run_at,
-               s.consecutive_failures,
-               coalesce(s.next_run_at < pg_catalog.now() - %s::interval AND NOT s.is_running, false) AS overdue
+               s.consecutive_failures, """ + OVERDUE + """ AS overdue
           FROM distlock.task_schedule s
          WHERE s.is_enabled
-         ORDER BY s.next_run_at NULLS LAST, s.task_id LIMIT %s""", (OVERDUE_AFTER, limit))
+         ORDER BY s.next_run_at NULLS LAST, s.task_id LIMIT %s""", (limit,))
+
+
+def task_definition(conn: psycopg.Connection[Any], task_id: int) -> Optional[Rows]:
+    """One task as distlock.task_schedule shows it (no row: no such task)."""
+    return _rows(conn, """
+        SELECT s.task_id, s.task_name, s.task_type, s.schedule_cron, s.is_enabled AS enabled, s.next_run_at,
+               s.last_run_at, s.last_status, s.consecutive_failures, s.timeout, s.is_running, s.runs_completed,
+               s.runs_failed, s.runs_timed_out, s.runs_abandoned, """ + OVERDUE + """ AS overdue
+          FROM distlock.task_schedule s WHERE s.task_id = %s::integer""", (task_id,))
 
 
 def running_claims(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
