@@ -155,3 +155,33 @@ def test_a_monitor_sees_no_buttons_and_is_refused_an_action(db: Db, monitor_role
         assert status == 403
     assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", dead) == "dead"
 
+
+
+def test_an_operator_finds_an_overdue_task_reads_its_runs_and_disables_it(db: Db, browser: WebDriver) -> None:
+    task = db.add_tasks(1, "nightly")[0]
+    worker = connect(db.dsn)
+    try:
+        for status, error in (("completed", None), ("failed", "disk full")):
+            assert worker.execute("SELECT distlock.try_acquire_task_lock(%s, 'w1')", (task,)).fetchone() == (True,)
+            worker.execute("SELECT distlock.release_task_lock(%s, 'w1', %s, %s)", (task, status, error))
+    finally:
+        worker.close()
+    db.admin.execute("UPDATE distlock.scheduled_tasks SET next_run_at = now() - interval '10 minutes' WHERE id = %s",
+                     (task,))
+    with console(db.dsn) as (client, _):
+        browser.get(str(client.base_url).rstrip("/") + "/tasks")
+        assert "overdue" in text(browser, f'tr[data-task-id="{task}"]')
+        click(browser, f'tr[data-task-id="{task}"] a')
+        eventually(lambda: count(browser, "#task-name"), what="the task's page")
+        assert text(browser, "#task-name") == "nightly-1" and "overdue" in text(browser, "#task-next-run")
+        assert texts(browser, "#runs tr[data-run] td:nth-child(5)") == ["failed", "completed"], "newest first"
+        assert "disk full" in text(browser, "#runs")
+        click(browser, 'button[data-action="disable-task"]')
+        eventually(lambda: count(browser, "#question"), what="the confirmation page")
+        assert "Disable task" in text(browser, "#question") and "nightly-1" in text(browser, "#question")
+        assert db.value("SELECT is_enabled FROM distlock.scheduled_tasks WHERE id = %s", task) is True
+        click(browser, "#confirm")
+        eventually(lambda: count(browser, "p.message"), what="the result")
+        assert "disable-task: done" in text(browser, "p.message") and text(browser, "#task-enabled") == "no"
+        assert count(browser, 'button[data-action="enable-task"]') == 1
+    assert db.value("SELECT is_enabled FROM distlock.scheduled_tasks WHERE id = %s", task) is False

@@ -50,6 +50,7 @@ PAGES: dict[str, tuple[str, str]] = {
     "overview": ("/", "Overview"),
     "locks": ("/locks", "Locks and waits"),
     "coordination": ("/coordination", "Leases and elections"),
+    "tasks": ("/tasks", "Tasks"),
 }
 
 
@@ -186,6 +187,16 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
             return console.html("error.html", 404, page="job", error="No such job: job ids are whole numbers.")
         return await console.page(request, "job", lambda conn: pages.job(conn, job_id))
 
+    async def task(request: Request) -> Response:
+        task_id = _task_id(str(request.path_params["task_id"]))
+        if task_id is None:
+            return console.html("error.html", 404, page="task", error="No such task: task ids are whole numbers.")
+        raw_before = request.query_params.get("before")
+        before = reads.NEWEST if raw_before is None else _job_id(raw_before)
+        if before is None:
+            return console.html("error.html", 400, page="task", error="before= takes a run id.")
+        return await console.page(request, "task", lambda conn: pages.task(conn, task_id, before))
+
     scraped = metrics.registry(console.pool)
 
     async def exposition(request: Request) -> Response:
@@ -242,6 +253,7 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
     routes = [
         *(Route(path, page(name)) for name, (path, _) in PAGES.items()),
         Route("/jobs/{job_id}", job),
+        Route("/tasks/{task_id}", task),
         Route("/actions/{command}", action, methods=["POST"]),
         Route("/metrics", exposition),
         Mount("/static", static, name="static"),

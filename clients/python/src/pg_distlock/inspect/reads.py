@@ -223,6 +223,62 @@ def task_definition(conn: psycopg.Connection[Any], task_id: int) -> Optional[Row
           FROM distlock.task_schedule s WHERE s.task_id = %s::integer""", (task_id,))
 
 
+def task_list(conn: psycopg.Connection[Any]) -> Optional[Rows]:
+    """Every task, its newest running claim beside it, flagged overdue."""
+    return _rows(conn, """
+        SELECT s.task_id, s.task_name, s.task_type, s.schedule_cron, s.is_enabled AS enabled, s.next_run_at,
+               s.last_run_at, s.last_status, s.consecutive_failures, """ + OVERDUE + """ AS overdue,
+               r.worker_id AS running_worker, r.fencing_token, r.running_for, """ + HOLDER_STATE + """ AS holder,
+               r.past_timeout
+          FROM distlock.task_schedule s
+          LEFT JOIN (SELECT DISTINCT ON (c.task_id) c.* FROM distlock.running_tasks c
+                      ORDER BY c.task_id, c.started_at DESC) r ON r.task_id = s.task_id
+         ORDER BY s.task_name""")
+
+
+def task_claims(conn: psycopg.Connection[Any], task_id: int) -> Optional[Rows]:
+    """The task's running claims: its live one, and any another claim replaced
+    that the sweep has not ended yet."""
+    return _rows(conn, """
+        SELECT r.worker_id, r.fencing_token, r.attempt, r.started_at, r.running_for, r.timeout, r.past_timeout,
+               """ + HOLDER_STATE + """ AS holder
+          FROM distlock.running_tasks r WHERE r.task_id = %s::integer ORDER BY r.started_at DESC""", (task_id,))
+
+
+def task_settings(conn: psycopg.Connection[Any], task_id: int) -> Optional[Rows]:
+    """What task_schedule leaves out of a task's definition (admin: the table itself)."""
+    return _rows(conn, """
+        SELECT max_retries, retry_delay, created_at FROM distlock.scheduled_tasks WHERE id = %s::integer""", (task_id,))
+
+
+def next_runs(conn: psycopg.Connection[Any], cron: str, count: int) -> Optional[Rows]:
+    """The next `count` occurrences of `cron` from now, distlock.cron_next
+    applied to each in turn (fewer when the expression has no more)."""
+    return _rows(conn, """
+        WITH RECURSIVE slot (n, at) AS (
+            SELECT 1, distlock.cron_next(%s::text, pg_catalog.now())
+            UNION ALL
+            SELECT n + 1, distlock.cron_next(%s::text, at) FROM slot WHERE n < %s AND at IS NOT NULL)
+        SELECT at FROM slot WHERE at IS NOT NULL ORDER BY n""", (cron, cron, count))
+
+
+# A run id above every other: the history's first page.
+NEWEST = 2**63 - 1
+
+
+def task_runs(conn: psycopg.Connection[Any], task_id: int, before: int, limit: int) -> Optional[Rows]:
+    """The task's runs with ids below `before`, newest first (admin: workers'
+    error messages are their data). The log has no index by task: this walks
+    its primary key down from `before`, so a task that rarely runs among
+    many that often do costs a long walk (prune_execution_log keeps it short)."""
+    return _rows(conn, """
+        SELECT id, started_at, completed_at, coalesce(completed_at, pg_catalog.now()) - started_at AS duration,
+               status::text AS status, worker_id, fencing_token, attempt, error_message
+          FROM distlock.task_execution_log
+         WHERE task_id = %s::integer AND id < %s::bigint
+         ORDER BY id DESC LIMIT %s""", (task_id, before, limit))
+
+
 def running_claims(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
     return _rows(conn, """
         SELECT task_id, task_name, worker_id, fencing_token, attempt, started_at, running_for, holder_alive,
