@@ -24,6 +24,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from conftest import Db, connect, eventually, lock_wait_chain
 from test_cli import dead_job
 from test_console import console
+from test_console_workers import busy_worker
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -185,3 +186,17 @@ def test_an_operator_finds_an_overdue_task_reads_its_runs_and_disables_it(db: Db
         assert "disable-task: done" in text(browser, "p.message") and text(browser, "#task-enabled") == "no"
         assert count(browser, 'button[data-action="enable-task"]') == 1
     assert db.value("SELECT is_enabled FROM distlock.scheduled_tasks WHERE id = %s", task) is False
+
+
+def test_an_operator_sees_what_a_worker_holds_and_follows_its_claim(db: Db, browser: WebDriver) -> None:
+    with busy_worker(db, "billing-1") as (_, task, _claimer), console(db.dsn) as (client, _):
+        browser.get(str(client.base_url).rstrip("/") + "/workers")
+        worker = 'section.worker[data-worker="billing-1"]'
+        assert text(browser, f"{worker} h2") == "billing-1"
+        assert texts(browser, f"{worker} tbody tr td:first-child") == [
+            "task claim", "jobs processing", "lease", "semaphore slot", "leadership", "lock"]
+        assert "orders:1" in text(browser, f"{worker} tr.lock") and "billing-1/" in text(browser, f"{worker} tr.lock")
+        click(browser, f"{worker} tr.claim a")
+        eventually(lambda: count(browser, "#task-name"), what="the claimed task's page")
+        assert text(browser, "#task-name") == "billing-1-task-1" and browser.current_url.endswith(f"/tasks/{task}")
+        assert "billing-1" in text(browser, "#claims")

@@ -51,6 +51,7 @@ PAGES: dict[str, tuple[str, str]] = {
     "locks": ("/locks", "Locks and waits"),
     "coordination": ("/coordination", "Leases and elections"),
     "tasks": ("/tasks", "Tasks"),
+    "workers": ("/workers", "Workers"),
 }
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from ..inspect import actions, reads
+from ..inspect import actions, reads, workers as by_worker
 from . import charts, graph
 
 DEAD_JOBS_SHOWN = 20
@@ -16,6 +16,7 @@ CLAIMS_SHOWN = 100
 LOCK_STATS_SHOWN = 50
 TASK_RUNS_SHOWN = 50
 NEXT_RUNS_SHOWN = 5
+JOB_IDS_SHOWN = 10
 
 
 def overview(conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -92,6 +93,25 @@ def task(conn: psycopg.Connection[Any], task_id: int, before: int) -> dict[str, 
         "paged": before != reads.NEWEST,
     })
     return data
+
+
+def workers(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """Each worker id with what it holds now. Jobs by worker need the admin
+    capability (distlock.task_queue); a monitor gets the total processing."""
+    admin = actions.may_act(conn)
+    owners = reads.lock_owners_published(conn)
+    claims, leases, leaders = reads.running_claims(conn, CLAIMS_SHOWN), reads.leases(conn), reads.leaders(conn)
+    jobs = reads.jobs_by_worker(conn, JOB_IDS_SHOWN) if admin else None
+    locks = reads.owned_locks(conn, owners)
+    found, unowned = by_worker.group(claims, jobs, leases, leaders, locks)
+    unreadable = [view for view, rows in (("distlock.running_tasks", claims), ("distlock.leases", leases),
+                                          ("distlock.leaders", leaders), ("distlock.advisory_locks", locks))
+                  if rows is None]
+    totals = None if admin else reads.queue_totals(reads.queues(conn))
+    return {"admin": admin, "workers": found, "unowned_locks": unowned, "lock_owners": owners,
+            "unreadable": unreadable, "jobs_readable": jobs is not None,
+            "processing": None if totals is None else totals["processing"],
+            "claims_cut": claims is not None and len(claims) == CLAIMS_SHOWN, "claims_shown": CLAIMS_SHOWN}
 
 
 def job(conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:

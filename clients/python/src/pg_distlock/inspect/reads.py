@@ -140,6 +140,46 @@ def locks(conn: psycopg.Connection[Any]) -> Optional[Rows]:
          ORDER BY lock, granted DESC, waiting_for DESC NULLS LAST, pid""")
 
 
+def lock_owners_published(conn: psycopg.Connection[Any]) -> bool:
+    """Whether this server has distlock.lock_owner(pid) (the `distlock.owner`
+    a session published) and the role may call it."""
+    row = conn.execute("SELECT pg_catalog.has_function_privilege("
+                       "pg_catalog.to_regprocedure('distlock.lock_owner(integer)'), 'EXECUTE')").fetchone()
+    return bool(row and row[0])
+
+
+# Advisory locks other than task locks (claims are shown as claims), with
+# the owner their session published: asked once per session.
+OWNED_LOCKS_SQL = """
+    WITH l AS (SELECT pid, application_name AS application, mode, granted,
+                      coalesce(key_name, key::text, key1 || ',' || key2) AS lock, key_kind, held_for, waiting_for
+                 FROM distlock.advisory_locks WHERE NOT is_task_lock),
+         o AS (SELECT p.pid, {owner} AS owner FROM (SELECT DISTINCT pid FROM l) p)
+    SELECT l.*, o.owner FROM l JOIN o USING (pid)
+     ORDER BY o.owner, l.lock, l.granted DESC, l.pid"""
+
+
+def owned_locks(conn: psycopg.Connection[Any], owners: bool) -> Optional[Rows]:
+    """Advisory locks held or awaited, each with its session's owner; with
+    `owners` false (a server without distlock.lock_owner) owner is NULL."""
+    if owners:
+        try:
+            return _rows(conn, OWNED_LOCKS_SQL.format(owner="distlock.lock_owner(p.pid)"))
+        except psycopg.errors.UndefinedFunction:
+            pass  # dropped since asked (an extension downgrade): by pid only
+    return _rows(conn, OWNED_LOCKS_SQL.format(owner="NULL::text"))
+
+
+def jobs_by_worker(conn: psycopg.Connection[Any], ids: int) -> Optional[Rows]:
+    """Processing jobs per worker id: how many, the oldest's start, the
+    first `ids` ids (admin: distlock.task_queue)."""
+    return _rows(conn, """
+        SELECT worker_id, count(*) AS jobs, min(started_at) AS oldest_started,
+               (pg_catalog.array_agg(id ORDER BY id))[1:%s] AS ids
+          FROM distlock.task_queue WHERE status = 'processing'
+         GROUP BY worker_id ORDER BY worker_id""", (ids,))
+
+
 def waits(conn: psycopg.Connection[Any]) -> Optional[Rows]:
     """Edges of the wait-for graph: blocked_pid waits for blocking_pid."""
     return _rows(conn, """
