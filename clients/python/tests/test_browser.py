@@ -26,6 +26,7 @@ from selenium.webdriver.support.select import Select
 from conftest import Db, connect, eventually, lock_wait_chain
 from test_cli import dead_job
 from test_console import console
+from test_console_workers import busy_worker
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -204,3 +205,45 @@ def test_an_operator_filters_the_jobs_by_state_and_retries_the_ticked_ones(db: D
         assert "retry-dead: 2 job(s)" in text(browser, "p.message")
         assert "state=dead" in browser.current_url and texts(browser, ids)[1:] == [str(died)]
         assert db.rows("SELECT status FROM distlock.task_queue WHERE id = ANY(%s)", dead) == [("pending",)] * 2
+def test_an_operator_finds_an_overdue_task_reads_its_runs_and_disables_it(db: Db, browser: WebDriver) -> None:
+    task = db.add_tasks(1, "nightly")[0]
+    worker = connect(db.dsn)
+    try:
+        for status, error in (("completed", None), ("failed", "disk full")):
+            assert worker.execute("SELECT distlock.try_acquire_task_lock(%s, 'w1')", (task,)).fetchone() == (True,)
+            worker.execute("SELECT distlock.release_task_lock(%s, 'w1', %s, %s)", (task, status, error))
+    finally:
+        worker.close()
+    db.admin.execute("UPDATE distlock.scheduled_tasks SET next_run_at = now() - interval '10 minutes' WHERE id = %s",
+                     (task,))
+    with console(db.dsn) as (client, _):
+        browser.get(str(client.base_url).rstrip("/") + "/tasks")
+        assert "overdue" in text(browser, f'tr[data-task-id="{task}"]')
+        click(browser, f'tr[data-task-id="{task}"] a')
+        eventually(lambda: count(browser, "#task-name"), what="the task's page")
+        assert text(browser, "#task-name") == "nightly-1" and "overdue" in text(browser, "#task-next-run")
+        assert texts(browser, "#runs tr[data-run] td:nth-child(5)") == ["failed", "completed"], "newest first"
+        assert "disk full" in text(browser, "#runs")
+        click(browser, 'button[data-action="disable-task"]')
+        eventually(lambda: count(browser, "#question"), what="the confirmation page")
+        assert "Disable task" in text(browser, "#question") and "nightly-1" in text(browser, "#question")
+        assert db.value("SELECT is_enabled FROM distlock.scheduled_tasks WHERE id = %s", task) is True
+        click(browser, "#confirm")
+        eventually(lambda: count(browser, "p.message"), what="the result")
+        assert "disable-task: done" in text(browser, "p.message") and text(browser, "#task-enabled") == "no"
+        assert count(browser, 'button[data-action="enable-task"]') == 1
+    assert db.value("SELECT is_enabled FROM distlock.scheduled_tasks WHERE id = %s", task) is False
+
+
+def test_an_operator_sees_what_a_worker_holds_and_follows_its_claim(db: Db, browser: WebDriver) -> None:
+    with busy_worker(db, "billing-1") as (_, task, _claimer), console(db.dsn) as (client, _):
+        browser.get(str(client.base_url).rstrip("/") + "/workers")
+        worker = 'section.worker[data-worker="billing-1"]'
+        assert text(browser, f"{worker} h2") == "billing-1"
+        assert texts(browser, f"{worker} tbody tr td:first-child") == [
+            "task claim", "jobs processing", "lease", "semaphore slot", "leadership", "lock"]
+        assert "orders:1" in text(browser, f"{worker} tr.lock") and "billing-1/" in text(browser, f"{worker} tr.lock")
+        click(browser, f"{worker} tr.claim a")
+        eventually(lambda: count(browser, "#task-name"), what="the claimed task's page")
+        assert text(browser, "#task-name") == "billing-1-task-1" and browser.current_url.endswith(f"/tasks/{task}")
+        assert "billing-1" in text(browser, "#claims")

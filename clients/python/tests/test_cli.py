@@ -211,6 +211,28 @@ def test_run_now_makes_a_task_due_after_asking(db: Db) -> None:
     assert db.value("SELECT next_run_at <= now() FROM distlock.scheduled_tasks WHERE id = %s", task) is True
 
 
+def test_disable_and_enable_a_task_after_asking(db: Db, capsys: pytest.CaptureFixture[str]) -> None:
+    task = db.add_tasks(1, "report")[0]
+    code, out = cli(db, "disable-task", str(task), answer="n\n")
+    assert code == 1 and f"Disable task {task} 'report-1'? Workers stop claiming it" in out, out
+    assert db.value("SELECT is_enabled FROM distlock.scheduled_tasks WHERE id = %s", task) is True
+    code, out = cli(db, "disable-task", str(task), answer="y\n")
+    assert code == 0 and "disable-task: yes" in out, out
+    assert db.value("SELECT is_enabled FROM distlock.scheduled_tasks WHERE id = %s", task) is False
+    assert "disable-task: no" in cli(db, "disable-task", str(task), "--yes")[1], "nothing to do"
+    code, out = cli(db, "enable-task", str(task), "--yes")
+    assert code == 0 and "enable-task: yes" in out, out
+    assert db.value("SELECT is_enabled FROM distlock.scheduled_tasks WHERE id = %s", task) is True
+    assert cli(db, "enable-task", str(task + 1), "--yes")[0] == 3
+    assert f"no task {task + 1}" in capsys.readouterr().err
+    # A transaction left open on the task's row refuses the change at once rather than hanging it.
+    with connect(db.dsn) as holder, holder.transaction():
+        holder.execute("SELECT 1 FROM distlock.scheduled_tasks WHERE id = %s FOR UPDATE", (task,))
+        assert cli(db, "disable-task", str(task), "--yes")[0] == 3
+        assert "could not obtain lock" in capsys.readouterr().err
+    assert db.value("SELECT is_enabled FROM distlock.scheduled_tasks WHERE id = %s", task) is True
+
+
 def test_limit_sets_and_removes_a_queues_concurrency_limit(db: Db) -> None:
     code, out = cli(db, "limit", "mail", "3", answer="y\n")
     assert code == 0 and "Limit queue 'mail' to 3 job(s) processing at once?" in out, out

@@ -63,6 +63,8 @@ class HandsOut(Generic[P, T]):
             made = self.cls(client.pool, *args, **kwargs)
             if hasattr(made, "lock_owner_id"):
                 made.lock_owner_id = client.worker_id  # its locks' owner (locks.lock_owner)
+            if hasattr(made, "_adopt_worker_id"):
+                made._adopt_worker_id(client.worker_id)  # its default lease or leader owner (holds.default_owner)
             client._handed_out.add(made)
             return made
 

@@ -68,8 +68,8 @@ class LeaderLogic(Bound[S]):
     ) -> None:
         super().__init__(source)
         self.group = group
-        self.node = node or default_owner()
-        self._rt.label = f"pg_distlock:leader:{self.node}"
+        self._given_node = node
+        self._adopt_worker_id(None)
         self.ttl = positive(ttl, "ttl")
         self.every = positive(campaign_every, "campaign_every") if campaign_every is not None else self.ttl / 3
         self.margin = safety_margin(self.ttl)
@@ -97,6 +97,12 @@ class LeaderLogic(Bound[S]):
         self._campaigner: fx.Task | None = None
         self._callbacks: fx.Task | None = None
         self._callbacks_lock = threading.Lock()
+
+    def _adopt_worker_id(self, worker_id: str | None) -> None:
+        """The node: the one given, else a default naming `worker_id` (a
+        Client sets its own here, HandsOut)."""
+        self.node = self._given_node or default_owner(worker_id)
+        self._rt.label = f"pg_distlock:leader:{self.node}"
 
     @property
     def is_leader(self) -> bool:

@@ -18,15 +18,24 @@ else:
 from . import effects as fx
 from .base import Losable
 from .keeper import Keeper, LostCallback, Seconds, at_least, interval, non_negative, positive, retry_until
+from .loop import default_worker_id
 from ..errors import LeaseLost, Unavailable
 
 S = TypeVar("S")
 
 
-def default_owner() -> str:
-    """Unique per holder object: two holders in one process must not share an
-    owner string, or each would renew and release the other's hold."""
+def holder_token() -> str:
+    """`<host>:<pid>:<random>`, drawn anew by each call."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def default_owner(worker_id: str | None = None) -> str:
+    """`<worker_id>/<host>:<pid>:<random>`: the worker id (a Client's, else
+    host:pid) comes first so that a monitor can tell whose hold it is (the
+    console groups holds by what precedes the last '/'). Unique per holder
+    object: two holders in one process must not share an owner string, or
+    each would renew and release the other's hold."""
+    return f"{worker_id or default_worker_id()}/{holder_token()}"
 
 
 class HoldOptions(TypedDict, total=False):
@@ -48,8 +57,8 @@ class TtlHold(Losable[S]):
     ) -> None:
         super().__init__(source, options.get("on_lost"))
         self.name = name
-        self.owner = owner or default_owner()
-        self._rt.label = f"pg_distlock:{self.kind}:{self.owner}"
+        self._given_owner = owner
+        self._adopt_worker_id(None)
         self.ttl = positive(ttl, "ttl")
         self.wait = non_negative(options.get("wait", 0.0), "wait")
         renew_every = options.get("renew_every")
@@ -57,6 +66,12 @@ class TtlHold(Losable[S]):
         self._lost.identify(self.kind, name)
         self._keeper = Keeper(self._rt.new_flag, self._lost, self.ttl, every, self._renew, f"{self.kind} {name!r}")
         self.held = False
+
+    def _adopt_worker_id(self, worker_id: str | None) -> None:
+        """The owner: the one given, else a default naming `worker_id` (a
+        Client sets its own here, HandsOut)."""
+        self.owner = self._given_owner or default_owner(worker_id)
+        self._rt.label = f"pg_distlock:{self.kind}:{self.owner}"
 
     def _take(self, checkout_by: float) -> fx.Gen[Any]:
         """One attempt of acquire(), whose connection must be had by

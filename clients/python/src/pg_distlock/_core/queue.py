@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 
 from . import effects as fx
 from .base import Bound
-from .holds import default_owner
+from .holds import holder_token
 from .keeper import MIN_CONNECT_WAIT, Seconds, at_least, interval, non_negative, positive
 from ..errors import Cancelled, InvalidArgument, LeaseLost
 
@@ -125,7 +125,7 @@ class QueueLogic(Bound[S]):
         queues: Sequence[str] | None = None,
     ) -> None:
         super().__init__(source)
-        self.worker_id = worker_id or default_owner()
+        self.worker_id = worker_id or holder_token()
         self._rt.label = f"pg_distlock:queue:{self.worker_id}"
         self.lease = positive(lease, "lease")
         self.queues = queue_names(queues)

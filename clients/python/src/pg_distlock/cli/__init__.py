@@ -82,6 +82,11 @@ def _parser() -> argparse.ArgumentParser:
     run_now = commands.add_parser("run-now", help="admin: make a scheduled task due now (its schedule stays)")
     run_now.add_argument("task_id", type=int, metavar="TASK_ID")
     run_now.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    for name, what in (("enable-task", "enable a scheduled task (workers claim it when due)"),
+                       ("disable-task", "disable a scheduled task (no worker claims it; a running claim goes on)")):
+        action = commands.add_parser(name, help=f"admin: {what}")
+        action.add_argument("task_id", type=int, metavar="TASK_ID")
+        action.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     release = commands.add_parser("release-lease", help="admin: force-release a lease (its holder's token stops working)")
     release.add_argument("name")
     release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -117,7 +122,7 @@ def _limit(value: str) -> Optional[int]:
 
 # What each command needs besides connecting (docs/privileges.md).
 ADMIN_COMMANDS = frozenset({"retry-dead", "delete-dead", "requeue", "pause", "resume", "limit", "run-now",
-                            "release-lease", "sweep"})
+                            "enable-task", "disable-task", "release-lease", "sweep"})
 
 
 def _needed_capability(command: str, role: Optional[str]) -> str:
@@ -261,9 +266,14 @@ def _run(args: argparse.Namespace, conn: psycopg.Connection[Any], out: TextIO,
     if command in ("tasks", "leases", "leaders"):
         render.tables({command: getattr(reads, command)(conn)}, args.json, out)
         return EXIT_OK
-    action = actions.plan(conn, command, queue=getattr(args, "queue", None), ids=getattr(args, "ids", None),
-                          name=getattr(args, "name", None), timeout_minutes=getattr(args, "timeout_minutes", 30),
-                          max_processing=getattr(args, "max_processing", None), task_id=getattr(args, "task_id", None))
+    try:
+        action = actions.plan(conn, command, queue=getattr(args, "queue", None), ids=getattr(args, "ids", None),
+                              name=getattr(args, "name", None), timeout_minutes=getattr(args, "timeout_minutes", 30),
+                              max_processing=getattr(args, "max_processing", None),
+                              task_id=getattr(args, "task_id", None))
+    except ValueError as error:  # what the database does not have (no such task)
+        print(f"pg-distlock: {error}", file=sys.stderr)
+        return EXIT_DATABASE
     if not (args.yes or confirm(action.question)):
         print("cancelled", file=out)
         return EXIT_PROBLEM

@@ -52,6 +52,8 @@ PAGES: dict[str, tuple[str, str]] = {
     "jobs": ("/jobs", "Jobs"),
     "locks": ("/locks", "Locks and waits"),
     "coordination": ("/coordination", "Leases and elections"),
+    "tasks": ("/tasks", "Tasks"),
+    "workers": ("/workers", "Workers"),
 }
 
 
@@ -102,6 +104,22 @@ def _local_path(value: Optional[str]) -> str:
     return f"{path}?{urlencode(kept)}" if kept else path
 
 
+def _task_id(value: str) -> Optional[int]:
+    """A task id from a path or form, None unless an integer (task ids are
+    serial): no digits, too many or a value past 2**31 - 1 name no task."""
+    if not (value.isascii() and value.isdigit() and len(value) <= 10):
+        return None
+    task_id = int(value)
+    return task_id if task_id <= 2**31 - 1 else None
+
+
+def _form_task_id(value: Optional[str]) -> Optional[int]:
+    task_id = None if value is None else _task_id(value)
+    if value is not None and task_id is None:
+        raise ValueError(f"a task id is a whole number below 2**31, got {value!r}")
+    return task_id
+
+
 def _ids(value: Optional[str]) -> list[int]:
     """Job ids from a form; ValueError unless each is a bigint (an id of
     10,000 digits is no job, not a failure to convert)."""
@@ -137,6 +155,8 @@ BANNERS: dict[str, str] = {
     "resume": "resume: {done}",
     "limit": "limit: {done}",
     "run-now": "run-now: {done}",
+    "enable-task": "enable-task: {done}",
+    "disable-task": "disable-task: {done}",
     "release-lease": "release-lease: {done}",
 }
 
@@ -185,6 +205,16 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
             return console.html("error.html", 400, page="jobs", error=str(error))
         return await console.page(request, "jobs", lambda conn: pages.jobs(conn, query))
 
+    async def task(request: Request) -> Response:
+        task_id = _task_id(str(request.path_params["task_id"]))
+        if task_id is None:
+            return console.html("error.html", 404, page="task", error="No such task: task ids are whole numbers.")
+        raw_before = request.query_params.get("before")
+        before = reads.NEWEST if raw_before is None else _job_id(raw_before)
+        if before is None:
+            return console.html("error.html", 400, page="task", error="before= takes a run id.")
+        return await console.page(request, "task", lambda conn: pages.task(conn, task_id, before))
+
     scraped = metrics.registry(console.pool)
 
     async def exposition(request: Request) -> Response:
@@ -210,7 +240,7 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
             if form.get("selection") == "ticked" and not ids:
                 raise ValueError("No job is ticked: tick the jobs to act on.")
             planned = actions.plan(conn, command, queue=form.get("queue") or None, ids=ids,
-                                   name=form.get("name") or None,
+                                   name=form.get("name") or None, task_id=_form_task_id(form.get("task_id")),
                                    timeout_minutes=int(form.get("timeout_minutes") or 30))
             if form.get("confirmed") != "yes":
                 return {"question": planned.question}
@@ -246,6 +276,7 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
     routes = [
         *(Route(path, jobs if name == "jobs" else page(name)) for name, (path, _) in PAGES.items()),
         Route("/jobs/{job_id}", job),
+        Route("/tasks/{task_id}", task),
         Route("/actions/{command}", action, methods=["POST"]),
         Route("/metrics", exposition),
         Mount("/static", static, name="static"),

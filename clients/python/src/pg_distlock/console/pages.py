@@ -8,13 +8,16 @@ from urllib.parse import urlencode
 
 import psycopg
 
-from ..inspect import actions, jobs as job_list, reads
+from ..inspect import actions, jobs as job_list, reads, workers as by_worker
 from . import charts, graph
 
 DEAD_JOBS_SHOWN = 20
 TASKS_SHOWN = 20
 CLAIMS_SHOWN = 100
 LOCK_STATS_SHOWN = 50
+TASK_RUNS_SHOWN = 50
+NEXT_RUNS_SHOWN = 5
+JOB_IDS_SHOWN = 10
 
 
 def overview(conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -62,6 +65,54 @@ def coordination(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         "semaphores": charts.semaphores(leases) if leases is not None else None,
         "leaders": reads.leaders(conn),
     }
+
+
+def tasks(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    return {"admin": actions.may_act(conn), "tasks": reads.task_list(conn)}
+
+
+def task(conn: psycopg.Connection[Any], task_id: int, before: int) -> dict[str, Any]:
+    """One task: its definition, claims and next runs for every monitor; its
+    runs, `before` and older, and the actions for admins."""
+    admin = actions.may_act(conn)
+    rows = reads.task_definition(conn, task_id)
+    data: dict[str, Any] = {"admin": admin, "task_id": task_id, "task": rows[0] if rows else None,
+                            "readable": rows is not None, "refreshes": True}
+    if not rows:
+        # 404 for an id no task has; 403 for a role that may read no task.
+        data["http_status"] = 403 if rows is None else 404
+        return data
+    cron = rows[0]["schedule_cron"]
+    runs = reads.task_runs(conn, task_id, before, TASK_RUNS_SHOWN + 1) if admin else None
+    settings = reads.task_settings(conn, task_id) if admin else None
+    data.update({
+        "settings": settings[0] if settings else None,
+        "claims": reads.task_claims(conn, task_id),
+        "next_runs": reads.next_runs(conn, cron, NEXT_RUNS_SHOWN) if cron else [],
+        "runs": None if runs is None else runs[:TASK_RUNS_SHOWN],
+        "older": runs[TASK_RUNS_SHOWN - 1]["id"] if runs is not None and len(runs) > TASK_RUNS_SHOWN else None,
+        "paged": before != reads.NEWEST,
+    })
+    return data
+
+
+def workers(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """Each worker id with what it holds now. Jobs by worker need the admin
+    capability (distlock.task_queue); a monitor gets the total processing."""
+    admin = actions.may_act(conn)
+    owners = reads.lock_owners_published(conn)
+    claims, leases, leaders = reads.running_claims(conn, CLAIMS_SHOWN), reads.leases(conn), reads.leaders(conn)
+    jobs = reads.jobs_by_worker(conn, JOB_IDS_SHOWN) if admin else None
+    locks = reads.owned_locks(conn, owners)
+    found, unowned = by_worker.group(claims, jobs, leases, leaders, locks)
+    unreadable = [view for view, rows in (("distlock.running_tasks", claims), ("distlock.leases", leases),
+                                          ("distlock.leaders", leaders), ("distlock.advisory_locks", locks))
+                  if rows is None]
+    totals = None if admin else reads.queue_totals(reads.queues(conn))
+    return {"admin": admin, "workers": found, "unowned_locks": unowned, "lock_owners": owners,
+            "unreadable": unreadable, "jobs_readable": jobs is not None,
+            "processing": None if totals is None else totals["processing"],
+            "claims_cut": claims is not None and len(claims) == CLAIMS_SHOWN, "claims_shown": CLAIMS_SHOWN}
 
 
 def job(conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:

@@ -62,6 +62,11 @@ def plan(conn: psycopg.Connection[Any], command: str, *, queue: Optional[str] = 
             raise ValueError("run-now needs a task id")
         return Action(command, f"Run task {task_id} now? Its schedule stays as it is.",
                       RUN_NOW_SQL, (task_id,))
+    if command in ("enable-task", "disable-task"):
+        if task_id is None:
+            raise ValueError(f"{command} needs a task id")
+        enable = command == "enable-task"
+        return Action(command, _task_question(conn, task_id, enable), SET_ENABLED_SQL, (task_id, enable, enable))
     if command == "release-lease":
         if not name:
             raise ValueError("release-lease needs a lease name")
@@ -73,6 +78,32 @@ def plan(conn: psycopg.Connection[Any], command: str, *, queue: Optional[str] = 
                       "SELECT task_id, worker_id, lock_released FROM distlock.check_and_recover_timeout_tasks(%s)",
                       (timeout_minutes,))
     raise ValueError(f"unknown action {command!r}")
+
+
+# Locks the row without waiting (a claim or release in flight holds it for
+# an instant; a transaction left open that holds it must not hang the
+# action), then changes it only when it differs: true when it changed.
+SET_ENABLED_SQL = """
+    WITH target AS (SELECT t.id FROM distlock.scheduled_tasks t
+                     WHERE t.id = %s::integer AND t.is_enabled IS DISTINCT FROM %s::boolean FOR UPDATE NOWAIT),
+         changed AS (UPDATE distlock.scheduled_tasks t SET is_enabled = %s::boolean
+                       FROM target WHERE t.id = target.id RETURNING t.id)
+    SELECT count(*) > 0 FROM changed"""
+
+
+def _task_question(conn: psycopg.Connection[Any], task_id: int, enable: bool) -> str:
+    """What enabling or disabling task `task_id` does, naming it; ValueError for no such task."""
+    rows = reads.task_definition(conn, task_id)
+    if rows == []:
+        raise ValueError(f"no task {task_id} in this database")
+    task = rows[0] if rows else None
+    named = f"task {task_id}" + (f" {task['task_name']!r}" if task else "")
+    if not enable:
+        return f"Disable {named}? Workers stop claiming it until it is enabled again; a run in progress goes on."
+    if task and task["next_run_at"] is None:
+        return f"Enable {named}? It has no next run: workers claim it once its next_run_at is set."
+    when = f" ({task['next_run_at'].isoformat(sep=' ', timespec='seconds')})" if task else ""
+    return f"Enable {named}? Workers claim it from its next run{when}, at once if that has passed."
 
 
 def perform(conn: psycopg.Connection[Any], action: Action) -> Any:

@@ -141,6 +141,46 @@ def locks(conn: psycopg.Connection[Any]) -> Optional[Rows]:
          ORDER BY lock, granted DESC, waiting_for DESC NULLS LAST, pid""")
 
 
+def lock_owners_published(conn: psycopg.Connection[Any]) -> bool:
+    """Whether this server has distlock.lock_owner(pid) (the `distlock.owner`
+    a session published) and the role may call it."""
+    row = conn.execute("SELECT pg_catalog.has_function_privilege("
+                       "pg_catalog.to_regprocedure('distlock.lock_owner(integer)'), 'EXECUTE')").fetchone()
+    return bool(row and row[0])
+
+
+# Advisory locks other than task locks (claims are shown as claims), with
+# the owner their session published: asked once per session.
+OWNED_LOCKS_SQL = """
+    WITH l AS (SELECT pid, application_name AS application, mode, granted,
+                      coalesce(key_name, key::text, key1 || ',' || key2) AS lock, key_kind, held_for, waiting_for
+                 FROM distlock.advisory_locks WHERE NOT is_task_lock),
+         o AS (SELECT p.pid, {owner} AS owner FROM (SELECT DISTINCT pid FROM l) p)
+    SELECT l.*, o.owner FROM l JOIN o USING (pid)
+     ORDER BY o.owner, l.lock, l.granted DESC, l.pid"""
+
+
+def owned_locks(conn: psycopg.Connection[Any], owners: bool) -> Optional[Rows]:
+    """Advisory locks held or awaited, each with its session's owner; with
+    `owners` false (a server without distlock.lock_owner) owner is NULL."""
+    if owners:
+        try:
+            return _rows(conn, OWNED_LOCKS_SQL.format(owner="distlock.lock_owner(p.pid)"))
+        except psycopg.errors.UndefinedFunction:
+            pass  # dropped since asked (an extension downgrade): by pid only
+    return _rows(conn, OWNED_LOCKS_SQL.format(owner="NULL::text"))
+
+
+def jobs_by_worker(conn: psycopg.Connection[Any], ids: int) -> Optional[Rows]:
+    """Processing jobs per worker id: how many, the oldest's start, the
+    first `ids` ids (admin: distlock.task_queue)."""
+    return _rows(conn, """
+        SELECT worker_id, count(*) AS jobs, min(started_at) AS oldest_started,
+               (pg_catalog.array_agg(id ORDER BY id))[1:%s] AS ids
+          FROM distlock.task_queue WHERE status = 'processing'
+         GROUP BY worker_id ORDER BY worker_id""", (ids,))
+
+
 def waits(conn: psycopg.Connection[Any]) -> Optional[Rows]:
     """Edges of the wait-for graph: blocked_pid waits for blocking_pid."""
     return _rows(conn, """
@@ -200,17 +240,84 @@ def task_counts(conn: psycopg.Connection[Any]) -> Optional[dict[str, Any]]:
 
 # A task due this long ago and not running: no worker is claiming it.
 OVERDUE_AFTER = "1 minute"
+# Whether task_schedule's row `s` is overdue.
+OVERDUE = f"""coalesce(s.is_enabled AND s.next_run_at < pg_catalog.now() - interval '{OVERDUE_AFTER}'
+                        AND NOT s.is_running, false)"""
 
 
 def next_tasks(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
     """The enabled tasks due next, each flagged overdue when no worker took it in time."""
     return _rows(conn, """
         SELECT s.task_id, s.task_name, s.task_type, s.schedule_cron, s.next_run_at, s.last_status, s.last_run_at,
-               s.consecutive_failures,
-               coalesce(s.next_run_at < pg_catalog.now() - %s::interval AND NOT s.is_running, false) AS overdue
+               s.consecutive_failures, """ + OVERDUE + """ AS overdue
           FROM distlock.task_schedule s
          WHERE s.is_enabled
-         ORDER BY s.next_run_at NULLS LAST, s.task_id LIMIT %s""", (OVERDUE_AFTER, limit))
+         ORDER BY s.next_run_at NULLS LAST, s.task_id LIMIT %s""", (limit,))
+
+
+def task_definition(conn: psycopg.Connection[Any], task_id: int) -> Optional[Rows]:
+    """One task as distlock.task_schedule shows it (no row: no such task)."""
+    return _rows(conn, """
+        SELECT s.task_id, s.task_name, s.task_type, s.schedule_cron, s.is_enabled AS enabled, s.next_run_at,
+               s.last_run_at, s.last_status, s.consecutive_failures, s.timeout, s.is_running, s.runs_completed,
+               s.runs_failed, s.runs_timed_out, s.runs_abandoned, """ + OVERDUE + """ AS overdue
+          FROM distlock.task_schedule s WHERE s.task_id = %s::integer""", (task_id,))
+
+
+def task_list(conn: psycopg.Connection[Any]) -> Optional[Rows]:
+    """Every task, its newest running claim beside it, flagged overdue."""
+    return _rows(conn, """
+        SELECT s.task_id, s.task_name, s.task_type, s.schedule_cron, s.is_enabled AS enabled, s.next_run_at,
+               s.last_run_at, s.last_status, s.consecutive_failures, """ + OVERDUE + """ AS overdue,
+               r.worker_id AS running_worker, r.fencing_token, r.running_for, """ + HOLDER_STATE + """ AS holder,
+               r.past_timeout
+          FROM distlock.task_schedule s
+          LEFT JOIN (SELECT DISTINCT ON (c.task_id) c.* FROM distlock.running_tasks c
+                      ORDER BY c.task_id, c.started_at DESC) r ON r.task_id = s.task_id
+         ORDER BY s.task_name""")
+
+
+def task_claims(conn: psycopg.Connection[Any], task_id: int) -> Optional[Rows]:
+    """The task's running claims: its live one, and any another claim replaced
+    that the sweep has not ended yet."""
+    return _rows(conn, """
+        SELECT r.worker_id, r.fencing_token, r.attempt, r.started_at, r.running_for, r.timeout, r.past_timeout,
+               """ + HOLDER_STATE + """ AS holder
+          FROM distlock.running_tasks r WHERE r.task_id = %s::integer ORDER BY r.started_at DESC""", (task_id,))
+
+
+def task_settings(conn: psycopg.Connection[Any], task_id: int) -> Optional[Rows]:
+    """What task_schedule leaves out of a task's definition (admin: the table itself)."""
+    return _rows(conn, """
+        SELECT max_retries, retry_delay, created_at FROM distlock.scheduled_tasks WHERE id = %s::integer""", (task_id,))
+
+
+def next_runs(conn: psycopg.Connection[Any], cron: str, count: int) -> Optional[Rows]:
+    """The next `count` occurrences of `cron` from now, distlock.cron_next
+    applied to each in turn (fewer when the expression has no more)."""
+    return _rows(conn, """
+        WITH RECURSIVE slot (n, at) AS (
+            SELECT 1, distlock.cron_next(%s::text, pg_catalog.now())
+            UNION ALL
+            SELECT n + 1, distlock.cron_next(%s::text, at) FROM slot WHERE n < %s AND at IS NOT NULL)
+        SELECT at FROM slot WHERE at IS NOT NULL ORDER BY n""", (cron, cron, count))
+
+
+# A run id above every other: the history's first page.
+NEWEST = 2**63 - 1
+
+
+def task_runs(conn: psycopg.Connection[Any], task_id: int, before: int, limit: int) -> Optional[Rows]:
+    """The task's runs with ids below `before`, newest first (admin: workers'
+    error messages are their data). The log has no index by task: this walks
+    its primary key down from `before`, so a task that rarely runs among
+    many that often do costs a long walk (prune_execution_log keeps it short)."""
+    return _rows(conn, """
+        SELECT id, started_at, completed_at, coalesce(completed_at, pg_catalog.now()) - started_at AS duration,
+               status::text AS status, worker_id, fencing_token, attempt, error_message
+          FROM distlock.task_execution_log
+         WHERE task_id = %s::integer AND id < %s::bigint
+         ORDER BY id DESC LIMIT %s""", (task_id, before, limit))
 
 
 def running_claims(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
