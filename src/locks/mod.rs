@@ -9,6 +9,7 @@ mod lock_tests;
 mod manager;
 mod names;
 mod owner_graph;
+pub(crate) mod owner_names;
 mod owner_wait;
 mod owners;
 pub(crate) mod stats;

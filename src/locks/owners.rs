@@ -60,6 +60,15 @@ unsafe extern "C-unwind" fn clear_at_exit(_code: i32, _arg: pg_sys::Datum) {
     }
 }
 
+/// How many bytes of `owner` the entry keeps: whole characters of the
+/// database encoding, so that the views show valid text.
+fn kept_owner_bytes(owner: &[u8]) -> usize {
+    if owner.len() <= OWNER_BYTES {
+        return owner.len();
+    }
+    unsafe { pg_sys::pg_mbcliplen(owner.as_ptr().cast(), owner.len() as i32, OWNER_BYTES as i32) as usize }
+}
+
 /// This backend's entry with its pid, database and current owner written.
 fn entry() -> Option<&'static OwnerEntry> {
     let entry = table::my_entry(table::table()?)?;
@@ -79,11 +88,12 @@ fn entry() -> Option<&'static OwnerEntry> {
     PUBLISHED_OWNER.with(|published| {
         if published.borrow().as_deref() != Some(&owner[..]) {
             entry.owner_hash.store(0, ORDER);
-            let kept = owner.len().min(OWNER_BYTES);
+            let kept = kept_owner_bytes(&owner);
             for (slot, byte) in entry.owner.iter().zip(&owner[..kept]) {
                 slot.store(*byte, ORDER);
             }
             entry.owner_len.store(kept as u32, ORDER);
+            entry.owner_cut.store(kept < owner.len(), ORDER);
             entry.owner_hash.store(owner_hash(&owner), ORDER);
             *published.borrow_mut() = Some(owner);
         }

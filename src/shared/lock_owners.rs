@@ -22,13 +22,14 @@ use pgrx::pg_sys;
 /// unusual client: each of the Python client's locks has a connection of
 /// its own) has its later ones unseen by the check (`overflowed`).
 pub const HELD_PER_BACKEND: usize = 16;
-/// Bytes of an owner's name kept (longer names are cut; the keyed hash
-/// tells owners apart).
-pub const OWNER_BYTES: usize = 64;
+/// Bytes of an owner's name kept for the views (longer names are cut; the
+/// keyed hash tells owners apart). The Python client's owners (worker id,
+/// host:pid:token, thread) fit with room to spare.
+pub const OWNER_BYTES: usize = 256;
 
 const SHMEM_NAME: &CStr = c"pg_distlock lock owners";
 #[cfg(not(feature = "pg15"))]
-const SEGMENT_NAME: &CStr = c"pg_distlock lock owners v1";
+const SEGMENT_NAME: &CStr = c"pg_distlock lock owners v2";
 
 pub const ORDER: Ordering = Ordering::SeqCst;
 
@@ -72,8 +73,11 @@ pub struct OwnerEntry {
     pub database: AtomicU32,
     /// Keyed hash of `distlock.owner`; 0 when unset (the backend is its own owner).
     pub owner_hash: AtomicU64,
+    /// The bytes of the name kept (whole characters, OWNER_BYTES at most),
+    /// and whether more were cut off.
     pub owner_len: AtomicU32,
     pub owner: [AtomicU8; OWNER_BYTES],
+    pub owner_cut: AtomicBool,
     /// The key it waits for, and how (0: not waiting, 1 shared, 2 exclusive).
     pub wait_key: AtomicI64,
     pub wait_mode: AtomicU8,
@@ -186,7 +190,30 @@ pub fn my_entry(table: &OwnerTable) -> Option<&OwnerEntry> {
     my_index(table).map(|index| &table.entries()[index])
 }
 
+/// An owner's name as an entry lists it.
+pub struct PublishedOwner {
+    pub hash: u64,
+    /// Its first whole characters, OWNER_BYTES bytes at most.
+    pub kept: Vec<u8>,
+    /// Whether bytes were cut off.
+    pub cut: bool,
+}
+
 impl OwnerEntry {
+    /// The owner it lists, if any. A read that overlaps its backend's
+    /// change of owner (the hash is zeroed before the bytes change and set
+    /// after) gives None rather than a mix of two names.
+    pub fn published_owner(&self) -> Option<PublishedOwner> {
+        let hash = self.owner_hash.load(ORDER);
+        if hash == 0 {
+            return None;
+        }
+        let len = (self.owner_len.load(ORDER) as usize).min(OWNER_BYTES);
+        let kept: Vec<u8> = self.owner[..len].iter().map(|b| b.load(ORDER)).collect();
+        let cut = self.owner_cut.load(ORDER);
+        (self.owner_hash.load(ORDER) == hash).then_some(PublishedOwner { hash, kept, cut })
+    }
+
     /// Whether it holds `key` in a mode that a wait in `wait_exclusive`
     /// mode conflicts with (slots found stale count for nothing).
     pub fn blocks(&self, key: i64, wait_exclusive: bool) -> bool {

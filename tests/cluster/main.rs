@@ -23,6 +23,7 @@ mod lease_claims;
 mod library_guard;
 mod liveness;
 mod lock_tags;
+mod lock_owner_view;
 mod locks;
 mod names;
 mod nemesis;
