@@ -246,6 +246,10 @@ SELECT w.pid AS blocked_pid,
          LIMIT 1) wl ON true
   LEFT JOIN distlock.advisory_locks al ON al.pid = w.pid AND NOT al.granted
  WHERE w.wait_event_type = 'Lock'
+   -- This database's sessions only, as every view here (before 0.4.0 an
+   -- unscoped reader saw the other databases' waits too).
+   AND w.datid = (SELECT d.oid FROM pg_catalog.pg_database d
+                   WHERE d.datname = pg_catalog.current_database())
    -- A wait for a lock the reader's scope does not show is not shown.
    AND (al.pid IS NOT NULL OR distlock.in_monitor_scope(NULL));
 COMMENT ON VIEW distlock.lock_waits IS

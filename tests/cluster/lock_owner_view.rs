@@ -139,3 +139,20 @@ fn a_long_owner_is_cut_at_a_whole_character_and_stays_told_apart() {
     let unknown = scalar(&mut watch, "SELECT coalesce(distlock.lock_owner(0), 'null')");
     assert_eq!(unknown.as_deref(), Some("null"), "no backend, no owner");
 }
+
+#[test]
+fn lock_waits_shows_this_databases_waits_only() {
+    let here = fresh_db("owner_view_here");
+    let there = fresh_db("owner_view_there");
+    let mut holder = patient_conn(&there, Some("svc/elsewhere"));
+    lock(&mut holder, "elsewhere");
+    let wait = outcome_in_thread(patient_conn(&there, Some("svc/elsewhere-2")), "SELECT distlock.lock('elsewhere')".into());
+    let mut watch_there = connect(&there);
+    advisory_waits(&mut watch_there, &there, |n| n == 1);
+    let seen_there = count(&mut watch_there, "SELECT 1 FROM distlock.lock_waits");
+    let seen_here = count(&mut connect(&here), "SELECT 1 FROM distlock.lock_waits WHERE blocked_owner LIKE 'svc/elsewhere%'");
+    cancel_waits(&mut watch_there, &there);
+    assert_eq!(wait.join().expect("waiter").0, "57014");
+    assert_eq!(seen_there, 1, "the wait shows in its own database");
+    assert_eq!(seen_here, 0, "and not in another");
+}
