@@ -207,7 +207,7 @@ AS 'MODULE_PATHNAME', 'lock_owner_published_wrapper';
 REVOKE ALL ON FUNCTION distlock.lock_owner_published(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION distlock.lock_owner_published(integer) TO pg_monitor;
 CREATE FUNCTION distlock.lock_owner(p_pid integer) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN

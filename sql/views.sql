@@ -79,12 +79,13 @@ COMMENT ON VIEW distlock.advisory_locks IS
     'Every advisory lock of this database, decoded; held_for is known for task locks only.';
 
 -- The owner backend p_pid published (distlock.lock_owner_published: NULL
--- when it has none; a name outside the caller's monitor scope as
--- owner#<hash>). lock_waits calls it through this wrapper so that a session
+-- when it has none, or its name is outside the caller's monitor scope).
+-- STABLE, so that a count over lock_waits skips it. lock_waits calls it
+-- through this wrapper so that a session
 -- still running an older release's library, which lacks that C function,
 -- reads the view with NULL here (as lease_backend_alive below).
 CREATE FUNCTION distlock.lock_owner(p_pid integer) RETURNS text
-LANGUAGE plpgsql
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN

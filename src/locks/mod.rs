@@ -12,4 +12,5 @@ mod owner_graph;
 pub(crate) mod owner_names;
 mod owner_wait;
 mod owners;
+pub(crate) use owners::owner_assigned;
 pub(crate) mod stats;

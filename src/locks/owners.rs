@@ -55,7 +55,7 @@ unsafe extern "C-unwind" fn clear_at_exit(_code: i32, _arg: pg_sys::Datum) {
             held.mode.store(0, ORDER);
         }
         entry.overflowed.store(false, ORDER);
-        entry.owner_hash.store(0, ORDER);
+        entry.write_owner(0, &[], false);
         entry.pid.store(0, ORDER);
     }
 }
@@ -66,7 +66,39 @@ fn kept_owner_bytes(owner: &[u8]) -> usize {
     if owner.len() <= OWNER_BYTES {
         return owner.len();
     }
-    unsafe { pg_sys::pg_mbcliplen(owner.as_ptr().cast(), owner.len() as i32, OWNER_BYTES as i32) as usize }
+    let mut kept = unsafe {
+        pg_sys::pg_mbcliplen(owner.as_ptr().cast(), owner.len().min(i32::MAX as usize) as i32, OWNER_BYTES as i32)
+    } as usize;
+    // SQL_ASCII keeps whatever bytes clients send, most often UTF-8, and
+    // pg_mbcliplen counts its bytes as characters: a cut inside a UTF-8
+    // character would leave text no UTF-8 client can read (22021).
+    if unsafe { pg_sys::GetDatabaseEncoding() } == pg_sys::pg_enc::PG_SQL_ASCII as i32 {
+        while kept > 0 && owner[kept] & 0xC0 == 0x80 {
+            kept -= 1;
+        }
+    }
+    kept
+}
+
+/// Writes `owner` into the entry as its owner.
+fn publish_owner(entry: &OwnerEntry, owner: &[u8]) {
+    let kept = kept_owner_bytes(owner);
+    entry.write_owner(owner_hash(owner), &owner[..kept], kept < owner.len());
+}
+
+/// distlock.owner's assign hook: a backend that has published its entry
+/// publishes a new owner at once (SET, RESET, a pooler's DISCARD ALL, a
+/// transaction's rollback of SET LOCAL), so that the views never show a
+/// pooled connection's wait as its previous client's. A backend that has
+/// published nothing has nothing to change (and must not attach shared
+/// memory from a hook: it may run at startup, or in the postmaster).
+pub fn owner_assigned(owner: &[u8]) {
+    let Some(entry) = table::attached_table().and_then(table::my_entry) else { return };
+    if entry.pid.load(ORDER) != unsafe { pg_sys::MyProcPid } {
+        return;
+    }
+    publish_owner(entry, owner);
+    PUBLISHED_OWNER.with(|published| *published.borrow_mut() = Some(owner.to_vec()));
 }
 
 /// This backend's entry with its pid, database and current owner written.
@@ -87,14 +119,7 @@ fn entry() -> Option<&'static OwnerEntry> {
     let owner = current_owner();
     PUBLISHED_OWNER.with(|published| {
         if published.borrow().as_deref() != Some(&owner[..]) {
-            entry.owner_hash.store(0, ORDER);
-            let kept = kept_owner_bytes(&owner);
-            for (slot, byte) in entry.owner.iter().zip(&owner[..kept]) {
-                slot.store(*byte, ORDER);
-            }
-            entry.owner_len.store(kept as u32, ORDER);
-            entry.owner_cut.store(kept < owner.len(), ORDER);
-            entry.owner_hash.store(owner_hash(&owner), ORDER);
+            publish_owner(entry, &owner);
             *published.borrow_mut() = Some(owner);
         }
     });

@@ -73,6 +73,9 @@ pub struct OwnerEntry {
     pub database: AtomicU32,
     /// Keyed hash of `distlock.owner`; 0 when unset (the backend is its own owner).
     pub owner_hash: AtomicU64,
+    /// Odd while the backend rewrites its owner (hash, bytes, length, cut):
+    /// a reader that sees it change, or odd, read a mix and reads again.
+    pub owner_version: AtomicU32,
     /// The bytes of the name kept (whole characters, OWNER_BYTES at most),
     /// and whether more were cut off.
     pub owner_len: AtomicU32,
@@ -200,18 +203,46 @@ pub struct PublishedOwner {
 }
 
 impl OwnerEntry {
-    /// The owner it lists, if any. A read that overlaps its backend's
-    /// change of owner (the hash is zeroed before the bytes change and set
-    /// after) gives None rather than a mix of two names.
+    /// The owner it lists, if any: the bytes of one publication, never a
+    /// mix of two (a read that overlaps a rewrite is tried again, and gives
+    /// None if the backend keeps rewriting).
     pub fn published_owner(&self) -> Option<PublishedOwner> {
-        let hash = self.owner_hash.load(ORDER);
-        if hash == 0 {
-            return None;
+        for _ in 0..8 {
+            let before = self.owner_version.load(ORDER);
+            if before % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let hash = self.owner_hash.load(ORDER);
+            let len = (self.owner_len.load(ORDER) as usize).min(OWNER_BYTES);
+            let kept: Vec<u8> = self.owner[..len].iter().map(|b| b.load(ORDER)).collect();
+            let cut = self.owner_cut.load(ORDER);
+            if self.owner_version.load(ORDER) == before {
+                return (hash != 0).then_some(PublishedOwner { hash, kept, cut });
+            }
         }
-        let len = (self.owner_len.load(ORDER) as usize).min(OWNER_BYTES);
-        let kept: Vec<u8> = self.owner[..len].iter().map(|b| b.load(ORDER)).collect();
-        let cut = self.owner_cut.load(ORDER);
-        (self.owner_hash.load(ORDER) == hash).then_some(PublishedOwner { hash, kept, cut })
+        None
+    }
+
+    /// Publishes `kept` (the first whole characters of an owner whose hash
+    /// is `hash`, 0 for none) as the backend's owner. Only the entry's own
+    /// backend writes it.
+    pub fn write_owner(&self, hash: u64, kept: &[u8], cut: bool) {
+        let writing = self.owner_version.load(ORDER) | 1;
+        self.owner_version.store(writing, ORDER);
+        self.owner_hash.store(hash, ORDER);
+        for (slot, byte) in self.owner.iter().zip(kept) {
+            slot.store(*byte, ORDER);
+        }
+        self.owner_len.store(kept.len().min(OWNER_BYTES) as u32, ORDER);
+        self.owner_cut.store(cut, ORDER);
+        self.owner_version.store(writing.wrapping_add(1), ORDER);
+    }
+
+    /// Whether it lists a hold or a wait now: a backend whose holds all
+    /// ended (or were never taken) shows no owner.
+    pub fn lists_anything(&self) -> bool {
+        self.wait_mode.load(ORDER) != 0 || self.held.iter().any(|h| h.listed().is_some())
     }
 
     /// Whether it holds `key` in a mode that a wait in `wait_exclusive`

@@ -31,6 +31,7 @@ mod operations;
 mod owner_deadlocks;
 mod review_owner_deadlocks;
 mod review_owner_deadlocks2;
+mod review_owner_marks;
 mod pooler;
 mod queue_admin;
 mod queue_counters;
