@@ -11,7 +11,7 @@ use crate::support::*;
 
 /// A connection of `owner` (none: its own owner) that does not break an
 /// owner cycle while the test looks at it.
-fn patient_conn(db: &str, owner: Option<&str>) -> Client {
+pub(crate) fn patient_conn(db: &str, owner: Option<&str>) -> Client {
     let mut c = connect(db);
     c.batch_execute("SET deadlock_timeout = '10min'; SET lock_timeout = '30s'").expect("settings");
     if let Some(owner) = owner {
@@ -20,7 +20,7 @@ fn patient_conn(db: &str, owner: Option<&str>) -> Client {
     c
 }
 
-fn lock(c: &mut Client, name: &str) {
+pub(crate) fn lock(c: &mut Client, name: &str) {
     assert_eq!(scalar(c, &format!("SELECT distlock.lock('{name}')")).as_deref(), Some("t"), "lock {name}");
 }
 
@@ -34,7 +34,7 @@ fn owner_pairs(c: &mut Client) -> BTreeSet<(String, String)> {
 }
 
 /// Cancels the waits of `db` (the test's waiters) so their threads end.
-fn cancel_waits(c: &mut Client, db: &str) {
+pub(crate) fn cancel_waits(c: &mut Client, db: &str) {
     c.batch_execute(&format!(
         "SELECT pg_cancel_backend(l.pid) FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
           WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = '{db}'"

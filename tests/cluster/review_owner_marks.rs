@@ -25,32 +25,10 @@ use std::collections::BTreeSet;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::lock_owner_view::{cancel_waits, lock, patient_conn};
 use crate::owner_deadlocks::{advisory_waits, outcome_in_thread};
 use crate::support::*;
 
-/// A connection of `owner` (none: its own owner) that does not break an
-/// owner cycle while the test looks at it.
-fn patient_conn(db: &str, owner: Option<&str>) -> Client {
-    let mut c = connect(db);
-    c.batch_execute("SET deadlock_timeout = '10min'; SET lock_timeout = '30s'").expect("settings");
-    if let Some(owner) = owner {
-        c.batch_execute(&format!("SET distlock.owner = '{owner}'")).expect("owner");
-    }
-    c
-}
-
-fn lock(c: &mut Client, name: &str) {
-    assert_eq!(scalar(c, &format!("SELECT distlock.lock('{name}')")).as_deref(), Some("t"), "lock {name}");
-}
-
-/// Cancels the advisory waits of `db` so that their threads end.
-fn cancel_waits(c: &mut Client, db: &str) {
-    c.batch_execute(&format!(
-        "SELECT pg_cancel_backend(l.pid) FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
-          WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = '{db}'"
-    ))
-    .expect("cancel");
-}
 
 /// A role with the monitor capability in `db` (scoped to `scope` unless
 /// None), and, scoped alike, the worker capability (lock calls).
