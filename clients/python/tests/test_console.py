@@ -120,7 +120,9 @@ def test_a_monitor_sees_no_actions_and_is_refused_one(db: Db, monitor_role: str)
         response = post(client, "retry-dead", token=token, ids=job, confirmed="yes", back="/")
         assert response.status_code == 403
         assert "admin capability" in response.text
-        assert "needs the admin capability" in client.get(f"/jobs/{job}").text
+        unreadable = client.get(f"/jobs/{job}")
+        assert unreadable.status_code == 403 and "needs the admin capability" in unreadable.text
+        assert client.get("/jobs/999999999").status_code == 403, "whether a job exists is not said to a monitor"
     assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", job) == "dead"
 
 
@@ -138,7 +140,7 @@ def test_retrying_a_dead_job_from_the_page_asks_first_then_makes_it_runnable(db:
         assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", job) == "dead"
         done = post(client, "retry-dead", token=token, ids=job, back="/", confirmed="yes")
         assert done.status_code == 303
-        assert done.headers["location"].startswith("/?message=retry-dead")
+        assert done.headers["location"].startswith("/?done=retry-dead")
         assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", job) == "pending"
         assert "retry-dead: 1 job(s)" in client.get(done.headers["location"]).text
         assert post(client, "retry-dead", token=token, ids="1; DROP", confirmed="yes").status_code == 400
@@ -211,3 +213,51 @@ def test_the_command_starts_the_console(db: Db) -> None:
     assert process.stderr is not None
     assert f"http://127.0.0.1:{port}/" in process.stderr.read()
 
+
+
+def test_a_banner_says_only_what_an_action_did(db: Db) -> None:
+    """The success banner comes from fixed texts: a link with ?message=...
+    (or a made-up outcome) makes the console say nothing."""
+    with console(db.dsn) as (client, _):
+        lure = "Your session expired: log in at evil.example"
+        page = client.get("/", params={"message": lure}).text
+        assert "evil.example" not in page and 'class="message"' not in page
+        for query in ({"done": "<b>hi</b>", "n": "1"}, {"done": "pause", "n": "1e9"},
+                      {"done": "retry-dead", "n": "9" * 40}, {"done": "retry-dead"}):
+            assert 'class="message"' not in client.get("/", params=query).text, query
+        said = client.get("/", params={"done": "retry-dead", "n": "3"}).text
+        assert '<p class="message" role="status">retry-dead: 3 job(s)</p>' in said
+        assert "pause: nothing to do" in client.get("/locks", params={"done": "pause", "n": "0"}).text
+
+
+def test_job_paths_answer_404_for_no_job_and_never_500(db: Db) -> None:
+    job = dead_job(db)
+    with console(db.dsn) as (client, _):
+        assert client.get(f"/jobs/{job}").status_code == 200
+        for path in ("/jobs/" + "9" * 10_000, "/jobs/9223372036854775808", "/jobs/abc", "/jobs/-1",
+                     "/jobs/%E2%91%A0", "/jobs/999999999"):
+            response = client.get(path)
+            assert response.status_code == 404, (path[:40], response.status_code)
+            assert response.headers["content-security-policy"].startswith("default-src 'self'")
+        assert client.get("/no/such/page").status_code == 404
+
+
+def test_badges_are_honest_on_every_page(db: Db) -> None:
+    job = dead_job(db)
+    with console(db.dsn) as (client, token):
+        asked = post(client, "retry-dead", token=token, ids=job, back="/")
+        assert asked.status_code == 200 and text_of(asked.text, "mode") == "admin", "the confirm page of an admin"
+        refused = post(client, "retry-dead", token="forged", ids=job, back="/")
+        assert refused.status_code == 403 and 'id="mode"' not in refused.text, "an error page claims no mode"
+
+
+def test_an_overdue_task_is_flagged(db: Db) -> None:
+    db.add_tasks(2, "nightly")
+    db.rows("UPDATE distlock.scheduled_tasks SET next_run_at = now() + CASE task_name WHEN 'nightly-1' "
+            "THEN interval '-10 minutes' ELSE interval '10 minutes' END WHERE task_name LIKE 'nightly-%%' RETURNING id")
+    with console(db.dsn) as (client, _):
+        page = client.get("/").text
+        late = re.search(r'<tr data-task="nightly-1">.*?</tr>', page, re.S)
+        on_time = re.search(r'<tr data-task="nightly-2">.*?</tr>', page, re.S)
+        assert late and 'class="overdue"' in late.group(0) and "overdue" in row_cells(page, "data-task", "nightly-1")[3]
+        assert on_time and "overdue" not in on_time.group(0)

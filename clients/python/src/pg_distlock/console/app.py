@@ -86,8 +86,8 @@ class Console:
         except (psycopg.Error, reads.NotInstalled) as error:
             return self.html("error.html", 503, page=name, error=str(error).strip())
         part = request.query_params.get("part") == "main"
-        return self.html(f"{name}_main.html" if part else f"{name}.html", page=name,
-                         message=request.query_params.get("message"), **data)
+        return self.html(f"{name}_main.html" if part else f"{name}.html", data.pop("http_status", 200), page=name,
+                         message=banner(request.query_params), **data)
 
 
 def _local_path(value: Optional[str]) -> str:
@@ -95,6 +95,15 @@ def _local_path(value: Optional[str]) -> str:
     if value and value.startswith("/") and not value.startswith("//") and "\\" not in value:
         return value.split("?", 1)[0]
     return "/"
+
+
+def _job_id(value: str) -> Optional[int]:
+    """A job id from a path, None unless a bigint (a path of 10,000 digits
+    is no job, not a failure to convert)."""
+    if not (value.isascii() and value.isdigit() and len(value) <= 19):
+        return None
+    job_id = int(value)
+    return job_id if job_id <= 2**63 - 1 else None
 
 
 def _ids(value: Optional[str]) -> list[int]:
@@ -106,12 +115,39 @@ def _ids(value: Optional[str]) -> list[int]:
     return [int(w) for w in words]
 
 
-def _result(command: str, done: Any) -> str:
+# What an action's redirect may ask the next page to say: fixed texts, filled
+# with a count only, so that a link cannot make the console say anything
+# else (a phishing line in the success banner, say).
+BANNERS: dict[str, str] = {
+    "sweep": "sweep: recovered {n} claim(s)",
+    "retry-dead": "retry-dead: {n} job(s)",
+    "delete-dead": "delete-dead: {n} job(s)",
+    "requeue": "requeue: {n} job(s)",
+    "pause": "pause: {done}",
+    "resume": "resume: {done}",
+    "limit": "limit: {done}",
+    "run-now": "run-now: {done}",
+    "release-lease": "release-lease: {done}",
+}
+
+
+def _outcome(command: str, done: Any) -> dict[str, str]:
+    """The query of the redirect after `command` did `done`."""
     if command == "sweep":
-        return f"sweep: recovered {len(done['recovered'])} claim(s)"
-    if isinstance(done, bool):
-        return f"{command}: {'done' if done else 'nothing to do'}"
-    return f"{command}: {done} job(s)" if command.endswith("-dead") or command == "requeue" else f"{command}: {done}"
+        return {"done": command, "n": str(len(done["recovered"]))}
+    if isinstance(done, bool) or done is None:  # None: set_queue_limit returns nothing, having done it
+        return {"done": command, "n": "0" if done is False else "1"}
+    return {"done": command, "n": str(int(done or 0))}
+
+
+def banner(query: Any) -> Optional[str]:
+    """The banner a redirect's query asks for; None for anything not made by _outcome."""
+    text, n = BANNERS.get(query.get("done") or ""), query.get("n") or ""
+    if text is None or not (n.isascii() and n.isdigit() and len(n) <= 18):
+        return None
+    if "{done}" in text:
+        return text.format(done={"0": "nothing to do", "1": "done"}.get(n, n))
+    return text.format(n=int(n))
 
 
 def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[str]] = None) -> Starlette:
@@ -127,7 +163,9 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
         return endpoint
 
     async def job(request: Request) -> Response:
-        job_id = int(request.path_params["job_id"])
+        job_id = _job_id(str(request.path_params["job_id"]))
+        if job_id is None:
+            return console.html("error.html", 404, page="job", error="No such job: job ids are whole numbers.")
         return await console.page(request, "job", lambda conn: pages.job(conn, job_id))
 
     scraped = metrics.registry(console.pool)
@@ -168,10 +206,10 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
             return console.html("error.html", 503, page="action", error=str(error).strip())
         if "question" in outcome:
             fields = {k: v for k, v in form.items() if k not in ("token", "confirmed")}
-            return console.html("confirm.html", page="action", command=command, question=outcome["question"],
-                                fields=fields, back=back)
-        message = _result(command, outcome["done"])
-        return RedirectResponse(f"{back}?{urlencode({'message': message})}", status_code=303, headers=HEADERS)
+            return console.html("confirm.html", page="action", admin=True, command=command,
+                                question=outcome["question"], fields=fields, back=back)
+        return RedirectResponse(f"{back}?{urlencode(_outcome(command, outcome['done']))}", status_code=303,
+                                headers=HEADERS)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -185,7 +223,7 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
     static = StaticFiles(packages=[("pg_distlock.console", "static")])
     routes = [
         *(Route(path, page(name)) for name, (path, _) in PAGES.items()),
-        Route("/jobs/{job_id:int}", job),
+        Route("/jobs/{job_id}", job),
         Route("/actions/{command}", action, methods=["POST"]),
         Route("/metrics", exposition),
         Mount("/static", static, name="static"),

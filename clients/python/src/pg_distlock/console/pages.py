@@ -66,4 +66,8 @@ def coordination(conn: psycopg.Connection[Any]) -> dict[str, Any]:
 def job(conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
     admin = actions.may_act(conn)
     rows = reads.job(conn, job_id) if admin else None
-    return {"admin": admin, "job_id": job_id, "job": rows[0] if rows else None, "readable": rows is not None}
+    # 403 without the admin capability (whether the job exists is not
+    # said), 404 for an id no job has (any more).
+    status = 403 if rows is None else 200 if rows else 404
+    return {"admin": admin, "job_id": job_id, "job": rows[0] if rows else None, "readable": rows is not None,
+            "http_status": status}

@@ -202,14 +202,19 @@ def task_counts(conn: psycopg.Connection[Any]) -> Optional[dict[str, Any]]:
           FROM distlock.task_schedule""")
 
 
+# A task due this long ago and not running: no worker is claiming it.
+OVERDUE_AFTER = "1 minute"
+
+
 def next_tasks(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
-    """The enabled tasks due next, with the running claim of each that runs."""
+    """The enabled tasks due next, each flagged overdue when no worker took it in time."""
     return _rows(conn, """
         SELECT s.task_id, s.task_name, s.task_type, s.schedule_cron, s.next_run_at, s.last_status, s.last_run_at,
-               s.consecutive_failures
+               s.consecutive_failures,
+               coalesce(s.next_run_at < pg_catalog.now() - %s::interval AND NOT s.is_running, false) AS overdue
           FROM distlock.task_schedule s
          WHERE s.is_enabled
-         ORDER BY s.next_run_at NULLS LAST, s.task_id LIMIT %s""", (limit,))
+         ORDER BY s.next_run_at NULLS LAST, s.task_id LIMIT %s""", (OVERDUE_AFTER, limit))
 
 
 def running_claims(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
