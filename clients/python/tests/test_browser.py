@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from typing import Iterator
 
 import pytest
@@ -20,6 +21,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.select import Select
 
 from conftest import Db, connect, eventually, lock_wait_chain
 from test_cli import dead_job
@@ -155,3 +157,50 @@ def test_a_monitor_sees_no_buttons_and_is_refused_an_action(db: Db, monitor_role
         assert status == 403
     assert db.value("SELECT status FROM distlock.task_queue WHERE id = %s", dead) == "dead"
 
+
+
+def test_an_operator_filters_the_jobs_by_state_and_retries_the_ticked_ones(db: Db, browser: WebDriver) -> None:
+    dead = [dead_job(db, "mail") for _ in range(2)]
+    pending = [db.value("SELECT distlock.enqueue_task('send', '{}', p_queue => 'mail')") for _ in range(3)]
+    delayed = db.value("SELECT distlock.enqueue_task('report', '{}', now() + interval '1 hour', p_queue => 'mail')")
+    ids = "#jobs tbody tr td:nth-child(2)"
+    with console(db.dsn) as (client, _):
+        base = str(client.base_url).rstrip("/")
+        browser.get(base + "/jobs")
+        assert texts(browser, ids) == [str(i) for i in sorted([*dead, *pending, delayed], reverse=True)]
+        assert text(browser, f'tr[data-job="{delayed}"] td.state') == "pending delayed"
+        screenshot(browser, "console-jobs.png")
+
+        def choose_dead() -> bool:
+            try:
+                Select(browser.find_element(By.NAME, "state")).select_by_visible_text("dead")
+                return True
+            except StaleElementReferenceException:
+                return False
+        eventually(choose_dead, what="state dead chosen")
+        click(browser, "#filter")
+        eventually(lambda: "state=dead" in browser.current_url, what="the filtered list")
+        assert texts(browser, ids) == [str(dead[1]), str(dead[0])]
+        assert texts(browser, "#jobs td.state") == ["dead", "dead"]
+        # The list refreshes itself with its filter: a job that dies shows up without a reload.
+        died = dead_job(db, "late")
+        eventually(lambda: texts(browser, ids) == [str(died), str(dead[1]), str(dead[0])], timeout=20,
+                   what="the filtered list to refresh")
+
+        for job in dead:
+            click(browser, f'tr[data-job="{job}"] input[type="checkbox"]')
+        # Ticked boxes hold the refresh, with the focus elsewhere too: it would untick them.
+        browser.execute_script("document.activeElement.blur()")
+        refreshed = browser.execute_script("return document.body.dataset.refreshed")
+        dead_job(db, "later")
+        time.sleep(7)
+        assert browser.execute_script("return document.body.dataset.refreshed") == refreshed
+        assert count(browser, 'input[type="checkbox"]:checked') == 2
+        click(browser, 'button[data-action="retry-dead"]')
+        eventually(lambda: count(browser, "#question"), what="the confirmation page")
+        assert text(browser, "#question") == f"Retry 2 dead job(s) among ids {dead[1]}, {dead[0]}?"
+        click(browser, "#confirm")
+        eventually(lambda: count(browser, "p.message"), what="the result")
+        assert "retry-dead: 2 job(s)" in text(browser, "p.message")
+        assert "state=dead" in browser.current_url and texts(browser, ids)[1:] == [str(died)]
+        assert db.rows("SELECT status FROM distlock.task_queue WHERE id = ANY(%s)", dead) == [("pending",)] * 2

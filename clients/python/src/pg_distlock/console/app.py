@@ -14,7 +14,7 @@ import contextlib
 import re
 import secrets
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, parse_qsl, urlencode
 
 import psycopg
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -30,6 +30,7 @@ from starlette.staticfiles import StaticFiles
 
 from .. import metrics
 from ..inspect import actions, reads
+from ..inspect.jobs import JobQuery, job_id as _job_id
 from . import formatting, pages
 
 REFRESH_SECONDS = 5
@@ -48,6 +49,7 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 # Each page: its path and title; pages.<name> reads it, <name>.html shows it.
 PAGES: dict[str, tuple[str, str]] = {
     "overview": ("/", "Overview"),
+    "jobs": ("/jobs", "Jobs"),
     "locks": ("/locks", "Locks and waits"),
     "coordination": ("/coordination", "Leases and elections"),
 }
@@ -91,28 +93,36 @@ class Console:
 
 
 def _local_path(value: Optional[str]) -> str:
-    """Where to go back to after an action: a path of this console only."""
-    if value and value.startswith("/") and not value.startswith("//") and "\\" not in value:
-        return value.split("?", 1)[0]
-    return "/"
-
-
-def _job_id(value: str) -> Optional[int]:
-    """A job id from a path, None unless a bigint (a path of 10,000 digits
-    is no job, not a failure to convert)."""
-    if not (value.isascii() and value.isdigit() and len(value) <= 19):
-        return None
-    job_id = int(value)
-    return job_id if job_id <= 2**63 - 1 else None
+    """Where to go back to after an action: a path of this console only,
+    with its query (a list's filters) but not an earlier outcome."""
+    if not (value and value.startswith("/") and not value.startswith("//") and "\\" not in value):
+        return "/"
+    path, _, query = value.partition("?")
+    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in ("done", "n", "part")]
+    return f"{path}?{urlencode(kept)}" if kept else path
 
 
 def _ids(value: Optional[str]) -> list[int]:
-    if not value:
-        return []
-    words = [w for w in re.split(r"[\s,]+", value) if w]
-    if not all(w.isdigit() for w in words):
-        raise ValueError(f"job ids must be whole numbers, got {value!r}")
-    return [int(w) for w in words]
+    """Job ids from a form; ValueError unless each is a bigint (an id of
+    10,000 digits is no job, not a failure to convert)."""
+    words = [w for w in re.split(r"[\s,]+", value or "") if w]
+    ids = [_job_id(w) for w in words]
+    if None in ids:
+        raise ValueError(f"job ids must be whole numbers up to {2**63 - 1}, got {(value or '')[:100]!r}")
+    return [i for i in ids if i is not None]
+
+
+def _job_query(params: Any) -> JobQuery:
+    """The job list's filters from a query string; ValueError for a bad one."""
+    def text(key: str) -> Optional[str]:
+        value = str(params.get(key) or "")
+        return (value.strip() if key == "q" else value) or None
+
+    before = text("before")
+    if before is not None and _job_id(before) is None:
+        raise ValueError("before must be a job id")
+    return JobQuery(state=text("state") or "all", queue=text("queue"), name=text("name"), search=text("q"),
+                    before=None if before is None else _job_id(before))
 
 
 # What an action's redirect may ask the next page to say: fixed texts, filled
@@ -168,6 +178,13 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
             return console.html("error.html", 404, page="job", error="No such job: job ids are whole numbers.")
         return await console.page(request, "job", lambda conn: pages.job(conn, job_id))
 
+    async def jobs(request: Request) -> Response:
+        try:
+            query = _job_query(request.query_params)
+        except ValueError as error:
+            return console.html("error.html", 400, page="jobs", error=str(error))
+        return await console.page(request, "jobs", lambda conn: pages.jobs(conn, query))
+
     scraped = metrics.registry(console.pool)
 
     async def exposition(request: Request) -> Response:
@@ -178,8 +195,9 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
 
     async def action(request: Request) -> Response:
         command = str(request.path_params["command"])
-        form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace"),
-                                             keep_blank_values=True).items()}
+        # Ticked rows each send an id: they are one field from here on.
+        form = {k: ",".join(v) if k == "ids" else v[0]
+                for k, v in parse_qs((await request.body()).decode("utf-8", "replace"), keep_blank_values=True).items()}
         if not secrets.compare_digest(form.get("token", ""), console.token):
             return console.html("error.html", 403, page="action",
                                 error="The form is stale or not from this console: reload the page.")
@@ -188,7 +206,10 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
         def work(conn: psycopg.Connection[Any]) -> dict[str, Any]:
             if not actions.may_act(conn):
                 raise Forbidden()
-            planned = actions.plan(conn, command, queue=form.get("queue") or None, ids=_ids(form.get("ids")),
+            ids = _ids(form.get("ids"))
+            if form.get("selection") == "ticked" and not ids:
+                raise ValueError("No job is ticked: tick the jobs to act on.")
+            planned = actions.plan(conn, command, queue=form.get("queue") or None, ids=ids,
                                    name=form.get("name") or None,
                                    timeout_minutes=int(form.get("timeout_minutes") or 30))
             if form.get("confirmed") != "yes":
@@ -208,7 +229,8 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
             fields = {k: v for k, v in form.items() if k not in ("token", "confirmed")}
             return console.html("confirm.html", page="action", admin=True, command=command,
                                 question=outcome["question"], fields=fields, back=back)
-        return RedirectResponse(f"{back}?{urlencode(_outcome(command, outcome['done']))}", status_code=303,
+        joined = "&" if "?" in back else "?"
+        return RedirectResponse(f"{back}{joined}{urlencode(_outcome(command, outcome['done']))}", status_code=303,
                                 headers=HEADERS)
 
     @contextlib.asynccontextmanager
@@ -222,7 +244,7 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
     hosts = [*LOOPBACK_HOSTS, *(allowed_hosts or [])]
     static = StaticFiles(packages=[("pg_distlock.console", "static")])
     routes = [
-        *(Route(path, page(name)) for name, (path, _) in PAGES.items()),
+        *(Route(path, jobs if name == "jobs" else page(name)) for name, (path, _) in PAGES.items()),
         Route("/jobs/{job_id}", job),
         Route("/actions/{command}", action, methods=["POST"]),
         Route("/metrics", exposition),

@@ -3,11 +3,12 @@ the console never holds a transaction (or a lock) between refreshes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
+from urllib.parse import urlencode
 
 import psycopg
 
-from ..inspect import actions, reads
+from ..inspect import actions, jobs as job_list, reads
 from . import charts, graph
 
 DEAD_JOBS_SHOWN = 20
@@ -71,3 +72,20 @@ def job(conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
     status = 403 if rows is None else 200 if rows else 404
     return {"admin": admin, "job_id": job_id, "job": rows[0] if rows else None, "readable": rows is not None,
             "http_status": status}
+
+
+def _jobs_url(query: job_list.JobQuery, before: Optional[int]) -> str:
+    """The list of `query`'s jobs older than `before` (None: the newest)."""
+    params = {"state": query.state, "queue": query.queue, "name": query.name, "q": query.search, "before": before}
+    return "/jobs?" + urlencode({k: v for k, v in params.items() if v is not None})
+
+
+def jobs(conn: psycopg.Connection[Any], query: job_list.JobQuery) -> dict[str, Any]:
+    admin = actions.may_act(conn)
+    # 403 without the admin capability: rows carry the producers' data.
+    found = job_list.page(conn, query) if admin else None
+    return {"admin": admin, "readable": admin, "query": query, "found": found, "states": job_list.STATES,
+            "error_chars": job_list.ERROR_CHARS, "here": _jobs_url(query, query.before),
+            "older": _jobs_url(query, found.older) if found and found.older is not None else None,
+            "newest": _jobs_url(query, None) if query.before is not None else None,
+            "http_status": 200 if admin else 403}

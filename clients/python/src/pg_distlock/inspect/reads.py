@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import psycopg
+from psycopg.abc import Params
 from psycopg.rows import dict_row
 
 Rows = list[dict[str, Any]]
@@ -16,7 +17,7 @@ class NotInstalled(Exception):
     pass
 
 
-def _rows(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...] = ()) -> Optional[Rows]:
+def _rows(conn: psycopg.Connection[Any], sql: str, params: Params = ()) -> Optional[Rows]:
     """The rows of `sql`; None when the role may not read what it names, or
     the installed version does not have it yet."""
     try:

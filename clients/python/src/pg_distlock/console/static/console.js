@@ -1,6 +1,7 @@
 // Refreshes the page's <main> in place every few seconds (its data-refresh),
 // so that the numbers move without a reload. It waits while the tab is
-// hidden or a button has the focus, and keeps the last good copy when a
+// hidden, a button or field has the focus, or a form in it has been changed
+// (a filter typed, a job ticked), and keeps the last good copy when a
 // refresh fails.
 (function () {
   "use strict";
@@ -11,9 +12,18 @@
   url.searchParams.delete("message");
   url.searchParams.set("part", "main");
 
+  function changed(field) {
+    if (field.type === "checkbox" || field.type === "radio") return field.checked !== field.defaultChecked;
+    if (field.tagName === "SELECT") {
+      return field.selectedIndex !== Math.max(Array.from(field.options).findIndex(o => o.defaultSelected), 0);
+    }
+    return field.value !== field.defaultValue;
+  }
+
   async function refresh() {
-    const busy = document.activeElement && main.contains(document.activeElement) &&
-      document.activeElement.tagName === "BUTTON";
+    const focused = document.activeElement;
+    const busy = (focused && main.contains(focused) && /^(BUTTON|INPUT|SELECT|TEXTAREA)$/.test(focused.tagName)) ||
+      Array.from(main.querySelectorAll("input, select, textarea")).some(changed);
     if (!document.hidden && !busy) {
       try {
         const response = await fetch(url, { headers: { Accept: "text/html" }, cache: "no-store" });
