@@ -69,8 +69,13 @@ fn published_by(pid: i32) -> Option<PublishedOwner> {
 /// The name as shown: as kept when whole and valid; otherwise what is valid
 /// of it, marked with a tag of the whole name.
 fn shown(owner: &PublishedOwner) -> Vec<u8> {
-    let valid =
-        unsafe { pg_sys::pg_verifymbstr(owner.kept.as_ptr().cast(), owner.kept.len() as i32, true) };
+    let valid = if unsafe { pg_sys::GetDatabaseEncoding() } == pg_sys::pg_enc::PG_SQL_ASCII as i32 {
+        // SQL_ASCII takes any bytes, but a UTF-8 client refuses what is not
+        // UTF-8 (22021) for the whole result: that much is asked here.
+        std::str::from_utf8(&owner.kept).is_ok()
+    } else {
+        unsafe { pg_sys::pg_verifymbstr(owner.kept.as_ptr().cast(), owner.kept.len() as i32, true) }
+    };
     if valid && !owner.cut {
         return owner.kept.clone();
     }

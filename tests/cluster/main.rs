@@ -32,6 +32,7 @@ mod owner_deadlocks;
 mod review_owner_deadlocks;
 mod review_owner_deadlocks2;
 mod review_owner_marks;
+mod review_owner_marks2;
 mod pooler;
 mod queue_admin;
 mod queue_counters;

@@ -167,7 +167,7 @@ fn watch_setup(db: &str) {
 }
 
 /// A database of encoding `encoding` with pg_distlock, made fresh.
-fn db_with_encoding(name: &str, encoding: &str) -> String {
+pub(crate) fn db_with_encoding(name: &str, encoding: &str) -> String {
     let mut admin = connect("postgres");
     admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).expect("drop");
     admin
