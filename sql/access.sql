@@ -109,6 +109,8 @@ SELECT g.privilege, g.object FROM (VALUES
     ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_counters()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lease_backend_connected(integer)'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lease_backend_alive(integer)'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_owner_published(integer)'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_owner(integer)'),
     -- Recovery, retention and resets; defining tasks.
     ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),

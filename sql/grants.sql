@@ -78,6 +78,8 @@ GRANT EXECUTE ON FUNCTION distlock.queue_counters() TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.in_monitor_scope(text, text) TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.lease_backend_connected(integer) TO pg_monitor;
 GRANT EXECUTE ON FUNCTION distlock.lease_backend_alive(integer) TO pg_monitor;
+GRANT EXECUTE ON FUNCTION distlock.lock_owner_published(integer) TO pg_monitor;
+GRANT EXECUTE ON FUNCTION distlock.lock_owner(integer) TO pg_monitor;
 
 -- User data survives pg_dump / pg_restore, including the sequences, so
 -- fencing tokens keep increasing after a restore.

@@ -198,6 +198,63 @@ AS 'MODULE_PATHNAME', 'queue_counters_wrapper';
 REVOKE ALL ON FUNCTION distlock.queue_counters() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION distlock.queue_counters() TO pg_monitor;
 
+-- Each side's lock owner in lock_waits (issue 47, item 2): the console and
+-- `pg-distlock locks` join a client's connections into one node and mark the
+-- deadlocks across them that pg_distlock breaks (views.sql).
+CREATE FUNCTION distlock.lock_owner_published(p_pid integer) RETURNS text
+LANGUAGE c PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'lock_owner_published_wrapper';
+REVOKE ALL ON FUNCTION distlock.lock_owner_published(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION distlock.lock_owner_published(integer) TO pg_monitor;
+CREATE FUNCTION distlock.lock_owner(p_pid integer) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN distlock.lock_owner_published(p_pid);
+EXCEPTION WHEN undefined_function THEN
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION distlock.lock_owner(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION distlock.lock_owner(integer) TO pg_monitor;
+CREATE OR REPLACE VIEW distlock.lock_waits WITH (security_barrier) AS
+SELECT w.pid AS blocked_pid,
+       w.application_name AS blocked_application,
+       w.query AS blocked_query,
+       b.pid AS blocking_pid,
+       b.application_name AS blocking_application,
+       b.query AS blocking_query,
+       wl.locktype,
+       al.key_kind,
+       al.key,
+       al.key1,
+       al.key2,
+       al.task_name,
+       pg_catalog.now() - wl.waitstart AS waiting_for,
+       -- Each side's distlock.owner: connections of one owner are one node
+       -- of the owner-level graph, whose cycles pg_distlock breaks (40P01).
+       distlock.lock_owner(w.pid) AS blocked_owner,
+       distlock.lock_owner(b.pid) AS blocking_owner
+  FROM pg_catalog.pg_stat_activity w
+ CROSS JOIN LATERAL pg_catalog.unnest(pg_catalog.pg_blocking_pids(w.pid)) AS bp(pid)
+  JOIN pg_catalog.pg_stat_activity b ON b.pid = bp.pid
+  LEFT JOIN LATERAL (
+        SELECT l.locktype, l.waitstart
+          FROM pg_catalog.pg_locks l
+         WHERE l.pid = w.pid AND NOT l.granted
+         LIMIT 1) wl ON true
+  LEFT JOIN distlock.advisory_locks al ON al.pid = w.pid AND NOT al.granted
+ WHERE w.wait_event_type = 'Lock'
+   -- This database's sessions only, as every view here (before 0.4.0 an
+   -- unscoped reader saw the other databases' waits too).
+   AND w.datid = (SELECT d.oid FROM pg_catalog.pg_database d
+                   WHERE d.datname = pg_catalog.current_database())
+   -- A wait for a lock the reader's scope does not show is not shown.
+   AND (al.pid IS NOT NULL OR distlock.in_monitor_scope(NULL));
+COMMENT ON VIEW distlock.lock_waits IS
+    'Who waits for whom (pg_blocking_pids), with the advisory key and task when there is one, and each side''s lock owner (distlock.owner).';
+
 CREATE FUNCTION distlock.reset_queue_counters(p_queue text DEFAULT NULL) RETURNS bigint
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'reset_queue_counters_wrapper';
@@ -586,6 +643,8 @@ SELECT g.privilege, g.object FROM (VALUES
     ('monitor',  'EXECUTE', 'FUNCTION distlock.queue_counters()'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lease_backend_connected(integer)'),
     ('monitor',  'EXECUTE', 'FUNCTION distlock.lease_backend_alive(integer)'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_owner_published(integer)'),
+    ('monitor',  'EXECUTE', 'FUNCTION distlock.lock_owner(integer)'),
     -- Recovery, retention and resets; defining tasks.
     ('admin',    'EXECUTE', 'FUNCTION distlock.check_and_recover_timeout_tasks(integer)'),
     ('admin',    'EXECUTE', 'FUNCTION distlock.force_release_lease(text)'),
@@ -640,7 +699,8 @@ BEGIN
                    'distlock.rate_limit_keys()', 'distlock.reset_rate_limits(text)',
                    'distlock.refuse_lock_key_secret_change()', 'distlock.lease_backend_connected(integer)',
                    'distlock.lease_backend_alive(integer)', 'distlock.queue_counters()',
-                   'distlock.reset_queue_counters(text)']::pg_catalog.regprocedure[]::pg_catalog.oid[])
+                   'distlock.reset_queue_counters(text)', 'distlock.lock_owner_published(integer)',
+                   'distlock.lock_owner(integer)']::pg_catalog.regprocedure[]::pg_catalog.oid[])
            AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, p.proowner]::pg_catalog.oid[])
         UNION
         SELECT 'TABLE distlock.lock_key_secret', a.grantee
@@ -679,7 +739,8 @@ REVOKE CREATE ON SCHEMA distlock FROM PUBLIC CASCADE;
 -- pg_monitor's reads, as granted where these functions are created (without
 -- the grant option a default privilege may have added).
 GRANT EXECUTE ON FUNCTION distlock.rate_limit_keys(), distlock.lease_backend_connected(integer),
-                          distlock.lease_backend_alive(integer), distlock.queue_counters() TO pg_monitor;
+                          distlock.lease_backend_alive(integer), distlock.queue_counters(),
+                          distlock.lock_owner_published(integer), distlock.lock_owner(integer) TO pg_monitor;
 
 DO $grant$
 DECLARE

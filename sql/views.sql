@@ -78,6 +78,23 @@ SELECT l.pid,
 COMMENT ON VIEW distlock.advisory_locks IS
     'Every advisory lock of this database, decoded; held_for is known for task locks only.';
 
+-- The owner backend p_pid published (distlock.lock_owner_published: NULL
+-- when it has none, or its name is outside the caller's monitor scope).
+-- STABLE, so that a count over lock_waits skips it. lock_waits calls it
+-- through this wrapper so that a session
+-- still running an older release's library, which lacks that C function,
+-- reads the view with NULL here (as lease_backend_alive below).
+CREATE FUNCTION distlock.lock_owner(p_pid integer) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN distlock.lock_owner_published(p_pid);
+EXCEPTION WHEN undefined_function THEN
+    RETURN NULL;
+END
+$$;
+
 CREATE VIEW distlock.lock_waits WITH (security_barrier) AS
 SELECT w.pid AS blocked_pid,
        w.application_name AS blocked_application,
@@ -91,7 +108,11 @@ SELECT w.pid AS blocked_pid,
        al.key1,
        al.key2,
        al.task_name,
-       pg_catalog.now() - wl.waitstart AS waiting_for
+       pg_catalog.now() - wl.waitstart AS waiting_for,
+       -- Each side's distlock.owner: connections of one owner are one node
+       -- of the owner-level graph, whose cycles pg_distlock breaks (40P01).
+       distlock.lock_owner(w.pid) AS blocked_owner,
+       distlock.lock_owner(b.pid) AS blocking_owner
   FROM pg_catalog.pg_stat_activity w
  CROSS JOIN LATERAL pg_catalog.unnest(pg_catalog.pg_blocking_pids(w.pid)) AS bp(pid)
   JOIN pg_catalog.pg_stat_activity b ON b.pid = bp.pid
@@ -102,11 +123,15 @@ SELECT w.pid AS blocked_pid,
          LIMIT 1) wl ON true
   LEFT JOIN distlock.advisory_locks al ON al.pid = w.pid AND NOT al.granted
  WHERE w.wait_event_type = 'Lock'
+   -- This database's sessions only, as every view here (before 0.4.0 an
+   -- unscoped reader saw the other databases' waits too).
+   AND w.datid = (SELECT d.oid FROM pg_catalog.pg_database d
+                   WHERE d.datname = pg_catalog.current_database())
    -- A wait for a lock the reader's scope does not show is not shown.
    AND (al.pid IS NOT NULL OR distlock.in_monitor_scope(NULL));
 
 COMMENT ON VIEW distlock.lock_waits IS
-    'Who waits for whom (pg_blocking_pids), with the advisory key and task when there is one.';
+    'Who waits for whom (pg_blocking_pids), with the advisory key and task when there is one, and each side''s lock owner (distlock.owner).';
 
 -- Whether the backend holding task p_task_id's lease-mode claim is still
 -- connected (distlock.lease_backend_connected, in the caller's monitor

@@ -26,14 +26,20 @@ pub static MAX_JOB_LEASE_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_40
 pub static DYNAMIC_SHARED_MEMORY: GucSetting<bool> = GucSetting::<bool>::new(true);
 
 pub fn register() {
-    GucRegistry::define_string_guc(
-        c"distlock.owner",
-        c"Who this connection's pg_distlock locks belong to: one thread of control of a client (the Python client sets its worker id, thread and task).",
-        c"A wait that closes a cycle through the connections of several owners (one holding a lock on one connection and waiting on another) raises 40P01 in one waiter, after deadlock_timeout. Empty: the connection is its own owner.",
-        &OWNER,
-        GucContext::Userset,
-        GucFlags::default(),
-    );
+    // SAFETY: the assign hook is guarded (pg_guard) and only stores atomics.
+    unsafe {
+        GucRegistry::define_string_guc_with_hooks(
+            c"distlock.owner",
+            c"Who this connection's pg_distlock locks belong to: one thread of control of a client (the Python client sets its worker id, thread and task).",
+            c"A wait that closes a cycle through the connections of several owners (one holding a lock on one connection and waiting on another) raises 40P01 in one waiter, after deadlock_timeout. Empty: the connection is its own owner.",
+            &OWNER,
+            GucContext::Userset,
+            GucFlags::default(),
+            None,
+            Some(owner_assigned),
+            None,
+        );
+    }
     GucRegistry::define_string_guc(
         c"distlock.snowflake_epoch",
         c"Epoch of snowflake IDs, in milliseconds since 1970-01-01 UTC.",
@@ -197,6 +203,14 @@ fn parse_epoch() -> i64 {
     }
 }
 
+/// distlock.owner's assign hook: the new owner is published at once
+/// (locks/owners.rs), not at the connection's next lock call.
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn owner_assigned(newval: *const std::ffi::c_char, _extra: *mut std::ffi::c_void) {
+    let owner = if newval.is_null() { &[][..] } else { unsafe { std::ffi::CStr::from_ptr(newval) }.to_bytes() };
+    crate::locks::owner_assigned(owner);
+}
+
 #[cfg(any(test, feature = "pg_test"))]
 #[pgrx::pg_schema]
 mod tests {
@@ -207,3 +221,4 @@ mod tests {
         Spi::run("SET distlock.snowflake_epok = '0'").expect("refused");
     }
 }
+

@@ -53,7 +53,8 @@ pgrx::extension_sql_file!(
         "locks",
         lock_keys::task_lock_class,
         scopes::in_monitor_scope,
-        backend_status::lease_backend_connected
+        backend_status::lease_backend_connected,
+        locks::owner_names::lock_owner_published
     ]
 );
 pgrx::extension_sql_file!("../sql/queue.sql", name = "queue", requires = ["schema", scopes::in_monitor_scope]);

@@ -9,6 +9,8 @@ mod lock_tests;
 mod manager;
 mod names;
 mod owner_graph;
+pub(crate) mod owner_names;
 mod owner_wait;
 mod owners;
+pub(crate) use owners::owner_assigned;
 pub(crate) mod stats;

@@ -14,21 +14,31 @@ use crate::shared::lock_owners::{self as table, OwnerEntry, ORDER, OWNER_BYTES};
 thread_local! {
     /// Holds per (key, shared), as taken through lock calls.
     static HELD: RefCell<HashMap<(i64, bool), u32>> = RefCell::new(HashMap::new());
-    /// The owner last written to the entry.
-    static PUBLISHED_OWNER: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+    /// The role and owner last written to the entry.
+    static PUBLISHED_OWNER: RefCell<Option<(u32, Vec<u8>)>> = const { RefCell::new(None) };
     static EXIT_CALLBACK: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The node of an owner's name: its keyed hash with the top bit clear (a
 /// backend without an owner is its own node, the top bit set), never 0.
+/// The session's role (current_user outside security-definer calls) is
+/// part of it: an owner is one client of one role, so that another role
+/// (another tenant) naming itself alike neither joins its node (confirming
+/// a guess of the name by a quick 40P01) nor makes that owner's waiters
+/// victims.
 fn owner_hash(name: &[u8]) -> u64 {
     if name.is_empty() {
         return 0;
     }
     let secret = crate::shared::server_secret().unwrap_or([0, 0]);
     let mut hasher = siphasher::sip::SipHasher13::new_with_keys(secret[0], secret[1]);
+    hasher.write_u32(outer_role());
     hasher.write(name);
     (hasher.finish() & !(1 << 63)).max(1)
+}
+
+fn outer_role() -> u32 {
+    unsafe { pg_sys::GetOuterUserId() }.to_u32()
 }
 
 /// The node of a connection: its owner's hash, or its pid's own node.
@@ -55,9 +65,50 @@ unsafe extern "C-unwind" fn clear_at_exit(_code: i32, _arg: pg_sys::Datum) {
             held.mode.store(0, ORDER);
         }
         entry.overflowed.store(false, ORDER);
-        entry.owner_hash.store(0, ORDER);
+        entry.write_owner(0, &[], false);
         entry.pid.store(0, ORDER);
     }
+}
+
+/// How many bytes of `owner` the entry keeps: whole characters of the
+/// database encoding, so that the views show valid text.
+fn kept_owner_bytes(owner: &[u8]) -> usize {
+    if owner.len() <= OWNER_BYTES {
+        return owner.len();
+    }
+    let mut kept = unsafe {
+        pg_sys::pg_mbcliplen(owner.as_ptr().cast(), owner.len().min(i32::MAX as usize) as i32, OWNER_BYTES as i32)
+    } as usize;
+    // SQL_ASCII keeps whatever bytes clients send, most often UTF-8, and
+    // pg_mbcliplen counts its bytes as characters: a cut inside a UTF-8
+    // character would leave text no UTF-8 client can read (22021).
+    if unsafe { pg_sys::GetDatabaseEncoding() } == pg_sys::pg_enc::PG_SQL_ASCII as i32 {
+        while kept > 0 && owner[kept] & 0xC0 == 0x80 {
+            kept -= 1;
+        }
+    }
+    kept
+}
+
+/// Writes `owner` into the entry as its owner.
+fn publish_owner(entry: &OwnerEntry, owner: &[u8]) {
+    let kept = kept_owner_bytes(owner);
+    entry.write_owner(owner_hash(owner), &owner[..kept], kept < owner.len());
+}
+
+/// distlock.owner's assign hook: a backend that has published its entry
+/// publishes a new owner at once (SET, RESET, a pooler's DISCARD ALL, a
+/// transaction's rollback of SET LOCAL), so that the views never show a
+/// pooled connection's wait as its previous client's. A backend that has
+/// published nothing has nothing to change (and must not attach shared
+/// memory from a hook: it may run at startup, or in the postmaster).
+pub fn owner_assigned(owner: &[u8]) {
+    let Some(entry) = table::attached_table().and_then(table::my_entry) else { return };
+    if entry.pid.load(ORDER) != unsafe { pg_sys::MyProcPid } {
+        return;
+    }
+    publish_owner(entry, owner);
+    PUBLISHED_OWNER.with(|published| *published.borrow_mut() = Some((outer_role(), owner.to_vec())));
 }
 
 /// This backend's entry with its pid, database and current owner written.
@@ -75,17 +126,12 @@ fn entry() -> Option<&'static OwnerEntry> {
         entry.pid.store(pid, ORDER);
         PUBLISHED_OWNER.with(|o| *o.borrow_mut() = None);
     }
-    let owner = current_owner();
+    // Again after a SET ROLE too: the role is part of the owner.
+    let current = (outer_role(), current_owner());
     PUBLISHED_OWNER.with(|published| {
-        if published.borrow().as_deref() != Some(&owner[..]) {
-            entry.owner_hash.store(0, ORDER);
-            let kept = owner.len().min(OWNER_BYTES);
-            for (slot, byte) in entry.owner.iter().zip(&owner[..kept]) {
-                slot.store(*byte, ORDER);
-            }
-            entry.owner_len.store(kept as u32, ORDER);
-            entry.owner_hash.store(owner_hash(&owner), ORDER);
-            *published.borrow_mut() = Some(owner);
+        if published.borrow().as_ref() != Some(&current) {
+            publish_owner(entry, &current.1);
+            *published.borrow_mut() = Some(current);
         }
     });
     Some(entry)

@@ -22,13 +22,14 @@ use pgrx::pg_sys;
 /// unusual client: each of the Python client's locks has a connection of
 /// its own) has its later ones unseen by the check (`overflowed`).
 pub const HELD_PER_BACKEND: usize = 16;
-/// Bytes of an owner's name kept (longer names are cut; the keyed hash
-/// tells owners apart).
-pub const OWNER_BYTES: usize = 64;
+/// Bytes of an owner's name kept for the views (longer names are cut; the
+/// keyed hash tells owners apart). The Python client's owners (worker id,
+/// host:pid:token, thread) fit with room to spare.
+pub const OWNER_BYTES: usize = 256;
 
 const SHMEM_NAME: &CStr = c"pg_distlock lock owners";
 #[cfg(not(feature = "pg15"))]
-const SEGMENT_NAME: &CStr = c"pg_distlock lock owners v1";
+const SEGMENT_NAME: &CStr = c"pg_distlock lock owners v2";
 
 pub const ORDER: Ordering = Ordering::SeqCst;
 
@@ -72,8 +73,14 @@ pub struct OwnerEntry {
     pub database: AtomicU32,
     /// Keyed hash of `distlock.owner`; 0 when unset (the backend is its own owner).
     pub owner_hash: AtomicU64,
+    /// Odd while the backend rewrites its owner (hash, bytes, length, cut):
+    /// a reader that sees it change, or odd, read a mix and reads again.
+    pub owner_version: AtomicU32,
+    /// The bytes of the name kept (whole characters, OWNER_BYTES at most),
+    /// and whether more were cut off.
     pub owner_len: AtomicU32,
     pub owner: [AtomicU8; OWNER_BYTES],
+    pub owner_cut: AtomicBool,
     /// The key it waits for, and how (0: not waiting, 1 shared, 2 exclusive).
     pub wait_key: AtomicI64,
     pub wait_mode: AtomicU8,
@@ -186,7 +193,58 @@ pub fn my_entry(table: &OwnerTable) -> Option<&OwnerEntry> {
     my_index(table).map(|index| &table.entries()[index])
 }
 
+/// An owner's name as an entry lists it.
+pub struct PublishedOwner {
+    pub hash: u64,
+    /// Its first whole characters, OWNER_BYTES bytes at most.
+    pub kept: Vec<u8>,
+    /// Whether bytes were cut off.
+    pub cut: bool,
+}
+
 impl OwnerEntry {
+    /// The owner it lists, if any: the bytes of one publication, never a
+    /// mix of two (a read that overlaps a rewrite is tried again, and gives
+    /// None if the backend keeps rewriting).
+    pub fn published_owner(&self) -> Option<PublishedOwner> {
+        for _ in 0..8 {
+            let before = self.owner_version.load(ORDER);
+            if before % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let hash = self.owner_hash.load(ORDER);
+            let len = (self.owner_len.load(ORDER) as usize).min(OWNER_BYTES);
+            let kept: Vec<u8> = self.owner[..len].iter().map(|b| b.load(ORDER)).collect();
+            let cut = self.owner_cut.load(ORDER);
+            if self.owner_version.load(ORDER) == before {
+                return (hash != 0).then_some(PublishedOwner { hash, kept, cut });
+            }
+        }
+        None
+    }
+
+    /// Publishes `kept` (the first whole characters of an owner whose hash
+    /// is `hash`, 0 for none) as the backend's owner. Only the entry's own
+    /// backend writes it.
+    pub fn write_owner(&self, hash: u64, kept: &[u8], cut: bool) {
+        let writing = self.owner_version.load(ORDER) | 1;
+        self.owner_version.store(writing, ORDER);
+        self.owner_hash.store(hash, ORDER);
+        for (slot, byte) in self.owner.iter().zip(kept) {
+            slot.store(*byte, ORDER);
+        }
+        self.owner_len.store(kept.len().min(OWNER_BYTES) as u32, ORDER);
+        self.owner_cut.store(cut, ORDER);
+        self.owner_version.store(writing.wrapping_add(1), ORDER);
+    }
+
+    /// Whether it lists a hold or a wait now: a backend whose holds all
+    /// ended (or were never taken) shows no owner.
+    pub fn lists_anything(&self) -> bool {
+        self.wait_mode.load(ORDER) != 0 || self.held.iter().any(|h| h.listed().is_some())
+    }
+
     /// Whether it holds `key` in a mode that a wait in `wait_exclusive`
     /// mode conflicts with (slots found stale count for nothing).
     pub fn blocks(&self, key: i64, wait_exclusive: bool) -> bool {

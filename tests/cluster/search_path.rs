@@ -485,6 +485,8 @@ const CALLS: &[(&str, &str)] = &[
     ("distlock.rate_limit_keys()", "SELECT * FROM distlock.rate_limit_keys()"),
     ("distlock.lease_backend_connected(integer)", "SELECT distlock.lease_backend_connected(1)"),
     ("distlock.lease_backend_alive(integer)", "SELECT distlock.lease_backend_alive(1)"),
+    ("distlock.lock_owner_published(integer)", "SELECT distlock.lock_owner_published(1)"),
+    ("distlock.lock_owner(integer)", "SELECT distlock.lock_owner(1)"),
     ("distlock.reset_rate_limits(text)", "SELECT distlock.reset_rate_limits('k'), distlock.reset_rate_limits()"),
     ("distlock.generate_snowflake_id(integer)", "SELECT distlock.generate_snowflake_id(1)"),
     ("distlock.snowflake_timestamp(bigint)", "SELECT distlock.snowflake_timestamp(distlock.generate_snowflake_id(1))"),

@@ -409,6 +409,19 @@ fn upgrade_in_place(
         assert_eq!(lines(&mut c, lease_backend), ["true"]);
         if suffix == "0_3_0" {
             assert_eq!(lines(&mut worker, lease_backend), ["null"], "the old library reads running_tasks");
+            // And lock_waits, whose owner columns call a C function the old
+            // library lacks: NULL there too, and the view still reads.
+            assert_eq!(
+                lines(&mut worker, "SELECT coalesce(distlock.lock_owner(pg_backend_pid()), 'null') || '/' || \
+                                    (SELECT count(*) FROM distlock.lock_waits)"),
+                ["null/0"],
+                "the old library reads lock_waits"
+            );
+            assert_eq!(
+                sqlstate(worker.simple_query("SELECT distlock.lock_owner_published(pg_backend_pid())")),
+                "42883",
+                "without the wrapper the old library could not"
+            );
         } else {
             // Older libraries predate scopes: the view's in_monitor_scope,
             // a C function since 0.3.0, is not in them either.

@@ -100,7 +100,11 @@ def status(status: dict[str, Any], problems: list[str], as_json: bool, out: Text
 def locks(locks: Optional[Rows], waits: Optional[Rows], as_json: bool, out: TextIO) -> None:
     if as_json:
         cycles = waitgraph.cycles(waits or [])
-        _dump({"locks": locks, "waits": waits, "deadlocks": cycles}, out)
+        # An owner-less backend in an owner cycle stands for itself: a number
+        # (its pid) among the owners' names.
+        owner_cycles = [{"owners": list(c.owners), "pids": list(c.pids), "waits": [list(w) for w in c.waits]}
+                        for c in waitgraph.owner_cycles(waits or [])]
+        _dump({"locks": locks, "waits": waits, "deadlocks": cycles, "owner_deadlocks": owner_cycles}, out)
         return
     tables({"advisory locks": locks}, False, out)
     out.write("\nwait-for graph\n")

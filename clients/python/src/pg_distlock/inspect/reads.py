@@ -182,11 +182,16 @@ def jobs_by_worker(conn: psycopg.Connection[Any], ids: int) -> Optional[Rows]:
 
 
 def waits(conn: psycopg.Connection[Any]) -> Optional[Rows]:
-    """Edges of the wait-for graph: blocked_pid waits for blocking_pid."""
+    """Edges of the wait-for graph: blocked_pid waits for blocking_pid. Each
+    side's owner (distlock.owner; NULL for a backend without one) is read
+    through to_jsonb, since servers before 0.4.0 have no such columns: every
+    server answers, an older one with NULL."""
     return _rows(conn, """
         SELECT w.blocked_pid, w.blocked_application, w.blocking_pid, w.blocking_application, w.locktype,
-               coalesce(w.task_name, a.key_name, w.key::text, w.key1 || ',' || w.key2) AS lock, w.waiting_for
+               coalesce(w.task_name, a.key_name, w.key::text, w.key1 || ',' || w.key2) AS lock, w.waiting_for,
+               j.cols ->> 'blocked_owner' AS blocked_owner, j.cols ->> 'blocking_owner' AS blocking_owner
           FROM distlock.lock_waits w
+         CROSS JOIN LATERAL (SELECT pg_catalog.to_jsonb(w) AS cols) j
           LEFT JOIN LATERAL (SELECT l.key_name FROM distlock.advisory_locks l
                               WHERE l.pid = w.blocked_pid AND NOT l.granted LIMIT 1) a ON true
          ORDER BY w.blocking_pid, w.waiting_for DESC""")

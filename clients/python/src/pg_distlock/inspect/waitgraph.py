@@ -1,11 +1,20 @@
 """The wait-for graph as text: who holds, who waits behind whom, and any
-cycle (a deadlock PostgreSQL has not yet broken)."""
+cycle: of backends (a deadlock PostgreSQL has not yet broken), or of owners
+across their connections (one pg_distlock breaks, which PostgreSQL's graph
+does not show)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Union
 
+from .cycles import simple_cycles
 from .reads import Rows
+from .untrusted import printable
+
+# A node of the owner-level graph: the owner (distlock.owner) a backend
+# published, or, for a backend without one, its pid (it is its own owner).
+Node = Union[str, int]
 
 
 def _edges(waits: Rows) -> dict[int, list[dict[str, Any]]]:
@@ -18,27 +27,70 @@ def _edges(waits: Rows) -> dict[int, list[dict[str, Any]]]:
 
 def cycles(waits: Rows) -> list[list[int]]:
     """Each cycle of waits once, starting at its lowest pid."""
-    waits_for: dict[int, set[int]] = {}
+    return simple_cycles(((w["blocked_pid"], w["blocking_pid"]) for w in waits), key=lambda pid: pid)
+
+
+def owners(waits: Rows) -> dict[int, str]:
+    """Each backend's owner, where it published one. Servers before 0.4.0
+    have no owner columns: every backend is then its own owner."""
+    found: dict[int, str] = {}
     for wait in waits:
-        waits_for.setdefault(wait["blocked_pid"], set()).add(wait["blocking_pid"])
-    found: set[tuple[int, ...]] = set()
-
-    def walk(pid: int, path: list[int]) -> None:
-        for nxt in sorted(waits_for.get(pid, ())):
-            if nxt in path:
-                cycle = path[path.index(nxt):]
-                start = cycle.index(min(cycle))
-                found.add(tuple(cycle[start:] + cycle[:start]))
-            else:
-                walk(nxt, path + [nxt])
-
-    for pid in sorted(waits_for):
-        walk(pid, [pid])
-    return [list(cycle) for cycle in sorted(found)]
+        for side in ("blocked", "blocking"):
+            owner = wait.get(f"{side}_owner")
+            if owner is not None:
+                found.setdefault(wait[f"{side}_pid"], str(owner))
+    return found
 
 
-def _name(pid: int, application: Any) -> str:
-    return f"pid {pid} ({application})" if application else f"pid {pid}"
+@dataclass(frozen=True)
+class OwnerCycle:
+    owners: tuple[Node, ...]  # in the order they wait, from the least (names before pids)
+    pids: tuple[int, ...]  # every backend on it, waiting or holding
+    waits: tuple[tuple[int, int], ...]  # (blocked_pid, blocking_pid) of each wait on it
+
+
+def _node_key(node: Node) -> tuple[bool, Node]:
+    return isinstance(node, int), node
+
+
+def owner_cycles(waits: Rows) -> list[OwnerCycle]:
+    """Each cycle of owners once: owner A's connection waits for one of B's
+    while one of B's waits for one of A's (or A waits, on one connection,
+    for a lock it holds on another). A cycle with one backend per owner is
+    a cycle of backends, PostgreSQL's own deadlock (cycles() has it, and
+    pg_distlock leaves it to PostgreSQL too), so it is not repeated here."""
+    owner = owners(waits)
+
+    def node(pid: int) -> Node:
+        return owner.get(pid, pid)
+
+    between: dict[tuple[Node, Node], set[tuple[int, int]]] = {}
+    for wait in waits:
+        blocked, blocking = int(wait["blocked_pid"]), int(wait["blocking_pid"])
+        between.setdefault((node(blocked), node(blocking)), set()).add((blocked, blocking))
+    found = []
+    for cycle in simple_cycles(between, key=_node_key):
+        hops = zip(cycle, cycle[1:] + cycle[:1])
+        on = sorted(pair for hop in hops for pair in between[hop])
+        pids = sorted({pid for pair in on for pid in pair})
+        if len(pids) > len(cycle):
+            found.append(OwnerCycle(tuple(cycle), tuple(pids), tuple(on)))
+    return found
+
+
+def _node_name(node: Node) -> str:
+    return f"pid {node}" if isinstance(node, int) else f"owner {printable(node)}"
+
+
+def _owner_deadlock(cycle: OwnerCycle) -> str:
+    path = " -> ".join(_node_name(node) for node in cycle.owners + cycle.owners[:1])
+    return (f"DEADLOCK across connections: {path} (pids {', '.join(map(str, cycle.pids))});"
+            " pg_distlock breaks it after deadlock_timeout")
+
+
+def _name(pid: int, application: Any, owner: Optional[str]) -> str:
+    name = f"pid {pid} ({printable(str(application))})" if application else f"pid {pid}"
+    return f"{name} owner {printable(owner)}" if owner is not None else name
 
 
 def draw(waits: Rows) -> Iterator[str]:
@@ -48,6 +100,7 @@ def draw(waits: Rows) -> Iterator[str]:
     behind = _edges(waits)
     blocked = {w["blocked_pid"] for w in waits}
     roots = sorted({w["blocking_pid"] for w in waits} - blocked)
+    owner = owners(waits)
 
     def subtree(pid: int, indent: str, seen: frozenset[int]) -> Iterator[str]:
         children = behind.get(pid, [])
@@ -55,15 +108,18 @@ def draw(waits: Rows) -> Iterator[str]:
             last = i == len(children) - 1
             waiting = wait["waiting_for"]
             since = f" for {str(waiting).split('.')[0]}" if waiting is not None else ""
-            what = f"{wait['locktype'] or 'lock'} {wait['lock']}" if wait["lock"] else (wait["locktype"] or "a lock")
-            yield (f"{indent}{'└─' if last else '├─'} {_name(wait['blocked_pid'], wait['blocked_application'])}"
-                   f" waits{since} on {what}")
+            what = (f"{wait['locktype'] or 'lock'} {printable(str(wait['lock']))}" if wait["lock"]
+                    else (wait["locktype"] or "a lock"))
+            waiter = _name(wait["blocked_pid"], wait["blocked_application"], owner.get(wait["blocked_pid"]))
+            yield f"{indent}{'└─' if last else '├─'} {waiter} waits{since} on {what}"
             if wait["blocked_pid"] not in seen:
                 yield from subtree(wait["blocked_pid"], indent + ("   " if last else "│  "), seen | {wait["blocked_pid"]})
 
     application = {w["blocking_pid"]: w["blocking_application"] for w in waits}
     for root in roots:
-        yield f"{_name(root, application.get(root))} holds"
+        yield f"{_name(root, application.get(root), owner.get(root))} holds"
         yield from subtree(root, "", frozenset({root}))
     for cycle in cycles(waits):
         yield "DEADLOCK " + " -> ".join(f"pid {pid}" for pid in cycle + cycle[:1])
+    for owner_cycle in owner_cycles(waits):
+        yield _owner_deadlock(owner_cycle)
