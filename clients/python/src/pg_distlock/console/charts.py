@@ -9,6 +9,7 @@ from typing import Any
 from ..inspect.reads import Rows
 
 STATES = ("pending", "processing", "failed", "dead")
+MIN_BAR_PX = 4.0
 
 
 @dataclass
@@ -50,7 +51,9 @@ def throughput(rows: Rows, width: int = 720, height: int = 160) -> Chart:
         for kind in ("completed", "died"):
             count = int(row[kind])
             if count:
-                h = count * scale
+                # A minute with one death among a thousand completions still
+                # shows its death: at least MIN_BAR_PX tall (it was 1.5 px).
+                h = max(count * scale, MIN_BAR_PX)
                 y -= h
                 chart.rects.append(Rect(x + 1, y, max(slot - 2, 1), h, kind,
                                         f"{ago} min ago: {count} {kind} ({_per_second(count)})"))
