@@ -24,6 +24,10 @@ from ..errors import LeaseLost, Unavailable
 S = TypeVar("S")
 
 
+# The server's limit on an owner (MAX_NAME_BYTES in src/text.rs).
+OWNER_MAX_BYTES = 1000
+
+
 def holder_token() -> str:
     """`<host>:<pid>:<random>`, drawn anew by each call."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -34,8 +38,13 @@ def default_owner(worker_id: str | None = None) -> str:
     host:pid) comes first so that a monitor can tell whose hold it is (the
     console groups holds by what precedes the last '/'). Unique per holder
     object: two holders in one process must not share an owner string, or
-    each would renew and release the other's hold."""
-    return f"{worker_id or default_worker_id()}/{holder_token()}"
+    each would renew and release the other's hold. The server takes owners
+    of at most OWNER_MAX_BYTES: a longer worker id is cut (at a whole
+    character) so that the token, which makes the owner unique, stays."""
+    token = holder_token()
+    room = OWNER_MAX_BYTES - len(token.encode()) - 1
+    worker = (worker_id or default_worker_id()).encode()[:max(room, 0)].decode("utf-8", "ignore")
+    return f"{worker}/{token}"
 
 
 class HoldOptions(TypedDict, total=False):

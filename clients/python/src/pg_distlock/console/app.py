@@ -72,6 +72,7 @@ class Console:
                                      autoescape=select_autoescape(default=True, default_for_string=True),
                                      trim_blocks=True, lstrip_blocks=True)
         self.templates.filters.update(formatting.FILTERS)
+        self.main_parts = {t for t in self.templates.list_templates() if t.endswith("_main.html")}
 
     def read(self, page: Callable[[psycopg.Connection[Any]], dict[str, Any]]) -> dict[str, Any]:
         with self.pool.connection(timeout=CONNECT_SECONDS) as conn:
@@ -89,7 +90,8 @@ class Console:
             data = await run_in_threadpool(self.read, read)
         except (psycopg.Error, reads.NotInstalled) as error:
             return self.html("error.html", 503, page=name, error=str(error).strip())
-        part = request.query_params.get("part") == "main"
+        # Only the pages that refresh themselves have a main part to ask for.
+        part = request.query_params.get("part") == "main" and f"{name}_main.html" in self.main_parts
         return self.html(f"{name}_main.html" if part else f"{name}.html", data.pop("http_status", 200), page=name,
                          message=banner(request.query_params), **data)
 
@@ -97,7 +99,10 @@ class Console:
 def _local_path(value: Optional[str]) -> str:
     """Where to go back to after an action: a path of this console only,
     with its query (a list's filters) but not an earlier outcome."""
-    if not (value and value.startswith("/") and not value.startswith("//") and "\\" not in value):
+    # Browsers drop tabs and line breaks from a URL before reading it, so
+    # "/\t/evil.example" would be "//evil.example": none is taken.
+    if not (value and value.startswith("/") and not value.startswith("//") and "\\" not in value
+            and value.isprintable()):
         return "/"
     path, _, query = value.partition("?")
     kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in ("done", "n", "part")]
@@ -118,6 +123,16 @@ def _form_task_id(value: Optional[str]) -> Optional[int]:
     if value is not None and task_id is None:
         raise ValueError(f"a task id is a whole number below 2**31, got {value!r}")
     return task_id
+
+
+def _minutes(value: Optional[str]) -> int:
+    """The sweep's timeout from a form (30 when empty); ValueError unless
+    whole minutes from 1 to a year, in ASCII digits."""
+    if not value:
+        return 30
+    if not (value.isascii() and value.isdigit() and len(value) <= 6 and 1 <= int(value) <= 525_600):
+        raise ValueError(f"the sweep's timeout is whole minutes from 1 to 525600, got {value[:40]!r}")
+    return int(value)
 
 
 def _ids(value: Optional[str]) -> list[int]:
@@ -205,6 +220,13 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
             return console.html("error.html", 400, page="jobs", error=str(error))
         return await console.page(request, "jobs", lambda conn: pages.jobs(conn, query))
 
+    async def tasks(request: Request) -> Response:
+        raw_after = request.query_params.get("after")
+        after = None if raw_after is None else _task_id(raw_after)
+        if raw_after is not None and after is None:
+            return console.html("error.html", 400, page="tasks", error="after= takes a task id.")
+        return await console.page(request, "tasks", lambda conn: pages.tasks(conn, after))
+
     async def task(request: Request) -> Response:
         task_id = _task_id(str(request.path_params["task_id"]))
         if task_id is None:
@@ -241,7 +263,7 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
                 raise ValueError("No job is ticked: tick the jobs to act on.")
             planned = actions.plan(conn, command, queue=form.get("queue") or None, ids=ids,
                                    name=form.get("name") or None, task_id=_form_task_id(form.get("task_id")),
-                                   timeout_minutes=int(form.get("timeout_minutes") or 30))
+                                   timeout_minutes=_minutes(form.get("timeout_minutes")))
             if form.get("confirmed") != "yes":
                 return {"question": planned.question}
             return {"done": actions.perform(conn, planned)}
@@ -274,7 +296,7 @@ def create_app(dsn: str = "", pool_size: int = 4, allowed_hosts: Optional[list[s
     hosts = [*LOOPBACK_HOSTS, *(allowed_hosts or [])]
     static = StaticFiles(packages=[("pg_distlock.console", "static")])
     routes = [
-        *(Route(path, jobs if name == "jobs" else page(name)) for name, (path, _) in PAGES.items()),
+        *(Route(path, {"jobs": jobs, "tasks": tasks}.get(name) or page(name)) for name, (path, _) in PAGES.items()),
         Route("/jobs/{job_id}", job),
         Route("/tasks/{task_id}", task),
         Route("/actions/{command}", action, methods=["POST"]),

@@ -12,6 +12,7 @@ from ..inspect import actions, jobs as job_list, reads, workers as by_worker
 from . import charts, graph
 
 DEAD_JOBS_SHOWN = 20
+TASKS_LISTED = 200
 TASKS_SHOWN = 20
 CLAIMS_SHOWN = 100
 LOCK_STATS_SHOWN = 50
@@ -67,8 +68,13 @@ def coordination(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     }
 
 
-def tasks(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    return {"admin": actions.may_act(conn), "tasks": reads.task_list(conn)}
+def tasks(conn: psycopg.Connection[Any], after: Optional[int] = None) -> dict[str, Any]:
+    """A page of tasks by name: a database with thousands of tasks must not
+    send them all at every refresh."""
+    rows = reads.task_list(conn, after, TASKS_LISTED + 1)
+    return {"admin": actions.may_act(conn), "tasks": None if rows is None else rows[:TASKS_LISTED],
+            "next_after": rows[TASKS_LISTED - 1]["task_id"] if rows is not None and len(rows) > TASKS_LISTED else None,
+            "paged": after is not None}
 
 
 def task(conn: psycopg.Connection[Any], task_id: int, before: int) -> dict[str, Any]:
@@ -83,14 +89,20 @@ def task(conn: psycopg.Connection[Any], task_id: int, before: int) -> dict[str, 
         data["http_status"] = 403 if rows is None else 404
         return data
     cron = rows[0]["schedule_cron"]
-    runs = reads.task_runs(conn, task_id, before, TASK_RUNS_SHOWN + 1) if admin else None
+    found = reads.task_runs(conn, task_id, before, TASK_RUNS_SHOWN + 1) if admin else None
+    runs, below_window = found if found is not None else (None, None)
     settings = reads.task_settings(conn, task_id) if admin else None
     data.update({
         "settings": settings[0] if settings else None,
         "claims": reads.task_claims(conn, task_id),
         "next_runs": reads.next_runs(conn, cron, NEXT_RUNS_SHOWN) if cron else [],
         "runs": None if runs is None else runs[:TASK_RUNS_SHOWN],
-        "older": runs[TASK_RUNS_SHOWN - 1]["id"] if runs is not None and len(runs) > TASK_RUNS_SHOWN else None,
+        # Past a full page, older runs go on below its last; short of one,
+        # below the log ids the page looked through (reads.TASK_LOG_WINDOW).
+        "older": (runs[TASK_RUNS_SHOWN - 1]["id"] if runs is not None and len(runs) > TASK_RUNS_SHOWN
+                  else below_window),
+        "window": reads.TASK_LOG_WINDOW,
+        "window_ended": runs is not None and len(runs) <= TASK_RUNS_SHOWN and below_window is not None,
         "paged": before != reads.NEWEST,
     })
     return data

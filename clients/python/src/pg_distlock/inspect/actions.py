@@ -60,6 +60,8 @@ def plan(conn: psycopg.Connection[Any], command: str, *, queue: Optional[str] = 
     if command == "run-now":
         if task_id is None:
             raise ValueError("run-now needs a task id")
+        if reads.task_definition(conn, task_id) == []:
+            raise ValueError(f"no task {task_id} in this database")
         return Action(command, f"Run task {task_id} now? Its schedule stays as it is.",
                       RUN_NOW_SQL, (task_id,))
     if command in ("enable-task", "disable-task"):

@@ -269,8 +269,9 @@ def task_definition(conn: psycopg.Connection[Any], task_id: int) -> Optional[Row
           FROM distlock.task_schedule s WHERE s.task_id = %s::integer""", (task_id,))
 
 
-def task_list(conn: psycopg.Connection[Any]) -> Optional[Rows]:
-    """Every task, its newest running claim beside it, flagged overdue."""
+def task_list(conn: psycopg.Connection[Any], after: Optional[int], limit: int) -> Optional[Rows]:
+    """Tasks by name after task `after` (its name, then id: a keyset), `limit`
+    of them, each with its newest running claim beside it, flagged overdue."""
     return _rows(conn, """
         SELECT s.task_id, s.task_name, s.task_type, s.schedule_cron, s.is_enabled AS enabled, s.next_run_at,
                s.last_run_at, s.last_status, s.consecutive_failures, """ + OVERDUE + """ AS overdue,
@@ -279,7 +280,10 @@ def task_list(conn: psycopg.Connection[Any]) -> Optional[Rows]:
           FROM distlock.task_schedule s
           LEFT JOIN (SELECT DISTINCT ON (c.task_id) c.* FROM distlock.running_tasks c
                       ORDER BY c.task_id, c.started_at DESC) r ON r.task_id = s.task_id
-         ORDER BY s.task_name""")
+         WHERE %(after)s::integer IS NULL
+            OR (s.task_name, s.task_id) > (SELECT a.task_name, a.task_id FROM distlock.task_schedule a
+                                            WHERE a.task_id = %(after)s::integer)
+         ORDER BY s.task_name, s.task_id LIMIT %(limit)s""", {"after": after, "limit": limit})
 
 
 def task_claims(conn: psycopg.Connection[Any], task_id: int) -> Optional[Rows]:
@@ -312,17 +316,37 @@ def next_runs(conn: psycopg.Connection[Any], cron: str, count: int) -> Optional[
 NEWEST = 2**63 - 1
 
 
-def task_runs(conn: psycopg.Connection[Any], task_id: int, before: int, limit: int) -> Optional[Rows]:
-    """The task's runs with ids below `before`, newest first (admin: workers'
-    error messages are their data). The log has no index by task: this walks
-    its primary key down from `before`, so a task that rarely runs among
-    many that often do costs a long walk (prune_execution_log keeps it short)."""
-    return _rows(conn, """
+# How many log ids a task page reads at most: the log has no index by task,
+# so a task that rarely runs among many that often do would make every
+# refresh walk the whole log (a page a few million runs deep, every 5 s).
+TASK_LOG_WINDOW = 20_000
+
+TASK_RUNS_SQL = """
         SELECT id, started_at, completed_at, coalesce(completed_at, pg_catalog.now()) - started_at AS duration,
                status::text AS status, worker_id, fencing_token, attempt, error_message
           FROM distlock.task_execution_log
-         WHERE task_id = %s::integer AND id < %s::bigint
-         ORDER BY id DESC LIMIT %s""", (task_id, before, limit))
+         WHERE task_id = %(task)s::integer AND id < %(top)s::bigint AND id >= %(floor)s::bigint
+         ORDER BY id DESC LIMIT %(limit)s"""
+
+
+def task_runs(conn: psycopg.Connection[Any], task_id: int, before: int, limit: int
+              ) -> Optional[tuple[Rows, Optional[int]]]:
+    """The task's runs with ids below `before`, newest first, among the
+    TASK_LOG_WINDOW log ids below it (admin: workers' error messages are
+    their data); with where to go on when the window ran out before `limit`
+    runs were found (None: the log has nothing older)."""
+    found = _rows(conn, """
+        SELECT least(%s::bigint, coalesce(max(id) + 1, 0)) AS top, min(id) AS lowest
+          FROM distlock.task_execution_log""", (before,))
+    if not found:
+        return None
+    bounds = found[0]
+    top, lowest = int(bounds["top"]), bounds["lowest"]
+    floor = max(top - TASK_LOG_WINDOW, 0)
+    rows = _rows(conn, TASK_RUNS_SQL, {"task": task_id, "top": top, "floor": floor, "limit": limit})
+    if rows is None:
+        return None
+    return rows, (floor if lowest is not None and floor > int(lowest) else None)
 
 
 def running_claims(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:

@@ -102,7 +102,13 @@ def draw(waits: Rows) -> Iterator[str]:
     roots = sorted({w["blocking_pid"] for w in waits} - blocked)
     owner = owners(waits)
 
-    def subtree(pid: int, indent: str, seen: frozenset[int]) -> Iterator[str]:
+    # Each session's waiters are listed once, under the first place it shows:
+    # pg_blocking_pids makes each of N sessions queued on one lock wait for
+    # every one ahead, and listing every path drew 2^N lines.
+    expanded: set[int] = set()
+
+    def subtree(pid: int, indent: str) -> Iterator[str]:
+        expanded.add(pid)
         children = behind.get(pid, [])
         for i, wait in enumerate(children):
             last = i == len(children) - 1
@@ -111,14 +117,15 @@ def draw(waits: Rows) -> Iterator[str]:
             what = (f"{wait['locktype'] or 'lock'} {printable(str(wait['lock']))}" if wait["lock"]
                     else (wait["locktype"] or "a lock"))
             waiter = _name(wait["blocked_pid"], wait["blocked_application"], owner.get(wait["blocked_pid"]))
-            yield f"{indent}{'└─' if last else '├─'} {waiter} waits{since} on {what}"
-            if wait["blocked_pid"] not in seen:
-                yield from subtree(wait["blocked_pid"], indent + ("   " if last else "│  "), seen | {wait["blocked_pid"]})
+            shown_before = wait["blocked_pid"] in expanded and behind.get(wait["blocked_pid"])
+            yield f"{indent}{'└─' if last else '├─'} {waiter} waits{since} on {what}{' (see above)' if shown_before else ''}"
+            if wait["blocked_pid"] not in expanded:
+                yield from subtree(wait["blocked_pid"], indent + ("   " if last else "│  "))
 
     application = {w["blocking_pid"]: w["blocking_application"] for w in waits}
     for root in roots:
         yield f"{_name(root, application.get(root), owner.get(root))} holds"
-        yield from subtree(root, "", frozenset({root}))
+        yield from subtree(root, "")
     for cycle in cycles(waits):
         yield "DEADLOCK " + " -> ".join(f"pid {pid}" for pid in cycle + cycle[:1])
     for owner_cycle in owner_cycles(waits):
