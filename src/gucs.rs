@@ -221,4 +221,3 @@ mod tests {
         Spi::run("SET distlock.snowflake_epok = '0'").expect("refused");
     }
 }
-

@@ -89,6 +89,12 @@ fn is_utf8_database() -> bool {
     unsafe { pg_sys::GetDatabaseEncoding() == pg_sys::pg_enc::PG_UTF8 as i32 }
 }
 
+/// SQL_ASCII stores whatever bytes clients send (most often UTF-8) and
+/// checks none: what goes back to a UTF-8 client must be checked here.
+pub fn is_sql_ascii_database() -> bool {
+    unsafe { pg_sys::GetDatabaseEncoding() == pg_sys::pg_enc::PG_SQL_ASCII as i32 }
+}
+
 /// A name argument: not NULL (22004), not blank and at most
 /// [`MAX_NAME_BYTES`] (22023), checked before anything is written.
 pub fn name(value: Option<Text>, argument: &str) -> Text {

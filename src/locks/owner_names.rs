@@ -69,7 +69,7 @@ fn published_by(pid: i32) -> Option<PublishedOwner> {
 /// The name as shown: as kept when whole and valid; otherwise what is valid
 /// of it, marked with a tag of the whole name.
 fn shown(owner: &PublishedOwner) -> Vec<u8> {
-    let valid = if unsafe { pg_sys::GetDatabaseEncoding() } == pg_sys::pg_enc::PG_SQL_ASCII as i32 {
+    let valid = if crate::text::is_sql_ascii_database() {
         // SQL_ASCII takes any bytes, but a UTF-8 client refuses what is not
         // UTF-8 (22021) for the whole result: that much is asked here.
         std::str::from_utf8(&owner.kept).is_ok()

@@ -82,7 +82,7 @@ fn kept_owner_bytes(owner: &[u8]) -> usize {
     // SQL_ASCII keeps whatever bytes clients send, most often UTF-8, and
     // pg_mbcliplen counts its bytes as characters: a cut inside a UTF-8
     // character would leave text no UTF-8 client can read (22021).
-    if unsafe { pg_sys::GetDatabaseEncoding() } == pg_sys::pg_enc::PG_SQL_ASCII as i32 {
+    if crate::text::is_sql_ascii_database() {
         while kept > 0 && owner[kept] & 0xC0 == 0x80 {
             kept -= 1;
         }
