@@ -14,31 +14,35 @@ use crate::shared::lock_owners::{self as table, OwnerEntry, ORDER, OWNER_BYTES};
 thread_local! {
     /// Holds per (key, shared), as taken through lock calls.
     static HELD: RefCell<HashMap<(i64, bool), u32>> = RefCell::new(HashMap::new());
-    /// The role and owner last written to the entry.
+    /// The login role and owner last written to the entry.
     static PUBLISHED_OWNER: RefCell<Option<(u32, Vec<u8>)>> = const { RefCell::new(None) };
     static EXIT_CALLBACK: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The node of an owner's name: its keyed hash with the top bit clear (a
 /// backend without an owner is its own node, the top bit set), never 0.
-/// The session's role (current_user outside security-definer calls) is
-/// part of it: an owner is one client of one role, so that another role
-/// (another tenant) naming itself alike neither joins its node (confirming
-/// a guess of the name by a quick 40P01) nor makes that owner's waiters
-/// victims.
+/// The session's login role is part of it: an owner is one client of one
+/// login, so that another login (another tenant) naming itself alike
+/// neither joins its node (confirming a guess of the name by a quick
+/// 40P01) nor makes that owner's waiters victims. Not current_user: a
+/// rollback restores GUCs in name order, distlock.owner before role, so
+/// the assign hook would hash the restored owner with the rolled-back
+/// role; and a session that can SET ROLE to two tenants can act as both.
 fn owner_hash(name: &[u8]) -> u64 {
     if name.is_empty() {
         return 0;
     }
     let secret = crate::shared::server_secret().unwrap_or([0, 0]);
     let mut hasher = siphasher::sip::SipHasher13::new_with_keys(secret[0], secret[1]);
-    hasher.write_u32(outer_role());
+    hasher.write_u32(login_role());
     hasher.write(name);
     (hasher.finish() & !(1 << 63)).max(1)
 }
 
-fn outer_role() -> u32 {
-    unsafe { pg_sys::GetOuterUserId() }.to_u32()
+/// session_user: the login role, changed only by a superuser's SET
+/// SESSION AUTHORIZATION (taken up at the next lock call).
+fn login_role() -> u32 {
+    unsafe { pg_sys::GetSessionUserId() }.to_u32()
 }
 
 /// The node of a connection: its owner's hash, or its pid's own node.
@@ -108,7 +112,7 @@ pub fn owner_assigned(owner: &[u8]) {
         return;
     }
     publish_owner(entry, owner);
-    PUBLISHED_OWNER.with(|published| *published.borrow_mut() = Some((outer_role(), owner.to_vec())));
+    PUBLISHED_OWNER.with(|published| *published.borrow_mut() = Some((login_role(), owner.to_vec())));
 }
 
 /// This backend's entry with its pid, database and current owner written.
@@ -126,8 +130,8 @@ fn entry() -> Option<&'static OwnerEntry> {
         entry.pid.store(pid, ORDER);
         PUBLISHED_OWNER.with(|o| *o.borrow_mut() = None);
     }
-    // Again after a SET ROLE too: the role is part of the owner.
-    let current = (outer_role(), current_owner());
+    // Again after SET SESSION AUTHORIZATION too: the login is part of the owner.
+    let current = (login_role(), current_owner());
     PUBLISHED_OWNER.with(|published| {
         if published.borrow().as_ref() != Some(&current) {
             publish_owner(entry, &current.1);

@@ -53,11 +53,11 @@ fn review_owner_marks2_a_short_non_utf8_owner_in_a_sql_ascii_database_leaves_loc
 /// a's owner holds, comes to: "40P01", or "f" (p_timeout ran out). b sets
 /// nothing but its owner (deadlock_timeout is the server's, 1 s).
 fn wait_named(db: &str, role: &str, guess: &str) -> String {
-    let mut b = connect(db);
-    b.batch_execute(&format!(
-        "SET ROLE {role}; SET distlock.owner = '{guess}'"
-    ))
-    .expect("b's session");
+    // b logs in as its role: the owner's node is keyed by the login role
+    // (a session that can SET ROLE to both tenants can act as either).
+    let url = format!("host=127.0.0.1 port={} user={role} dbname={db}", primary_port());
+    let mut b = Client::connect(&url, NoTls).expect("b logs in");
+    b.batch_execute(&format!("SET distlock.owner = '{guess}'")).expect("b's session");
     let outcome = match b.query_one("SELECT distlock.lock('a.ledger', p_timeout => '4s')::text", &[]) {
         Ok(row) => row.get::<_, String>(0),
         Err(e) => e.code().map(|s| s.code().to_string()).unwrap_or_else(|| e.to_string()),
@@ -71,6 +71,7 @@ fn review_owner_marks2_another_tenant_cannot_confirm_a_guess_of_an_owner_through
     let mut c = connect(&db);
     let role = "rvmarks2_guess_worker_b";
     ensure_role(&mut c, role);
+    c.batch_execute(&format!("ALTER ROLE {role} LOGIN")).expect("login");
     c.batch_execute(&format!("SELECT distlock.grant_capability('{role}', 'worker', 'b.')")).expect("grant");
     // Tenant a's owner holds its ledger on one connection.
     let secret_owner = "a.worker-7/thread-1";
