@@ -136,7 +136,8 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'UPDATE (task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
                  'max_retries, retry_delay, consecutive_failures)', 'distlock.scheduled_tasks'),
     ('admin',    'USAGE',   'SEQUENCE distlock.scheduled_tasks_id_seq'),
-    ('admin',    'SELECT',  'distlock.task_execution_log, distlock.task_queue, distlock.completed_jobs, distlock.jobs')
+    ('admin',    'SELECT',  'distlock.task_execution_log, distlock.task_queue, distlock.completed_jobs, distlock.jobs, '
+                            'distlock.job_attempts')
 ) AS g (capability, privilege, object)
 WHERE g.capability OPERATOR(pg_catalog.=) ANY (
     CASE p_capability

@@ -90,6 +90,7 @@ SELECT pg_catalog.pg_extension_config_dump('distlock.task_execution_log_id_seq',
 SELECT pg_catalog.pg_extension_config_dump('distlock.fencing_token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.task_queue', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.completed_jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('distlock.job_attempts', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.queue_settings', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.id_generator', '');
 SELECT pg_catalog.pg_extension_config_dump('distlock.lease_state', '');

@@ -298,6 +298,28 @@ CREATE TRIGGER drawn_once BEFORE UPDATE OR DELETE OR TRUNCATE ON distlock.lock_k
 -- privileges written out, nobody else's.
 REVOKE ALL ON distlock.lock_key_secret FROM PUBLIC;
 
+-- Each attempt that ended without success, with its error (issue 47, item
+-- 5): written by the statement that ended it, deleted with its job, read by
+-- admins (the capability list below). Jobs that failed before this update
+-- have only their last_error. (As queue.sql creates it.)
+CREATE TABLE distlock.job_attempts (
+    job_id     bigint NOT NULL,
+    -- The job's attempts when this one ended (its claims so far).
+    attempt    int NOT NULL,
+    worker_id  text,
+    started_at timestamptz,
+    ended_at   timestamptz NOT NULL,
+    outcome    text NOT NULL,
+    error      text,
+    PRIMARY KEY (job_id, attempt)
+);
+COMMENT ON TABLE distlock.job_attempts IS
+    'Attempts of jobs that ended without success (failed, dead, expired, requeued), with their errors; readable by admins.';
+-- As the install's REVOKE ALL ON ALL TABLES leaves it.
+REVOKE ALL ON distlock.job_attempts FROM PUBLIC;
+-- Kept by pg_dump, as the other queue tables are.
+SELECT pg_catalog.pg_extension_config_dump('distlock.job_attempts', '');
+
 -- A lease-mode claim records in the task row the backend that made it or
 -- last renewed it, and running_tasks shows whether that backend is still
 -- connected (issue 45, item 10: a worker killed with its claim showed as
@@ -670,7 +692,8 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'UPDATE (task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
                  'max_retries, retry_delay, consecutive_failures)', 'distlock.scheduled_tasks'),
     ('admin',    'USAGE',   'SEQUENCE distlock.scheduled_tasks_id_seq'),
-    ('admin',    'SELECT',  'distlock.task_execution_log, distlock.task_queue, distlock.completed_jobs, distlock.jobs')
+    ('admin',    'SELECT',  'distlock.task_execution_log, distlock.task_queue, distlock.completed_jobs, distlock.jobs, '
+                            'distlock.job_attempts')
 ) AS g (capability, privilege, object)
 WHERE g.capability OPERATOR(pg_catalog.=) ANY (
     CASE p_capability
@@ -682,9 +705,9 @@ $$;
 
 -- What this update creates is granted to nobody but its owner (and
 -- pg_monitor its reads, again below): the owner's ALTER DEFAULT PRIVILEGES
--- would grant the new functions and lock_key_secret to their grantees (an
--- application role given EXECUTE on future functions would call
--- purge_queue, and read the secret). Capabilities are granted again below.
+-- would grant the new functions, lock_key_secret and job_attempts to their
+-- grantees (an application role given EXECUTE on future functions would
+-- call purge_queue, and read the secret and the jobs' errors). Capabilities are granted again below.
 -- (The same at install: grants.sql.)
 DO $owner_only$
 DECLARE
@@ -703,9 +726,10 @@ BEGIN
                    'distlock.lock_owner(integer)']::pg_catalog.regprocedure[]::pg_catalog.oid[])
            AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, p.proowner]::pg_catalog.oid[])
         UNION
-        SELECT 'TABLE distlock.lock_key_secret', a.grantee
+        SELECT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass), a.grantee
           FROM pg_catalog.pg_class c CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
-         WHERE c.oid OPERATOR(pg_catalog.=) 'distlock.lock_key_secret'::pg_catalog.regclass
+         WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY['distlock.lock_key_secret',
+                                                      'distlock.job_attempts']::pg_catalog.regclass[]::pg_catalog.oid[])
            AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, c.relowner]::pg_catalog.oid[])
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', o.object, o.grantee::pg_catalog.regrole);
@@ -798,6 +822,8 @@ CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON di
 CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.task_queue
     FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
 CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.completed_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
+CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.job_attempts
     FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');
 CREATE TRIGGER library_guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON distlock.queue_settings
     FOR EACH STATEMENT EXECUTE FUNCTION distlock.library_guard('0.4.0');

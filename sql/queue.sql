@@ -108,6 +108,31 @@ COMMENT ON TABLE distlock.completed_jobs IS
 -- a BRIN index summarises in a few pages.
 CREATE INDEX completed_jobs_completed_at_idx ON distlock.completed_jobs USING brin (completed_at);
 
+-- Each attempt that ended without success (issue 47, item 5): written by the
+-- statement that ended it (fail_task, fail_tasks and the fail arrays of
+-- settle_and_consume_tasks; the sweep and a limited queue's claim taking back
+-- an expired lease; requeue_jobs), in that statement, so that an attempt and
+-- its record commit together. Insert-only, and nothing for an attempt that
+-- succeeded: a queue that does not fail writes nothing here. Deleted with its
+-- job (prune_jobs, delete_dead_jobs, purge_queue). outcome is what became of
+-- the job: failed (retried later), dead (no attempt left), expired (its lease
+-- ran out and it was put back) or requeued (an admin took it back). No CHECK
+-- constraints, as on task_queue: only the queue functions write it.
+CREATE TABLE distlock.job_attempts (
+    job_id     bigint NOT NULL,
+    -- The job's attempts when this one ended (its claims so far).
+    attempt    int NOT NULL,
+    worker_id  text,
+    started_at timestamptz,
+    ended_at   timestamptz NOT NULL,
+    outcome    text NOT NULL,
+    error      text,
+    PRIMARY KEY (job_id, attempt)
+);
+
+COMMENT ON TABLE distlock.job_attempts IS
+    'Attempts of jobs that ended without success (failed, dead, expired, requeued), with their errors; readable by admins.';
+
 -- TRUNCATE distlock.task_queue RESTART IDENTITY starts job ids over, at ids
 -- that completed_jobs still holds (each completion of such a job failed with
 -- 23505 and the job ran again until it was dead) and at ids of jobs that

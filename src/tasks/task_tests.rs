@@ -666,7 +666,8 @@ mod tests {
                  FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'pg_distlock'"
             ),
             Some(
-                "distlock.completed_jobs,distlock.fencing_token_seq,distlock.id_generator,distlock.leader_state,\
+                "distlock.completed_jobs,distlock.fencing_token_seq,distlock.id_generator,distlock.job_attempts,\
+                 distlock.leader_state,\
                  distlock.lease_state,distlock.lease_token_seq,distlock.lock_names,distlock.queue_settings,\
                  distlock.role_capabilities,distlock.scheduled_tasks,distlock.scheduled_tasks_id_seq,\
                  distlock.semaphore_holders,distlock.semaphore_state,\
