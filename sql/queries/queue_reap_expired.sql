@@ -5,7 +5,8 @@
 -- (settling, extending) are skipped. $2 is the time (a parameter, so that
 -- it is an index condition). The sweep runs it for every queue, and a claim
 -- of a queue with a concurrency limit for that queue, whose room the
--- expired jobs still take.
+-- expired jobs still take. Each attempt that ran out is recorded in
+-- distlock.job_attempts (expired, or dead), once.
 -- A processing job with no lease (a row set by hand) counts as expired.
 WITH expired AS (
     SELECT id
@@ -16,18 +17,27 @@ WITH expired AS (
      ORDER BY lease_expires_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
+), reaped AS (
+    UPDATE distlock.task_queue q
+       SET status = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN 'dead' ELSE 'pending' END,
+           completed_at = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN $2 END,
+           lease_expires_at = NULL,
+           -- Not the claim's takeover message ('lease expired (worker ...'),
+           -- which marks a job with no place in the runnable index: a job put
+           -- back here keeps its place (claim.rs).
+           last_error = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
+                             THEN 'lease expired, no attempt left (worker '
+                             ELSE 'lease expired, put back (worker ' END
+                        OPERATOR(pg_catalog.||) COALESCE(q.worker_id, '?') OPERATOR(pg_catalog.||) ')'
+      FROM expired
+     WHERE q.id OPERATOR(pg_catalog.=) expired.id
+    RETURNING q.status OPERATOR(pg_catalog.=) 'pending' AS put_back, q.queue, q.id, q.attempts, q.worker_id,
+              q.started_at, q.last_error
+), recorded AS (
+    INSERT INTO distlock.job_attempts (job_id, attempt, worker_id, started_at, ended_at, outcome, error)
+    SELECT r.id, r.attempts, r.worker_id, r.started_at, $2,
+           CASE WHEN r.put_back THEN 'expired' ELSE 'dead' END, r.last_error
+      FROM reaped r
+        ON CONFLICT (job_id, attempt) DO NOTHING
 )
-UPDATE distlock.task_queue q
-   SET status = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN 'dead' ELSE 'pending' END,
-       completed_at = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts THEN $2 END,
-       lease_expires_at = NULL,
-       -- Not the claim's takeover message ('lease expired (worker ...'),
-       -- which marks a job with no place in the runnable index: a job put
-       -- back here keeps its place (claim.rs).
-       last_error = CASE WHEN q.attempts OPERATOR(pg_catalog.>=) q.max_attempts
-                         THEN 'lease expired, no attempt left (worker '
-                         ELSE 'lease expired, put back (worker ' END
-                    OPERATOR(pg_catalog.||) COALESCE(q.worker_id, '?') OPERATOR(pg_catalog.||) ')'
-  FROM expired
- WHERE q.id OPERATOR(pg_catalog.=) expired.id
-RETURNING q.status OPERATOR(pg_catalog.=) 'pending', q.queue
+SELECT r.put_back, r.queue FROM reaped r

@@ -66,6 +66,17 @@ fn for_completions(archived: &'static str, in_place: &'static str) -> &'static s
     }
 }
 
+/// Picks the statement for this database's tables: `recorded` when ended
+/// attempts are recorded in distlock.job_attempts (0.4.0), `unrecorded`
+/// for older tables, which this library serves until ALTER EXTENSION UPDATE.
+fn for_attempts(recorded: &'static str, unrecorded: &'static str) -> &'static str {
+    if crate::version::table_oid(c"job_attempts") != pgrx::pg_sys::InvalidOid {
+        recorded
+    } else {
+        unrecorded
+    }
+}
+
 /// `p_lease` of a job claim or extension: positive and at most
 /// `distlock.max_job_lease` (a day unless a superuser sets it), so that a
 /// consumer that dies, or a tenant that means harm, cannot keep a job, or a

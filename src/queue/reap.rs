@@ -19,7 +19,10 @@ use crate::text::Text;
 pub fn reap_expired_leases_of(client: &SpiClient<'_>, limit: i64, queue: Option<&Text>) -> usize {
     let stmt = plan(
         client,
-        include_str!("../../sql/queries/queue_reap_expired.sql"),
+        super::for_attempts(
+            include_str!("../../sql/queries/queue_reap_expired.sql"),
+            include_str!("../../sql/queries/queue_reap_expired_0_3_0.sql"),
+        ),
         &[types::INT8, types::TIMESTAMPTZ, types::TEXT],
     );
     let (reaped, runnable) = client

@@ -180,7 +180,10 @@ fn fail(p_task_id: Option<i64>, p_error: Option<Text>, p_worker_id: Option<Text>
     let job_id = required(p_task_id, "p_task_id");
     // The queue came with the update that made queue_fail.sql return it.
     let statement = match crate::version::has_column(c"task_queue", c"queue") {
-        true => include_str!("../../sql/queries/queue_fail.sql"),
+        true => super::for_attempts(
+            include_str!("../../sql/queries/queue_fail.sql"),
+            include_str!("../../sql/queries/queue_fail_0_3_0.sql"),
+        ),
         false => include_str!("../../sql/queries/queue_fail_0_2_0.sql"),
     };
     let failed = settle(statement, job_id, p_worker_id, attempt, p_error.into(), types::TEXT);
@@ -323,7 +326,10 @@ pub(crate) fn fail_many(
 ) -> Vec<i64> {
     let stmt = plan(
         client,
-        include_str!("../../sql/queries/queue_fail_many.sql"),
+        super::for_attempts(
+            include_str!("../../sql/queries/queue_fail_many.sql"),
+            include_str!("../../sql/queries/queue_fail_many_0_3_0.sql"),
+        ),
         &[types::INT8_ARRAY, types::TEXT, types::INT4_ARRAY, types::TEXT_ARRAY],
     );
     let ids = ids_in_scope(client, ids);

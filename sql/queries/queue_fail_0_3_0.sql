@@ -1,0 +1,27 @@
+-- params: bigint, text, text, integer
+-- queue_fail.sql for SQL older than 0.4.0, which has no distlock.job_attempts:
+-- it records no attempt.
+-- A failed attempt: retried after 10 s * 2^(attempts - 1), capped at 1 hour,
+-- jittered to 50-100 %; dead once max_attempts attempts have been made.
+-- The status is tested with texteq rather than =: a condition the lease
+-- index's predicate (status = 'processing') matches would let the planner
+-- read the job by scanning that index, every processing job and every dead
+-- entry of one, when statistics from a quiet moment call it empty. The
+-- primary key finds the job in one step whatever the statistics say.
+UPDATE distlock.task_queue
+   SET status = CASE WHEN attempts OPERATOR(pg_catalog.>=) max_attempts THEN 'dead' ELSE 'failed' END,
+       completed_at = CASE WHEN attempts OPERATOR(pg_catalog.>=) max_attempts THEN pg_catalog.clock_timestamp() END,
+       run_after = CASE WHEN attempts OPERATOR(pg_catalog.>=) max_attempts THEN run_after
+                        ELSE pg_catalog.clock_timestamp()
+                             OPERATOR(pg_catalog.+)
+                             (LEAST(interval '10 seconds'
+                                    OPERATOR(pg_catalog.*) pg_catalog.power(2, LEAST(attempts OPERATOR(pg_catalog.-) 1, 20)),
+                                    interval '1 hour')
+                              OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog./) 2)))
+                   END,
+       lease_expires_at = NULL,
+       last_error = $3
+ WHERE id OPERATOR(pg_catalog.=) $1 AND pg_catalog.texteq(status, 'processing')
+   AND worker_id OPERATOR(pg_catalog.=) $2
+   AND ($4::int IS NULL OR attempts OPERATOR(pg_catalog.=) $4)
+RETURNING id, holder_role, queue, priority, run_after, status OPERATOR(pg_catalog.=) 'dead'
