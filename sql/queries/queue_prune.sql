@@ -1,6 +1,7 @@
 -- params: interval
--- Completed and dead jobs that finished more than $1 ago. Pending, failed
--- (waiting for a retry) and processing jobs are never deleted.
+-- Completed and dead jobs that finished more than $1 ago, and their
+-- attempts. Pending, failed (waiting for a retry) and processing jobs are
+-- never deleted.
 WITH archived AS (
     DELETE FROM distlock.completed_jobs
      WHERE completed_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $1)
@@ -11,7 +12,13 @@ WITH archived AS (
      WHERE (status OPERATOR(pg_catalog.=) 'dead' OR status OPERATOR(pg_catalog.=) 'completed')
        AND completed_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $1)
     RETURNING id
+), deleted AS (
+    SELECT id FROM archived
+    UNION ALL
+    SELECT id FROM finished
+), forgotten AS (
+    DELETE FROM distlock.job_attempts a
+     USING deleted d
+     WHERE a.job_id OPERATOR(pg_catalog.=) d.id
 )
-SELECT id FROM archived
-UNION ALL
-SELECT id FROM finished
+SELECT d.id FROM deleted d

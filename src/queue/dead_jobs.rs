@@ -42,7 +42,11 @@ fn retry_dead_jobs(p_queue: default!(Option<Text>, "NULL"), p_job_ids: default!(
 /// Deletes dead jobs of `p_queue` among `p_job_ids` (NULL: any); how many.
 #[pg_extern]
 fn delete_dead_jobs(p_queue: default!(Option<Text>, "NULL"), p_job_ids: default!(Option<Vec<Option<i64>>>, "NULL")) -> i64 {
-    act_on_jobs(include_str!("../../sql/queries/queue_delete_dead.sql"), p_queue, p_job_ids).len() as i64
+    let statement = super::for_attempts(
+        include_str!("../../sql/queries/queue_delete_dead.sql"),
+        include_str!("../../sql/queries/queue_delete_dead_0_3_0.sql"),
+    );
+    act_on_jobs(statement, p_queue, p_job_ids).len() as i64
 }
 
 /// Returns processing jobs of `p_queue` among `p_job_ids` (NULL: any) to the
