@@ -22,6 +22,8 @@ mod settle;
 mod settle_and_consume;
 mod wake;
 #[cfg(any(test, feature = "pg_test"))]
+mod attempt_tests;
+#[cfg(any(test, feature = "pg_test"))]
 mod claim_start_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod plan_tests;
