@@ -2,7 +2,8 @@
 -- Claims up to $1 jobs for worker $2 of role $4 with a lease of $3, at time
 -- $5 (a parameter, not clock_timestamp(), so that it is an index condition).
 -- Claimable: a job whose consumer's lease ran out (taken over, counting an
--- attempt, or made dead when none is left; the caller drops those rows),
+-- attempt, or made dead when none is left; the caller drops those rows;
+-- the attempt that ran out is recorded in distlock.job_attempts),
 -- then pending and failed jobs whose run_after has come, highest priority
 -- and oldest first. Lease takeover is part of every claim, so no job waits
 -- for a sweep and no claim pays for a separate reaping statement.
@@ -103,6 +104,23 @@ WITH expired AS (
      USING next
      WHERE q.id OPERATOR(pg_catalog.=) next.id
     RETURNING q.*
+), takeover_recorded AS (
+    -- A taken-over attempt ended without success: recorded in
+    -- distlock.job_attempts in the same statement (expired, or dead when no
+    -- attempt is left), once. Read from taken (kept anyway, as a
+    -- data-modifying CTE's rows), not from claimed, which a second reader
+    -- would make the claim materialize: a claim with no takeover inserts
+    -- nothing.
+    INSERT INTO distlock.job_attempts (job_id, attempt, worker_id, started_at, ended_at, outcome, error)
+    SELECT t.id, t.attempts, t.worker_id, t.started_at, $5,
+           CASE WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'dead' ELSE 'expired' END,
+           CASE WHEN t.attempts OPERATOR(pg_catalog.>=) t.max_attempts
+                THEN 'lease expired, no attempt left (worker '
+                ELSE 'lease expired (worker ' END
+           OPERATOR(pg_catalog.||) COALESCE(t.worker_id, '?') OPERATOR(pg_catalog.||) ')'
+      FROM taken t
+     WHERE t.status OPERATOR(pg_catalog.=) 'processing'
+        ON CONFLICT (job_id, attempt) DO NOTHING
 ), claimed AS (
     -- A taken-over job whose attempts are used up is dead instead.
     SELECT t.*, (t.status OPERATOR(pg_catalog.=) 'processing'

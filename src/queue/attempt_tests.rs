@@ -108,6 +108,46 @@ mod tests {
         assert_eq!(attempts(dies), Some("1:dead:slow:lease expired, no attempt left (worker slow)".into()));
     }
 
+    /// A claim that takes over an expired lease records the attempt that
+    /// ran out, once: the late fail of its first consumer is refused and
+    /// records nothing, and the new consumer's failure is the next attempt.
+    /// Through both claim statements: every queue, and one named queue.
+    #[pg_test]
+    fn attempts_a_takeover_records_the_attempt_that_ran_out_once() {
+        for (queue, queues) in [("attempts-takeover", "NULL"), ("attempts-takeover-q", "ARRAY['attempts-takeover-q']")] {
+            let job = enqueue(&format!("'mail', '{{}}', now(), 0, 5, '{queue}'"));
+            run(&format!("SELECT * FROM distlock.consume_task('slow', '1 millisecond', p_queues => {queues})"));
+            run("SELECT pg_sleep(0.01)");
+            assert_eq!(
+                one::<i32>(&format!("SELECT attempts FROM distlock.consume_task('fast', p_queues => {queues})")),
+                Some(2),
+                "{queue}: fast takes the job over"
+            );
+            assert_eq!(attempts(job), Some("1:expired:slow:lease expired (worker slow)".into()), "{queue}");
+            assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({job}, 'late', 'slow', 1)")), Some(false));
+            assert_eq!(attempts(job), Some("1:expired:slow:lease expired (worker slow)".into()), "{queue}");
+            assert_eq!(one::<bool>(&format!("SELECT distlock.fail_task({job}, 'e2', 'fast', 2)")), Some(true));
+            assert_eq!(
+                attempts(job),
+                Some("1:expired:slow:lease expired (worker slow)|2:failed:fast:e2".into()),
+                "{queue}"
+            );
+        }
+    }
+
+    /// A takeover of a job with no attempt left makes it dead, recorded so.
+    #[pg_test]
+    fn attempts_a_takeover_with_no_attempt_left_records_the_death() {
+        let job = enqueue("'mail', '{}', now(), 0, 1, 'attempts-takeover-dies'");
+        let other = enqueue("'mail', '{}', now() + interval '1 hour', 0, 1, 'attempts-takeover-dies'");
+        run("SELECT * FROM distlock.consume_task('slow', '1 millisecond', p_queues => ARRAY['attempts-takeover-dies'])");
+        run("SELECT pg_sleep(0.01)");
+        run("SELECT * FROM distlock.consume_task('fast', p_queues => ARRAY['attempts-takeover-dies'])");
+        assert_eq!(attempts(job), Some("1:dead:slow:lease expired, no attempt left (worker slow)".into()));
+        assert_eq!(one::<String>(&format!("SELECT status::text FROM distlock.jobs WHERE id = {job}")), Some("dead".into()));
+        assert_eq!(attempts(other), None, "a claim without a takeover records nothing");
+    }
+
     #[pg_test]
     fn attempts_a_requeued_job_records_the_attempt_taken_back() {
         let job = enqueue("'mail', '{}', now(), 0, 5, 'attempts-requeue'");

@@ -108,9 +108,19 @@ pub(crate) fn claim_from(
     ];
     let (stmt, queue) = match source {
         Source::Legacy => (plan(client, include_str!("../../sql/queries/queue_consume_0_2_0.sql"), &LEGACY), None),
-        Source::Every => (plan(client, include_str!("../../sql/queries/queue_consume.sql"), &EVERY), None),
+        Source::Every => {
+            let sql = super::for_attempts(
+                include_str!("../../sql/queries/queue_consume.sql"),
+                include_str!("../../sql/queries/queue_consume_0_3_0.sql"),
+            );
+            (plan(client, sql, &EVERY), None)
+        }
         Source::Queue(queue, limited) => {
-            (plan(client, include_str!("../../sql/queries/queue_consume_queue.sql"), &ONE_QUEUE), Some((queue, limited)))
+            let sql = super::for_attempts(
+                include_str!("../../sql/queries/queue_consume_queue.sql"),
+                include_str!("../../sql/queries/queue_consume_queue_0_3_0.sql"),
+            );
+            (plan(client, sql, &ONE_QUEUE), Some((queue, limited)))
         }
     };
     let starts_anywhere = !matches!(source, Source::Legacy);
