@@ -19,6 +19,10 @@ LOCK_STATS_SHOWN = 50
 TASK_RUNS_SHOWN = 50
 NEXT_RUNS_SHOWN = 5
 JOB_IDS_SHOWN = 10
+# A job page lists its newest attempts, each error cut (a hostile worker
+# can fail a job with megabytes of text).
+ATTEMPTS_SHOWN = 100
+ATTEMPT_ERROR_CHARS = 10_000
 
 
 def overview(conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -133,8 +137,9 @@ def job(conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
     # 403 without the admin capability (whether the job exists is not
     # said), 404 for an id no job has (any more).
     status = 403 if rows is None else 200 if rows else 404
+    attempts = reads.job_attempts(conn, job_id, ATTEMPTS_SHOWN, ATTEMPT_ERROR_CHARS) if rows else None
     return {"admin": admin, "job_id": job_id, "job": rows[0] if rows else None, "readable": rows is not None,
-            "http_status": status}
+            "attempts": attempts, "attempts_shown": ATTEMPTS_SHOWN, "http_status": status}
 
 
 def _jobs_url(query: job_list.JobQuery, before: Optional[int]) -> str:

@@ -377,6 +377,18 @@ def lock_stats(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
          ORDER BY waits + timeouts DESC, acquisitions DESC, key LIMIT %s""", (limit,))
 
 
+def job_attempts(conn: psycopg.Connection[Any], job_id: int, shown: int, error_chars: int) -> Optional[Rows]:
+    """The `shown` newest attempts of a job that ended without success
+    (failed, expired, requeued, dead), each error cut to `error_chars`
+    characters (`error_cut` says so); None without the admin capability or
+    before 0.4.0, whose server keeps only a job's last error."""
+    return _rows(conn, """
+        SELECT attempt, outcome, worker_id, started_at, ended_at, ended_at - started_at AS took,
+               pg_catalog.left(error, %(chars)s) AS error, pg_catalog.length(error) > %(chars)s AS error_cut
+          FROM distlock.job_attempts WHERE job_id = %(job)s
+         ORDER BY attempt DESC LIMIT %(shown)s""", {"job": job_id, "shown": shown, "chars": error_chars})
+
+
 def job(conn: psycopg.Connection[Any], job_id: int) -> Optional[Rows]:
     """One job, queued or finished (admin: the payload is the caller's data)."""
     return _rows(conn, """
