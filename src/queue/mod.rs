@@ -24,6 +24,8 @@ mod wake;
 #[cfg(any(test, feature = "pg_test"))]
 mod attempt_tests;
 #[cfg(any(test, feature = "pg_test"))]
+mod attempt_review_tests;
+#[cfg(any(test, feature = "pg_test"))]
 mod claim_start_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod plan_tests;
