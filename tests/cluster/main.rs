@@ -56,6 +56,7 @@ mod review_45;
 mod review_46_7;
 mod review_46_8;
 mod review_46_9;
+mod review_attempts;
 mod review_jq2b;
 mod review_metrics;
 mod review_metrics2;
