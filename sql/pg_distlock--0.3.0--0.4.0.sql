@@ -320,6 +320,29 @@ REVOKE ALL ON distlock.job_attempts FROM PUBLIC;
 -- Kept by pg_dump, as the other queue tables are.
 SELECT pg_catalog.pg_extension_config_dump('distlock.job_attempts', '');
 
+-- (As queue.sql creates it.) TRUNCATE of the queue or of its archive removes jobs without the
+-- statements that delete their attempts with them (prune_jobs,
+-- delete_dead_jobs, purge_queue): the attempts of jobs in neither table go
+-- too, so that none is kept for ever. (No id is reused meanwhile:
+-- keep_job_ids_unique.) TRUNCATE holds the truncated table, so no job
+-- moves between the two while it runs.
+CREATE FUNCTION distlock.forget_truncated_attempts() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM distlock.job_attempts a
+     WHERE NOT EXISTS (SELECT FROM distlock.task_queue q WHERE q.id OPERATOR(pg_catalog.=) a.job_id)
+       AND NOT EXISTS (SELECT FROM distlock.completed_jobs c WHERE c.id OPERATOR(pg_catalog.=) a.job_id);
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION distlock.forget_truncated_attempts() FROM PUBLIC;
+CREATE TRIGGER forget_truncated_attempts AFTER TRUNCATE ON distlock.task_queue
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.forget_truncated_attempts();
+CREATE TRIGGER forget_truncated_attempts AFTER TRUNCATE ON distlock.completed_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.forget_truncated_attempts();
+
 -- A lease-mode claim records in the task row the backend that made it or
 -- last renewed it, and running_tasks shows whether that backend is still
 -- connected (issue 45, item 10: a worker killed with its claim showed as
@@ -723,7 +746,7 @@ BEGIN
                    'distlock.refuse_lock_key_secret_change()', 'distlock.lease_backend_connected(integer)',
                    'distlock.lease_backend_alive(integer)', 'distlock.queue_counters()',
                    'distlock.reset_queue_counters(text)', 'distlock.lock_owner_published(integer)',
-                   'distlock.lock_owner(integer)']::pg_catalog.regprocedure[]::pg_catalog.oid[])
+                   'distlock.lock_owner(integer)', 'distlock.forget_truncated_attempts()']::pg_catalog.regprocedure[]::pg_catalog.oid[])
            AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, p.proowner]::pg_catalog.oid[])
         UNION
         SELECT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass), a.grantee

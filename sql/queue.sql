@@ -111,12 +111,14 @@ CREATE INDEX completed_jobs_completed_at_idx ON distlock.completed_jobs USING br
 -- Each attempt that ended without success (issue 47, item 5): written by the
 -- statement that ended it (fail_task, fail_tasks and the fail arrays of
 -- settle_and_consume_tasks; the sweep and a limited queue's claim taking back
--- an expired lease; requeue_jobs), in that statement, so that an attempt and
--- its record commit together. Insert-only, and nothing for an attempt that
+-- an expired lease; a claim taking one over; requeue_jobs), in that
+-- statement, so that an attempt and its record commit together. A worker's
+-- error is kept cut to 16,384 characters. Insert-only, and nothing for an attempt that
 -- succeeded: a queue that does not fail writes nothing here. Deleted with its
 -- job (prune_jobs, delete_dead_jobs, purge_queue). outcome is what became of
 -- the job: failed (retried later), dead (no attempt left), expired (its lease
--- ran out and it was put back) or requeued (an admin took it back). No CHECK
+-- ran out and it was put back or taken over) or requeued (an admin took it
+-- back). No CHECK
 -- constraints, as on task_queue: only the queue functions write it.
 CREATE TABLE distlock.job_attempts (
     job_id     bigint NOT NULL,
@@ -163,6 +165,29 @@ REVOKE ALL ON FUNCTION distlock.keep_job_ids_unique() FROM PUBLIC;
 CREATE TRIGGER keep_job_ids_unique BEFORE TRUNCATE ON distlock.task_queue
     FOR EACH STATEMENT EXECUTE FUNCTION distlock.keep_job_ids_unique();
 ALTER TABLE distlock.task_queue ENABLE ALWAYS TRIGGER keep_job_ids_unique;
+
+-- TRUNCATE of the queue or of its archive removes jobs without the
+-- statements that delete their attempts with them (prune_jobs,
+-- delete_dead_jobs, purge_queue): the attempts of jobs in neither table go
+-- too, so that none is kept for ever. (No id is reused meanwhile:
+-- keep_job_ids_unique.) TRUNCATE holds the truncated table, so no job
+-- moves between the two while it runs.
+CREATE FUNCTION distlock.forget_truncated_attempts() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM distlock.job_attempts a
+     WHERE NOT EXISTS (SELECT FROM distlock.task_queue q WHERE q.id OPERATOR(pg_catalog.=) a.job_id)
+       AND NOT EXISTS (SELECT FROM distlock.completed_jobs c WHERE c.id OPERATOR(pg_catalog.=) a.job_id);
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION distlock.forget_truncated_attempts() FROM PUBLIC;
+CREATE TRIGGER forget_truncated_attempts AFTER TRUNCATE ON distlock.task_queue
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.forget_truncated_attempts();
+CREATE TRIGGER forget_truncated_attempts AFTER TRUNCATE ON distlock.completed_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION distlock.forget_truncated_attempts();
 
 -- Every job, queued or finished, in one relation with its status.
 CREATE VIEW distlock.jobs AS

@@ -33,7 +33,11 @@ WITH failed AS (
 ), recorded AS (
     INSERT INTO distlock.job_attempts (job_id, attempt, worker_id, started_at, ended_at, outcome, error)
     SELECT f.id, f.attempts, f.worker_id, f.started_at, pg_catalog.clock_timestamp(),
-           CASE WHEN f.dead THEN 'dead' ELSE 'failed' END, f.last_error
+           CASE WHEN f.dead THEN 'dead' ELSE 'failed' END,
+           -- Kept for the job's life, once per attempt: cut, so that a worker
+           -- failing with megabytes of text cannot grow it by that each time
+           -- (last_error keeps the latest whole).
+           pg_catalog.left(f.last_error, 16384)
       FROM failed f
         ON CONFLICT (job_id, attempt) DO NOTHING
 )

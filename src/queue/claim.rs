@@ -277,10 +277,16 @@ fn count_claim(row: &pgrx::spi::SpiHeapTupleData<'_>, claimed: bool, now_us: pg_
 /// Takes the table locks a claim statement takes before its snapshot, in
 /// the modes it takes them (a weaker one first would be a lock upgrade,
 /// which can deadlock with DDL): the queue's table for its writes, the
-/// queue settings for its reads. The statement's own requests then find
-/// them held. A table gone meanwhile is left to the statement to report.
+/// queue settings for its reads, the attempt history for a takeover's
+/// record (0.4.0; every claim statement writes it, whether or not it takes
+/// a lease over). The statement's own requests then find them held. A
+/// table gone meanwhile, or not there yet, is left to the statement.
 fn lock_claim_tables() {
-    for (table, mode) in [(c"task_queue", pg_sys::RowExclusiveLock), (c"queue_settings", pg_sys::AccessShareLock)] {
+    for (table, mode) in [
+        (c"task_queue", pg_sys::RowExclusiveLock),
+        (c"queue_settings", pg_sys::AccessShareLock),
+        (c"job_attempts", pg_sys::RowExclusiveLock),
+    ] {
         let oid = crate::version::table_oid(table);
         if oid != pg_sys::InvalidOid {
             unsafe { pg_sys::LockRelationOid(oid, mode as pg_sys::LOCKMODE) };
