@@ -393,3 +393,45 @@ def test_ctrl_c_while_an_acquire_waits_for_the_pool_ends_it_at_once(db: Db, name
     assert interrupted == ["interrupted", "False"] and took < 1, (interrupted, took, err)
     words = out.split()
     assert words[:2] == ["again", "True"] and float(words[2]) < 1, (out, err)
+
+
+# -- Calls that answer at once: try_acquire and throttle take a timeout for their connection
+
+
+def one_try(client: Any, name: str, how: str, timeout: float | None) -> Callable[[], Any]:
+    if how == "try_acquire":
+        limiter = client.rate_limiter(name, max_burst=5, count_per_period=10, period=60)
+        return lambda: limiter.try_acquire(timeout=timeout)
+    return lambda: client.throttle(name, 5, 10, 60, timeout=timeout)
+
+
+@pytest.mark.parametrize("how", ["try_acquire", "throttle"])
+def test_a_try_on_an_exhausted_pool_ends_within_its_timeout(db: Db, name: str, how: str) -> None:
+    with pg_distlock.Client(db.dsn, min_size=1, max_size=1) as client:
+        client.pool.wait()
+        call = one_try(client, name, how, 1)
+        with all_taken(client.pool):
+            took, error = timed(call)
+        assert_busy(took, error)
+        assert call().allowed  # the pool has its connection back
+
+
+@pytest.mark.parametrize("how", ["try_acquire", "throttle"])
+async def test_an_asyncio_try_on_an_exhausted_pool_ends_within_its_timeout(db: Db, name: str, how: str) -> None:
+    async with aio.Client(db.dsn, min_size=1, max_size=1) as client:
+        await client.pool.wait()
+        call = one_try(client, name, how, 1)
+        async with all_taken_async(client.pool):
+            took, error = await timed_async(call)
+        assert_busy(took, error)
+        assert (await call()).allowed
+
+
+def test_a_try_without_a_timeout_waits_the_pools_own_timeout(db: Db, name: str) -> None:
+    with ConnectionPool(db.dsn, min_size=1, max_size=1, timeout=3, open=True) as pool:
+        pool.wait()
+        call = one_try(pg_distlock.Client(pool), name, "throttle", None)
+        with all_taken(pool):
+            took, error = timed(call)
+    assert 2.8 < took < 3 + BOUND, f"{took:.1f} s"
+    assert "couldn't get a connection after 3.00 sec" in str(error), error

@@ -27,7 +27,7 @@ from ._core.locks import LockLogic
 from ._core.loop import Loop, WorkerStats, default_worker_id
 from ._core.queue import Job, QueueLogic, completed_in, refuse_outside_transaction, COMPLETE_SQL
 from ._core.queue_worker import QueueWorkerLogic
-from ._core.ratelimit import RateLimiterLogic, Throttle, check_rate_limit_op, throttle_op
+from ._core.ratelimit import RateLimiterLogic, Throttle, bounded_checkout, check_rate_limit_op, throttle_op
 from ._core.tasks import TaskClaim, TaskWorkerLogic
 from ._core import effects as fx
 from ._core.keeper import Seconds, non_negative
@@ -383,8 +383,10 @@ class RateLimiter(RateLimiterLogic[Source]):
     _runtime = staticmethod(Runtime)
     _rt: Runtime
 
-    def try_acquire(self, quantity: int = 1) -> Throttle:
-        return self._rt.run(self._try_acquire_op(quantity))
+    def try_acquire(self, quantity: int = 1, timeout: Seconds | None = None) -> Throttle:
+        """One try, answered at once; `timeout` bounds getting a connection
+        (None: the pool's own timeout)."""
+        return self._rt.run(self._try_acquire_op(quantity, bounded_checkout(timeout)))
 
     def acquire(self, quantity: int = 1, timeout: Seconds | None = None) -> Throttle:
         return self._rt.run(self._acquire_op(quantity, timeout))
@@ -399,8 +401,13 @@ class RateLimiter(RateLimiterLogic[Source]):
         self.close()
 
 
-def throttle(source: Source, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1) -> Throttle:
-    return _once(source, throttle_op(key, max_burst, count_per_period, period, quantity))
+def throttle(
+    source: Source, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1,
+    timeout: Seconds | None = None,
+) -> Throttle:
+    """One GCRA decision; `timeout` bounds getting a connection (None: the
+    pool's own timeout)."""
+    return _once(source, throttle_op(key, max_burst, count_per_period, period, quantity, bounded_checkout(timeout)))
 
 
 def check_rate_limit(source: Source, key: str, max_requests: int, window_seconds: int) -> bool:
@@ -454,8 +461,11 @@ class Client:
             self.pool = source
         self._handed_out: weakref.WeakSet[Any] = weakref.WeakSet()
 
-    def throttle(self, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1) -> Throttle:
-        return throttle(self.pool, key, max_burst, count_per_period, period, quantity)
+    def throttle(
+        self, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1,
+        timeout: Seconds | None = None,
+    ) -> Throttle:
+        return throttle(self.pool, key, max_burst, count_per_period, period, quantity, timeout)
 
     def check_rate_limit(self, key: str, max_requests: int, window_seconds: int) -> bool:
         return check_rate_limit(self.pool, key, max_requests, window_seconds)

@@ -28,7 +28,7 @@ from ._core.locks import LockLogic
 from ._core.loop import Loop, WorkerStats, default_worker_id
 from ._core.queue import Job, QueueLogic, completed_in, refuse_outside_transaction, COMPLETE_SQL
 from ._core.queue_worker import QueueWorkerLogic
-from ._core.ratelimit import RateLimiterLogic, Throttle, check_rate_limit_op, throttle_op
+from ._core.ratelimit import RateLimiterLogic, Throttle, bounded_checkout, check_rate_limit_op, throttle_op
 from ._core.tasks import TaskClaim, TaskWorkerLogic
 from .errors import translate
 from .errors import (
@@ -345,8 +345,10 @@ class RateLimiter(RateLimiterLogic[AsyncSource]):
     _runtime = staticmethod(Runtime)
     _rt: Runtime
 
-    async def try_acquire(self, quantity: int = 1) -> Throttle:
-        return await self._rt.run(self._try_acquire_op(quantity))
+    async def try_acquire(self, quantity: int = 1, timeout: Seconds | None = None) -> Throttle:
+        """One try, answered at once; `timeout` bounds getting a connection
+        (None: the pool's own timeout)."""
+        return await self._rt.run(self._try_acquire_op(quantity, bounded_checkout(timeout)))
 
     async def acquire(self, quantity: int = 1, timeout: Seconds | None = None) -> Throttle:
         return await self._rt.run(self._acquire_op(quantity, timeout))
@@ -362,9 +364,13 @@ class RateLimiter(RateLimiterLogic[AsyncSource]):
 
 
 async def throttle(
-    source: AsyncSource, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1
+    source: AsyncSource, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1,
+    timeout: Seconds | None = None,
 ) -> Throttle:
-    return await _once(source, throttle_op(key, max_burst, count_per_period, period, quantity))
+    """One GCRA decision; `timeout` bounds getting a connection (None: the
+    pool's own timeout)."""
+    return await _once(source, throttle_op(key, max_burst, count_per_period, period, quantity,
+                                           bounded_checkout(timeout)))
 
 
 async def check_rate_limit(source: AsyncSource, key: str, max_requests: int, window_seconds: int) -> bool:
@@ -420,8 +426,11 @@ class Client:
             await check_source(self.pool.conninfo, f"pg_distlock:client:{self.worker_id}")
             await self.pool.open()
 
-    async def throttle(self, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1) -> Throttle:
-        return await throttle(self.pool, key, max_burst, count_per_period, period, quantity)
+    async def throttle(
+        self, key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1,
+        timeout: Seconds | None = None,
+    ) -> Throttle:
+        return await throttle(self.pool, key, max_burst, count_per_period, period, quantity, timeout)
 
     async def check_rate_limit(self, key: str, max_requests: int, window_seconds: int) -> bool:
         return await check_rate_limit(self.pool, key, max_requests, window_seconds)

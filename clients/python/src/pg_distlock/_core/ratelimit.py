@@ -26,6 +26,13 @@ class Throttle:
     """Seconds until the limit is fully replenished."""
 
 
+def bounded_checkout(timeout: Seconds | None) -> float | None:
+    """The checkout deadline of a call that answers at once but must get its
+    connection within `timeout` seconds (at least MIN_CONNECT_WAIT); None:
+    the pool's own timeout."""
+    return None if timeout is None else checkout_deadline(non_negative(timeout, "timeout"))
+
+
 def throttle_op(
     key: str, max_burst: int, count_per_period: int, period: Seconds, quantity: int = 1,
     checkout_by: float | None = None,
