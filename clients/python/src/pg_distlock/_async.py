@@ -25,6 +25,7 @@ from ._sync import (CHECK_CONNECT_TIMEOUT, PROBE_GRACE, busy_connecting, cause_n
                     raise_if_misconfigured, remember_probe, served, time_left)
 from .bounded_connect import MIN_CONNECT_TIMEOUT, connect_within_async
 from .connect_errors import connect_failure
+from .idle_check import ended_while_idle
 from .pool_drain import drain_due
 from .errors import DistlockError, session_must_go, translate
 
@@ -211,22 +212,29 @@ class Runtime:
 
             given = False
             try:
-                async with self.source.connection(timeout=time_left(by)) as conn:
-                    given = served(self.source, True)
-                    try:
-                        yield conn
-                    except psycopg.Error as exc:
-                        # Closed, the pool replaces it rather than hand it out again;
-                        # its other sessions are as old (or reach the same read-only
-                        # server): drained (psycopg_pool 3.2+), each is replaced,
-                        # not more often than pool_drain.py says (new sessions may
-                        # be refused too: a server that needs a restart).
-                        if session_must_go(exc):
+                # _sync.Runtime._borrow: a connection the server ended while
+                # it sat in the pool is closed and another taken.
+                for looks_left in range(getattr(self.source, "max_size", 1), -1, -1):
+                    async with self.source.connection(timeout=time_left(by)) as conn:
+                        if looks_left and ended_while_idle(conn):
                             await conn.close()
-                            drain = getattr(self.source, "drain", None)
-                            if drain is not None and drain_due(self.source):
-                                await drain()
-                        raise
+                            continue
+                        given = served(self.source, True)
+                        try:
+                            yield conn
+                        except psycopg.Error as exc:
+                            # Closed, the pool replaces it rather than hand it out again;
+                            # its other sessions are as old (or reach the same read-only
+                            # server): drained (psycopg_pool 3.2+), each is replaced,
+                            # not more often than pool_drain.py says (new sessions may
+                            # be refused too: a server that needs a restart).
+                            if session_must_go(exc):
+                                await conn.close()
+                                drain = getattr(self.source, "drain", None)
+                                if drain is not None and drain_due(self.source):
+                                    await drain()
+                            raise
+                        return
             except PoolTimeout as exc:
                 if given or by is None:
                     raise
@@ -248,6 +256,11 @@ class Runtime:
         else:
             await self._shared_lock.acquire()
         try:
+            # Not while another task's statement runs on it (checked and
+            # closed with no await between).
+            if self._shared is not None and not self._shared.closed and not self._shared.lock.locked():
+                if ended_while_idle(self._shared):
+                    await self._shared.close()
             if self._shared is None or self._shared.closed:
                 left = time_left(by)
                 if waited and left is not None and left < MIN_CONNECT_TIMEOUT:
@@ -325,8 +338,18 @@ class Runtime:
             return Held(await self._connect(timeout), owned=True)
         from psycopg_pool import PoolTimeout
 
+        by = None if timeout is None else time.monotonic() + timeout
         try:
-            return Held(served(self.source, await self.source.getconn(timeout=timeout)), owned=True)
+            # _sync.Runtime._open: one the server ended while it sat in the
+            # pool is given back closed, and another taken.
+            for looks_left in range(getattr(self.source, "max_size", 1), -1, -1):
+                conn = await self.source.getconn(timeout=time_left(by))
+                if looks_left and ended_while_idle(conn):
+                    await conn.close()
+                    await self.source.putconn(conn)
+                    continue
+                break
+            return Held(served(self.source, conn), owned=True)
         except PoolTimeout as exc:
             raise chained(await pool_timeout_cause(self.source, exc), exc)
 

@@ -25,6 +25,7 @@ from ._core import effects as fx
 from ._core import features
 from .bounded_connect import MIN_CONNECT_TIMEOUT, connect_timeout, connect_within
 from .connect_errors import connect_failure
+from .idle_check import ended_while_idle
 from .pool_drain import drain_due
 from .errors import DistlockError, Misconfigured, Unavailable, session_must_go, translate
 
@@ -452,22 +453,32 @@ class Runtime:
 
             given = False
             try:
-                with self.source.connection(timeout=time_left(by)) as conn, self._borrowing(conn):
-                    given = served(self.source, True)
-                    try:
-                        yield conn
-                    except psycopg.Error as exc:
-                        # Closed, the pool replaces it rather than hand it out again;
-                        # its other sessions are as old (or reach the same read-only
-                        # server): drained (psycopg_pool 3.2+), each is replaced,
-                        # not more often than pool_drain.py says (new sessions may
-                        # be refused too: a server that needs a restart).
-                        if session_must_go(exc):
+                # A connection the server ended while it sat in the pool is
+                # closed (the pool replaces it) and another taken, so that a
+                # restart or failover between calls fails none of them. As
+                # many as the pool may hold, then one more as it comes.
+                for looks_left in range(getattr(self.source, "max_size", 1), -1, -1):
+                    with self.source.connection(timeout=time_left(by)) as conn:
+                        if looks_left and ended_while_idle(conn):
                             conn.close()
-                            drain = getattr(self.source, "drain", None)
-                            if drain is not None and drain_due(self.source):
-                                drain()
-                        raise
+                            continue
+                        with self._borrowing(conn):
+                            given = served(self.source, True)
+                            try:
+                                yield conn
+                            except psycopg.Error as exc:
+                                # Closed, the pool replaces it rather than hand it out again;
+                                # its other sessions are as old (or reach the same read-only
+                                # server): drained (psycopg_pool 3.2+), each is replaced,
+                                # not more often than pool_drain.py says (new sessions may
+                                # be refused too: a server that needs a restart).
+                                if session_must_go(exc):
+                                    conn.close()
+                                    drain = getattr(self.source, "drain", None)
+                                    if drain is not None and drain_due(self.source):
+                                        drain()
+                                raise
+                        return
             except PoolTimeout as exc:
                 if given or by is None:
                     raise
@@ -499,6 +510,13 @@ class Runtime:
                 acquired = self._shared_lock.acquire(timeout=-1 if timeout is None else timeout)
             if not acquired:
                 raise busy_connecting(timeout or 0.0)
+            if self._shared is not None and not self._shared.closed and self._shared.lock.acquire(blocking=False):
+                # Not while another thread's statement runs on it.
+                try:
+                    if ended_while_idle(self._shared):
+                        self._shared.close()
+                finally:
+                    self._shared.lock.release()
             if self._shared is None or self._shared.closed:
                 left = time_left(by)
                 if waited and left is not None and left < MIN_CONNECT_TIMEOUT:
@@ -569,8 +587,18 @@ class Runtime:
             return Held(self._connect(timeout), owned=True)
         from psycopg_pool import PoolTimeout
 
+        by = None if timeout is None else time.monotonic() + timeout
         try:
-            return Held(served(self.source, self.source.getconn(timeout=timeout)), owned=True)
+            # As _borrow: one the server ended while it sat in the pool is
+            # given back closed (the pool replaces it), and another taken.
+            for looks_left in range(getattr(self.source, "max_size", 1), -1, -1):
+                conn = self.source.getconn(timeout=time_left(by))
+                if looks_left and ended_while_idle(conn):
+                    conn.close()
+                    self.source.putconn(conn)
+                    continue
+                break
+            return Held(served(self.source, conn), owned=True)
         except PoolTimeout as exc:
             raise chained(pool_timeout_cause(self.source, exc), exc)
 
