@@ -77,6 +77,8 @@ def test_an_idle_live_connection_with_a_notification_is_kept(db: Db) -> None:
         db.admin.execute("NOTIFY idle_check, 'x'")
         eventually(lambda: not ended_while_idle(conn) and conn.execute("SELECT 1").fetchone() == (1,),
                    what="the notified connection to serve")
+        # The notification the check read is still delivered.
+        assert [n.payload for n in conn.notifies(timeout=2, stop_after=1)] == ["x"]
         db.admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s", (conn.info.backend_pid,))
         eventually(lambda: ended_while_idle(conn), what="the ended connection to be seen")
     finally:

@@ -344,11 +344,16 @@ class Runtime:
             # pool is given back closed, and another taken.
             for looks_left in range(getattr(self.source, "max_size", 1), -1, -1):
                 conn = await self.source.getconn(timeout=time_left(by))
-                if looks_left and ended_while_idle(conn):
-                    await conn.close()
-                    await self.source.putconn(conn)
-                    continue
-                break
+                try:
+                    ended = looks_left > 0 and ended_while_idle(conn)
+                    if ended:
+                        await conn.close()
+                except BaseException:
+                    await self.source.putconn(conn)  # a cancel here loses no connection
+                    raise
+                if not ended:
+                    break
+                await self.source.putconn(conn)
             return Held(served(self.source, conn), owned=True)
         except PoolTimeout as exc:
             raise chained(await pool_timeout_cause(self.source, exc), exc)

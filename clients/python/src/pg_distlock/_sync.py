@@ -593,11 +593,16 @@ class Runtime:
             # given back closed (the pool replaces it), and another taken.
             for looks_left in range(getattr(self.source, "max_size", 1), -1, -1):
                 conn = self.source.getconn(timeout=time_left(by))
-                if looks_left and ended_while_idle(conn):
-                    conn.close()
-                    self.source.putconn(conn)
-                    continue
-                break
+                try:
+                    ended = looks_left > 0 and ended_while_idle(conn)
+                    if ended:
+                        conn.close()
+                except BaseException:
+                    self.source.putconn(conn)  # a Ctrl-C here loses no connection
+                    raise
+                if not ended:
+                    break
+                self.source.putconn(conn)
             return Held(served(self.source, conn), owned=True)
         except PoolTimeout as exc:
             raise chained(pool_timeout_cause(self.source, exc), exc)
