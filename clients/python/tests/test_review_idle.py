@@ -60,25 +60,20 @@ def terminate_and_wait_for_fatal(db: Db, pid: int, fd: int) -> None:
 # exactly the failure the change claims to remove.
 
 
-def test_a_pooled_session_ended_with_a_slow_exit_does_not_fail_a_throttle(db: Db, name: str) -> None:
+@pytest.mark.parametrize("call", ["throttle", "lock"])
+def test_a_pooled_session_ended_with_a_slow_exit_does_not_fail_a_call(db: Db, name: str, call: str) -> None:
+    """throttle borrows (Runtime._borrow), lock holds a session (Runtime._open)."""
     with pg_distlock.Client(db.dsn, min_size=1, max_size=1) as client:
         client.pool.wait()
         with client.pool.connection() as conn:
             slow_exit(conn)
             pid, fd = conn.info.backend_pid, conn.pgconn.socket
         terminate_and_wait_for_fatal(db, pid, fd)
-        assert client.throttle(f"{name}-key", 5, 10, 60).allowed
-
-
-def test_a_pooled_session_ended_with_a_slow_exit_does_not_fail_a_lock(db: Db, name: str) -> None:
-    with pg_distlock.Client(db.dsn, min_size=1, max_size=1) as client:
-        client.pool.wait()
-        with client.pool.connection() as conn:
-            slow_exit(conn)
-            pid, fd = conn.info.backend_pid, conn.pgconn.socket
-        terminate_and_wait_for_fatal(db, pid, fd)
-        with client.lock(name, timeout=1):  # a held session: Runtime._open
-            pass
+        if call == "throttle":
+            assert client.throttle(f"{name}-key", 5, 10, 60).allowed
+        else:
+            with client.lock(name, timeout=1):
+                pass
 
 
 def test_a_conninfo_session_ended_with_a_slow_exit_does_not_fail_a_try(db: Db, name: str) -> None:
