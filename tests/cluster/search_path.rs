@@ -557,6 +557,8 @@ const OWNER_CALLS: &[(&str, &str)] = &[
     ("distlock.library_guard()", "SELECT distlock.grant_capability('distlock_sp_hostile', 'monitor')"),
     // Fired by a TRUNCATE of the queue.
     ("distlock.keep_job_ids_unique()", "TRUNCATE distlock.task_queue"),
+    // Fired by a TRUNCATE of the queue or of its archive.
+    ("distlock.forget_truncated_attempts()", "TRUNCATE distlock.completed_jobs"),
     // Fired by a change of the lock-key secret, which it refuses.
     ("distlock.refuse_lock_key_secret_change()",
      "DO $$ BEGIN UPDATE distlock.lock_key_secret SET secret = secret; \
