@@ -342,6 +342,10 @@ CREATE TRIGGER forget_truncated_attempts AFTER TRUNCATE ON distlock.task_queue
     FOR EACH STATEMENT EXECUTE FUNCTION distlock.forget_truncated_attempts();
 CREATE TRIGGER forget_truncated_attempts AFTER TRUNCATE ON distlock.completed_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION distlock.forget_truncated_attempts();
+-- ALWAYS, as keep_job_ids_unique: also where session_replication_role is
+-- replica (a logical-replication subscriber applying a TRUNCATE).
+ALTER TABLE distlock.task_queue ENABLE ALWAYS TRIGGER forget_truncated_attempts;
+ALTER TABLE distlock.completed_jobs ENABLE ALWAYS TRIGGER forget_truncated_attempts;
 
 -- A lease-mode claim records in the task row the backend that made it or
 -- last renewed it, and running_tasks shows whether that backend is still

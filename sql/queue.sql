@@ -188,6 +188,10 @@ CREATE TRIGGER forget_truncated_attempts AFTER TRUNCATE ON distlock.task_queue
     FOR EACH STATEMENT EXECUTE FUNCTION distlock.forget_truncated_attempts();
 CREATE TRIGGER forget_truncated_attempts AFTER TRUNCATE ON distlock.completed_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION distlock.forget_truncated_attempts();
+-- ALWAYS, as keep_job_ids_unique: also where session_replication_role is
+-- replica (a logical-replication subscriber applying a TRUNCATE).
+ALTER TABLE distlock.task_queue ENABLE ALWAYS TRIGGER forget_truncated_attempts;
+ALTER TABLE distlock.completed_jobs ENABLE ALWAYS TRIGGER forget_truncated_attempts;
 
 -- Every job, queued or finished, in one relation with its status.
 CREATE VIEW distlock.jobs AS

@@ -33,8 +33,13 @@ WITH failed AS (
            CASE WHEN f.dead THEN 'dead' ELSE 'failed' END,
            -- Kept for the job's life, once per attempt: cut, so that a worker
            -- failing with megabytes of text cannot grow it by that each time
-           -- (last_error keeps the latest whole).
-           pg_catalog.left(f.last_error, 16384)
+           -- (last_error keeps the latest whole). SQL_ASCII counts bytes, and
+           -- a cut inside a UTF-8 character would leave text no UTF-8 client
+           -- can read (22021): a character the cut reaches goes whole.
+           CASE WHEN pg_catalog.length(f.last_error) OPERATOR(pg_catalog.<=) 16384 THEN f.last_error
+                WHEN pg_catalog.getdatabaseencoding() OPERATOR(pg_catalog.=) 'SQL_ASCII'
+                THEN pg_catalog.regexp_replace(pg_catalog.left(f.last_error, 16384), E'[\\xc0-\\xff][\\x80-\\xbf]*$', '')
+                ELSE pg_catalog.left(f.last_error, 16384) END
       FROM failed f
         ON CONFLICT (job_id, attempt) DO NOTHING
 )
