@@ -47,6 +47,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('any',      'EXECUTE', 'FUNCTION distlock.get_task_lock_id(text)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.task_lock_class()'),
     ('any',      'EXECUTE', 'FUNCTION distlock.cron_next(text, timestamptz)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.cron_next(text, timestamptz, text)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_timestamp(bigint)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_worker_id(bigint)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_sequence(bigint)'),

@@ -116,6 +116,17 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'run_task_now_wrapper';
 REVOKE ALL ON FUNCTION distlock.run_task_now(integer) FROM PUBLIC;
 
+-- A schedule evaluated on the wall clock of a named time zone (issue 48).
+CREATE FUNCTION distlock.cron_next(
+    p_expr text,
+    p_after timestamptz,
+    p_timezone text
+) RETURNS timestamptz
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'cron_next_in_zone_wrapper';
+REVOKE ALL ON FUNCTION distlock.cron_next(text, timestamptz, text) FROM PUBLIC;
+
 -- A queue is emptied without reusing job ids (issue 45, item 1).
 CREATE FUNCTION distlock.purge_queue(
     p_queue text,
@@ -610,8 +621,9 @@ END
 $same_grants$;
 
 
--- The capability model gains them: the list replaced, every admin and
--- monitor granted them.
+-- The capability model gains them: the list replaced, every capable role
+-- granted its capabilities again (0.4.0 adds to every capability's list:
+-- cron_next with a time zone).
 CREATE OR REPLACE FUNCTION distlock.capability_privileges(p_capability text)
 RETURNS TABLE (privilege text, object text)
 LANGUAGE plpgsql IMMUTABLE STRICT
@@ -630,6 +642,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('any',      'EXECUTE', 'FUNCTION distlock.get_task_lock_id(text)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.task_lock_class()'),
     ('any',      'EXECUTE', 'FUNCTION distlock.cron_next(text, timestamptz)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.cron_next(text, timestamptz, text)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_timestamp(bigint)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_worker_id(bigint)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_sequence(bigint)'),
@@ -750,7 +763,8 @@ BEGIN
                    'distlock.refuse_lock_key_secret_change()', 'distlock.lease_backend_connected(integer)',
                    'distlock.lease_backend_alive(integer)', 'distlock.queue_counters()',
                    'distlock.reset_queue_counters(text)', 'distlock.lock_owner_published(integer)',
-                   'distlock.lock_owner(integer)', 'distlock.forget_truncated_attempts()']::pg_catalog.regprocedure[]::pg_catalog.oid[])
+                   'distlock.lock_owner(integer)', 'distlock.forget_truncated_attempts()',
+                   'distlock.cron_next(text, timestamptz, text)']::pg_catalog.regprocedure[]::pg_catalog.oid[])
            AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, p.proowner]::pg_catalog.oid[])
         UNION
         SELECT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass), a.grantee
@@ -798,7 +812,7 @@ DECLARE
     g record;
 BEGIN
     FOR g IN SELECT rc.role, rc.capability, rc.scope FROM distlock.role_capabilities rc
-              WHERE rc.capability OPERATOR(pg_catalog.=) ANY (ARRAY['admin', 'monitor']) LOOP
+              WHERE rc.capability OPERATOR(pg_catalog.=) ANY (ARRAY['admin', 'monitor', 'worker', 'producer', 'consumer']) LOOP
         -- A role dropped without revoke_capability (DROP OWNED, DROP ROLE)
         -- leaves its row, its regrole a bare number that no GRANT takes:
         -- skipped, so that the update goes through.

@@ -1,6 +1,12 @@
 //! Cron schedules: standard 5-field expressions and the @hourly, @daily,
-//! @weekly, @monthly and @yearly nicknames, evaluated in UTC by the croner
-//! crate. Day-of-month and day-of-week combine with OR, as in Vixie cron.
+//! @weekly, @monthly and @yearly nicknames, evaluated by the croner crate on
+//! the wall clock of a time zone (UTC unless one is named; zone.rs maps the
+//! wall clock to instants). Day-of-month and day-of-week combine with OR, as
+//! in Vixie cron.
+
+mod zone;
+#[cfg(any(test, feature = "pg_test"))]
+mod zone_tests;
 
 use chrono::{DateTime, Utc};
 use croner::parser::{CronParser, Seconds, Year};
@@ -38,28 +44,83 @@ fn to_chrono(ts: TimestampWithTimeZone) -> Option<DateTime<Utc>> {
     DateTime::<Utc>::from_timestamp_micros(ts.into_inner().checked_add(PG_EPOCH_UNIX_MICROS)?)
 }
 
-/// The first occurrence of `expression` strictly after `after`.
-pub fn next_occurrence(expression: &str, after: TimestampWithTimeZone) -> TimestampWithTimeZone {
-    let cron = parse(expression);
-    let Some(start) = to_chrono(after) else {
+fn start_of(after: TimestampWithTimeZone) -> DateTime<Utc> {
+    to_chrono(after).unwrap_or_else(|| {
         raise(
             PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
             format!("cron_next needs a finite timestamp from 0001-01-01 00:00:00+00 on, got {after}"),
-        );
-    };
-    let next = cron.find_next_occurrence(&start, false).unwrap_or_else(|e| {
+        )
+    })
+}
+
+/// croner's next match strictly after `start` (a wall clock read as UTC).
+fn next_match(cron: &Cron, expression: &str, start: &DateTime<Utc>) -> DateTime<Utc> {
+    cron.find_next_occurrence(start, false).unwrap_or_else(|e| {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("cron expression \"{expression}\" has no occurrence after {start}: {e}"),
         )
-    });
-    TimestampWithTimeZone::try_from(next.timestamp_micros() - PG_EPOCH_UNIX_MICROS).unwrap_or_else(
-        |_| {
+    })
+}
+
+fn to_timestamptz(unix_micros: i64, expression: &str) -> TimestampWithTimeZone {
+    unix_micros
+        .checked_sub(PG_EPOCH_UNIX_MICROS)
+        .and_then(|micros| TimestampWithTimeZone::try_from(micros).ok())
+        .unwrap_or_else(|| {
             raise(
                 PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
                 format!("next occurrence of cron expression \"{expression}\" is out of range"),
             )
-        },
+        })
+}
+
+/// The first occurrence of `expression` strictly after `after`, in UTC.
+pub fn next_occurrence(expression: &str, after: TimestampWithTimeZone) -> TimestampWithTimeZone {
+    let cron = parse(expression);
+    let next = next_match(&cron, expression, &start_of(after));
+    to_timestamptz(next.timestamp_micros(), expression)
+}
+
+/// Slots a search may pass over before it gives up: each is a slot of a
+/// repeated (fall-back) hour whose first occurrence has passed, at most an
+/// hour's worth of minutes in any zone.
+const PASSED_SLOTS_MAX: usize = 10_000;
+
+/// The first occurrence of `expression` strictly after `after` on the wall
+/// clock of `zone`. The wall clock decides which times match (`0 3 * * *` is
+/// 03:00 local every day, `@hourly` each local hour); a matching time is run
+/// at the instant it names, with two rules for the times a transition makes
+/// ambiguous:
+/// - a time that occurs twice (fall back) runs once, at its first
+///   occurrence; if that has passed, the slot is over and the next is looked
+///   for (an hourly task runs at 01:00 EDT, then 02:00 EST, once per hour of
+///   the wall clock);
+/// - a time that does not occur (spring forward) runs at the first instant
+///   after the gap, the transition; every slot in the gap maps there, and the
+///   next search starts after the gap, so they run once between them.
+pub fn next_occurrence_in_zone(expression: &str, after: TimestampWithTimeZone, zone_name: &str, what: &str)
+    -> TimestampWithTimeZone {
+    let zone = zone::Zone::named(zone_name, what);
+    let cron = parse(expression);
+    let start = start_of(after);
+    let after_micros = start.timestamp_micros();
+    let after_second = after_micros.div_euclid(1_000_000);
+    let mut wall = start + chrono::Duration::seconds(zone.offset_at(after_second));
+    for _ in 0..PASSED_SLOTS_MAX {
+        let slot = next_match(&cron, expression, &wall);
+        let instant = match zone.resolve(slot.timestamp()) {
+            zone::Local::Exact(instant) | zone::Local::Twice(instant, _) | zone::Local::Skipped(instant) => instant,
+        };
+        if instant.saturating_mul(1_000_000) > after_micros {
+            return to_timestamptz(instant.saturating_mul(1_000_000), expression);
+        }
+        // The slot's only (or first) occurrence has passed: it was served.
+        wall = slot;
+    }
+    raise(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        format!("cron expression \"{expression}\" has no occurrence after {start} in time zone \"{zone_name}\""),
     )
 }
 
@@ -71,13 +132,34 @@ fn cron_next(
     p_expr: Text,
     p_after: default!(TimestampWithTimeZone, "now()"),
 ) -> TimestampWithTimeZone {
-    let Some(expression) = std::str::from_utf8(p_expr.bytes()).ok().filter(|e| e.is_ascii()) else {
+    next_occurrence(ascii_expression(&p_expr), p_after)
+}
+
+fn ascii_expression(p_expr: &Text) -> &str {
+    std::str::from_utf8(p_expr.bytes()).ok().filter(|e| e.is_ascii()).unwrap_or_else(|| {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("invalid cron expression \"{}\": only ASCII characters are allowed", p_expr.shown()),
         )
+    })
+}
+
+/// The first time after `p_after` that matches the cron expression `p_expr`
+/// on the wall clock of time zone `p_timezone` (an IANA name such as
+/// 'Europe/Berlin', or anything PostgreSQL's TimeZone setting accepts by
+/// name), with the server's time zone data. IMMUTABLE as PostgreSQL's own
+/// timezone(text, timestamptz) is: an update of the time zone data can
+/// change its answers.
+#[pg_extern(name = "cron_next", immutable, strict, parallel_safe)]
+fn cron_next_in_zone(p_expr: Text, p_after: TimestampWithTimeZone, p_timezone: Text) -> TimestampWithTimeZone {
+    let expression = ascii_expression(&p_expr);
+    let Some(zone_name) = std::str::from_utf8(p_timezone.bytes()).ok().filter(|z| z.is_ascii()) else {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("time zone \"{}\" (p_timezone) is not recognized", p_timezone.shown()),
+        )
     };
-    next_occurrence(expression, p_after)
+    next_occurrence_in_zone(expression, p_after, zone_name, "p_timezone")
 }
 
 #[cfg(any(test, feature = "pg_test"))]
