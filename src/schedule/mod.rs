@@ -33,6 +33,8 @@ fn parse(expression: &str) -> Cron {
     })
 }
 
+pub use zone::is_known as is_known_zone;
+
 /// 0001-01-01 00:00:00 UTC in PostgreSQL's microseconds: croner finds no
 /// occurrence before year 1 and answers with that year's first instead.
 const EARLIEST_PG_MICROS: i64 = -63_082_281_600_000_000;

@@ -39,6 +39,24 @@ pub enum Local {
     Skipped(i64),
 }
 
+/// The zone named `name`, if the server's time zone data has it and it
+/// counts time as timestamptz does (no leap seconds).
+fn load(name: &std::ffi::CStr) -> Option<*const pg_sys::pg_tz> {
+    if name.is_empty() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated string; pg_tzset returns NULL or a zone cached
+    // in TopMemoryContext. Zones with leap seconds ("right/...") are refused
+    // as PostgreSQL refuses them for TimeZone.
+    let tz = unsafe { pg_sys::pg_tzset(name.as_ptr()) };
+    (!tz.is_null() && unsafe { pg_sys::pg_tz_acceptable(tz) }).then_some(tz as *const pg_sys::pg_tz)
+}
+
+/// Whether the server's time zone data has a usable zone `name`.
+pub fn is_known(name: &std::ffi::CStr) -> bool {
+    load(name).is_some()
+}
+
 impl Zone {
     /// The zone `name`, or a 22023 naming it. `what` says where the name came
     /// from (a task's schedule_timezone, the setting, an argument).
@@ -51,18 +69,10 @@ impl Zone {
         };
         // pg_tzset refuses names longer than TZ_STRLEN_MAX by returning NULL.
         let Ok(c_name) = CString::new(name) else { refuse() };
-        if name.is_empty() {
-            refuse()
+        match load(&c_name) {
+            Some(tz) => Zone(tz),
+            None => refuse(),
         }
-        // SAFETY: a NUL-terminated string; pg_tzset returns NULL or a zone
-        // cached in TopMemoryContext.
-        let tz = unsafe { pg_sys::pg_tzset(c_name.as_ptr()) };
-        // Zones with leap seconds ("right/...") count time differently from
-        // timestamptz; PostgreSQL refuses them as TimeZone too.
-        if tz.is_null() || !unsafe { pg_sys::pg_tz_acceptable(tz) } {
-            refuse()
-        }
-        Zone(tz)
     }
 
     /// Seconds east of UTC in effect at Unix second `instant`.
