@@ -206,6 +206,28 @@ CREATE TRIGGER scheduled_tasks_check
     ON distlock.scheduled_tasks
     FOR EACH ROW EXECUTE FUNCTION distlock.scheduled_tasks_check();
 
+-- task_schedule shows the zone each task's schedule follows.
+CREATE OR REPLACE VIEW distlock.task_schedule WITH (security_barrier) AS
+SELECT t.id AS task_id,
+       t.task_name,
+       t.task_type,
+       t.schedule_cron,
+       t.is_enabled,
+       t.next_run_at,
+       t.last_run_at,
+       t.last_status,
+       t.consecutive_failures,
+       t.timeout,
+       t.current_token IS NOT NULL AS is_running,
+       t.runs_completed,
+       t.runs_failed,
+       t.runs_timed_out,
+       t.runs_abandoned,
+       -- The zone its schedule follows (0.4.0): its own, or the setting's.
+       COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone', true), 'UTC') AS schedule_timezone
+  FROM distlock.scheduled_tasks t
+ WHERE distlock.in_monitor_scope(t.task_name, t.task_type);
+
 -- A queue is emptied without reusing job ids (issue 45, item 1).
 CREATE FUNCTION distlock.purge_queue(
     p_queue text,

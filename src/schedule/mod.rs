@@ -1,9 +1,12 @@
-//! Cron schedules: standard 5-field expressions and the @hourly, @daily,
+//! Schedules: standard 5-field cron expressions and the @hourly, @daily,
 //! @weekly, @monthly and @yearly nicknames, evaluated by the croner crate on
 //! the wall clock of a time zone (UTC unless one is named; zone.rs maps the
-//! wall clock to instants). Day-of-month and day-of-week combine with OR, as
-//! in Vixie cron.
+//! wall clock to instants), day-of-month and day-of-week combining with OR
+//! as in Vixie cron; and `every N seconds` / `every N minutes` (interval.rs).
 
+mod interval;
+#[cfg(any(test, feature = "pg_test"))]
+mod interval_tests;
 mod zone;
 #[cfg(any(test, feature = "pg_test"))]
 mod zone_tests;
@@ -77,8 +80,22 @@ fn to_timestamptz(unix_micros: i64, expression: &str) -> TimestampWithTimeZone {
         })
 }
 
+/// The first slot of an interval schedule of `period` seconds after `after`.
+fn next_interval_slot(period: i64, after: TimestampWithTimeZone, expression: &str) -> TimestampWithTimeZone {
+    let next = interval::next_after(period, start_of(after).timestamp_micros()).unwrap_or_else(|| {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            format!("next occurrence of schedule \"{expression}\" is out of range"),
+        )
+    });
+    to_timestamptz(next, expression)
+}
+
 /// The first occurrence of `expression` strictly after `after`, in UTC.
 pub fn next_occurrence(expression: &str, after: TimestampWithTimeZone) -> TimestampWithTimeZone {
+    if let Some(period) = interval::period_seconds(expression) {
+        return next_interval_slot(period, after, expression);
+    }
     let cron = parse(expression);
     let next = next_match(&cron, expression, &start_of(after));
     to_timestamptz(next.timestamp_micros(), expression)
@@ -104,6 +121,10 @@ const PASSED_SLOTS_MAX: usize = 10_000;
 pub fn next_occurrence_in_zone(expression: &str, after: TimestampWithTimeZone, zone_name: &str, what: &str)
     -> TimestampWithTimeZone {
     let zone = zone::Zone::named(zone_name, what);
+    // Elapsed time: the zone does not move its slots (interval.rs).
+    if let Some(period) = interval::period_seconds(expression) {
+        return next_interval_slot(period, after, expression);
+    }
     let cron = parse(expression);
     let start = start_of(after);
     let after_micros = start.timestamp_micros();

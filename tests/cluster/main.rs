@@ -10,6 +10,7 @@ mod support;
 mod checker;
 mod claim_order;
 mod contention;
+mod interval_schedules;
 mod docs;
 mod failover;
 mod faults;
