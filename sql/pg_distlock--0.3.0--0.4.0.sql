@@ -127,107 +127,6 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'cron_next_in_zone_wrapper';
 REVOKE ALL ON FUNCTION distlock.cron_next(text, timestamptz, text) FROM PUBLIC;
 
--- Each task's schedule in a time zone of its own (issue 48): NULL, as every
--- task has after this update, is distlock.timezone, UTC unless set, so the
--- tasks keep their times. The trigger validates the zone and computes the
--- first slot in it.
-ALTER TABLE distlock.scheduled_tasks ADD COLUMN schedule_timezone text;
-CREATE OR REPLACE FUNCTION distlock.scheduled_tasks_check() RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    next_slot timestamptz;
-BEGIN
-    -- The rule every name obeys (src/text.rs): not blank, at most 1000 bytes.
-    IF NEW.task_name IS NULL OR btrim(NEW.task_name, E' \t\n\r\f\v') = '' THEN
-        RAISE EXCEPTION 'task_name must not be blank, got "%"', NEW.task_name USING ERRCODE = 'check_violation';
-    END IF;
-    IF octet_length(NEW.task_name) > 1000 THEN
-        RAISE EXCEPTION 'task_name must be at most 1000 bytes, got % bytes', octet_length(NEW.task_name)
-            USING ERRCODE = 'check_violation';
-    END IF;
-    IF NEW.task_type IS NULL OR btrim(NEW.task_type) = '' THEN
-        RAISE EXCEPTION 'task_type of task "%" must not be empty, got "%"', NEW.task_name, NEW.task_type
-            USING ERRCODE = 'check_violation';
-    END IF;
-    IF NEW.timeout <= interval '0' THEN
-        RAISE EXCEPTION 'timeout of task "%" must be positive, got %', NEW.task_name, NEW.timeout
-            USING ERRCODE = 'check_violation';
-    END IF;
-    IF NEW.max_retries NOT BETWEEN 0 AND 1000 THEN
-        RAISE EXCEPTION 'max_retries of task "%" must be between 0 and 1000, got %', NEW.task_name, NEW.max_retries
-            USING ERRCODE = 'check_violation';
-    END IF;
-    IF NEW.retry_delay <= interval '0' THEN
-        RAISE EXCEPTION 'retry_delay of task "%" must be positive, got %', NEW.task_name, NEW.retry_delay
-            USING ERRCODE = 'check_violation';
-    END IF;
-    -- Retries wait at most an hour, so a longer first delay means nothing,
-    -- and doubling a huge one would overflow the interval type.
-    IF NEW.retry_delay > interval '1 hour' THEN
-        RAISE EXCEPTION 'retry_delay of task "%" must be at most 1 hour, got %', NEW.task_name, NEW.retry_delay
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF NEW.schedule_timezone IS NOT NULL THEN
-        BEGIN
-            PERFORM distlock.cron_next('@daily', now(), NEW.schedule_timezone);
-        EXCEPTION WHEN invalid_parameter_value THEN
-            RAISE EXCEPTION 'schedule_timezone of task "%" is not a time zone this server knows, got "%"',
-                NEW.task_name, NEW.schedule_timezone
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'An IANA name such as Europe/Berlin, as pg_timezone_names lists them.';
-        END;
-    END IF;
-    IF NEW.schedule_cron IS NULL THEN
-        RETURN NEW;
-    END IF;
-    -- The setting is read even before the library is loaded (a placeholder
-    -- keeps what postgresql.conf says); unset, it is UTC.
-    next_slot := distlock.cron_next(NEW.schedule_cron, now(),
-                                    COALESCE(NEW.schedule_timezone, current_setting('distlock.timezone', true), 'UTC'));
-    IF TG_OP = 'INSERT' THEN
-        IF NEW.next_run_at IS NULL THEN
-            NEW.next_run_at := next_slot;
-        END IF;
-    ELSIF (NEW.schedule_cron IS DISTINCT FROM OLD.schedule_cron
-           OR NEW.schedule_timezone IS DISTINCT FROM OLD.schedule_timezone)
-          AND NEW.next_run_at IS NOT DISTINCT FROM OLD.next_run_at THEN
-        NEW.next_run_at := next_slot;
-    END IF;
-    RETURN NEW;
-END
-$$;
-
-DROP TRIGGER scheduled_tasks_check ON distlock.scheduled_tasks;
-CREATE TRIGGER scheduled_tasks_check
-    BEFORE INSERT OR UPDATE OF task_name, task_type, schedule_cron, timeout, max_retries, retry_delay,
-                               schedule_timezone
-    ON distlock.scheduled_tasks
-    FOR EACH ROW EXECUTE FUNCTION distlock.scheduled_tasks_check();
-
--- task_schedule shows the zone each task's schedule follows.
-CREATE OR REPLACE VIEW distlock.task_schedule WITH (security_barrier) AS
-SELECT t.id AS task_id,
-       t.task_name,
-       t.task_type,
-       t.schedule_cron,
-       t.is_enabled,
-       t.next_run_at,
-       t.last_run_at,
-       t.last_status,
-       t.consecutive_failures,
-       t.timeout,
-       t.current_token IS NOT NULL AS is_running,
-       t.runs_completed,
-       t.runs_failed,
-       t.runs_timed_out,
-       t.runs_abandoned,
-       -- The zone its schedule follows (0.4.0): its own, or the setting's.
-       COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone', true), 'UTC') AS schedule_timezone
-  FROM distlock.scheduled_tasks t
- WHERE distlock.in_monitor_scope(t.task_name, t.task_type);
-
 -- A queue is emptied without reusing job ids (issue 45, item 1).
 CREATE FUNCTION distlock.purge_queue(
     p_queue text,
@@ -467,6 +366,108 @@ ALTER TABLE distlock.completed_jobs ENABLE ALWAYS TRIGGER forget_truncated_attem
 ALTER TABLE distlock.scheduled_tasks
     ADD COLUMN lease_backend_pid int,
     ADD COLUMN lease_backend_start timestamptz;
+
+-- Each task's schedule in a time zone of its own (issue 48): NULL, as every
+-- task has after this update, is distlock.timezone, UTC unless set, so the
+-- tasks keep their times. The trigger validates the zone and computes the
+-- first slot in it.
+ALTER TABLE distlock.scheduled_tasks ADD COLUMN schedule_timezone text;
+CREATE OR REPLACE FUNCTION distlock.scheduled_tasks_check() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    next_slot timestamptz;
+BEGIN
+    -- The rule every name obeys (src/text.rs): not blank, at most 1000 bytes.
+    IF NEW.task_name IS NULL OR btrim(NEW.task_name, E' \t\n\r\f\v') = '' THEN
+        RAISE EXCEPTION 'task_name must not be blank, got "%"', NEW.task_name USING ERRCODE = 'check_violation';
+    END IF;
+    IF octet_length(NEW.task_name) > 1000 THEN
+        RAISE EXCEPTION 'task_name must be at most 1000 bytes, got % bytes', octet_length(NEW.task_name)
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.task_type IS NULL OR btrim(NEW.task_type) = '' THEN
+        RAISE EXCEPTION 'task_type of task "%" must not be empty, got "%"', NEW.task_name, NEW.task_type
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.timeout <= interval '0' THEN
+        RAISE EXCEPTION 'timeout of task "%" must be positive, got %', NEW.task_name, NEW.timeout
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.max_retries NOT BETWEEN 0 AND 1000 THEN
+        RAISE EXCEPTION 'max_retries of task "%" must be between 0 and 1000, got %', NEW.task_name, NEW.max_retries
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.retry_delay <= interval '0' THEN
+        RAISE EXCEPTION 'retry_delay of task "%" must be positive, got %', NEW.task_name, NEW.retry_delay
+            USING ERRCODE = 'check_violation';
+    END IF;
+    -- Retries wait at most an hour, so a longer first delay means nothing,
+    -- and doubling a huge one would overflow the interval type.
+    IF NEW.retry_delay > interval '1 hour' THEN
+        RAISE EXCEPTION 'retry_delay of task "%" must be at most 1 hour, got %', NEW.task_name, NEW.retry_delay
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.schedule_timezone IS NOT NULL THEN
+        BEGIN
+            PERFORM distlock.cron_next('@daily', now(), NEW.schedule_timezone);
+        EXCEPTION WHEN invalid_parameter_value THEN
+            RAISE EXCEPTION 'schedule_timezone of task "%" is not a time zone this server knows, got "%"',
+                NEW.task_name, NEW.schedule_timezone
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'An IANA name such as Europe/Berlin, as pg_timezone_names lists them.';
+        END;
+    END IF;
+    IF NEW.schedule_cron IS NULL THEN
+        RETURN NEW;
+    END IF;
+    -- The setting is read even before the library is loaded (a placeholder
+    -- keeps what postgresql.conf says); unset, it is UTC.
+    next_slot := distlock.cron_next(NEW.schedule_cron, now(),
+                                    COALESCE(NEW.schedule_timezone, current_setting('distlock.timezone', true), 'UTC'));
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.next_run_at IS NULL THEN
+            NEW.next_run_at := next_slot;
+        END IF;
+    ELSIF (NEW.schedule_cron IS DISTINCT FROM OLD.schedule_cron
+           OR NEW.schedule_timezone IS DISTINCT FROM OLD.schedule_timezone)
+          AND NEW.next_run_at IS NOT DISTINCT FROM OLD.next_run_at THEN
+        NEW.next_run_at := next_slot;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+DROP TRIGGER scheduled_tasks_check ON distlock.scheduled_tasks;
+CREATE TRIGGER scheduled_tasks_check
+    BEFORE INSERT OR UPDATE OF task_name, task_type, schedule_cron, timeout, max_retries, retry_delay,
+                               schedule_timezone
+    ON distlock.scheduled_tasks
+    FOR EACH ROW EXECUTE FUNCTION distlock.scheduled_tasks_check();
+
+-- task_schedule shows the zone each task's schedule follows.
+CREATE OR REPLACE VIEW distlock.task_schedule WITH (security_barrier) AS
+SELECT t.id AS task_id,
+       t.task_name,
+       t.task_type,
+       t.schedule_cron,
+       t.is_enabled,
+       t.next_run_at,
+       t.last_run_at,
+       t.last_status,
+       t.consecutive_failures,
+       t.timeout,
+       t.current_token IS NOT NULL AS is_running,
+       t.runs_completed,
+       t.runs_failed,
+       t.runs_timed_out,
+       t.runs_abandoned,
+       -- The zone its schedule follows (0.4.0): its own, or the setting's.
+       COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone', true), 'UTC') AS schedule_timezone
+  FROM distlock.scheduled_tasks t
+ WHERE distlock.in_monitor_scope(t.task_name, t.task_type);
+
 CREATE FUNCTION distlock.lease_backend_connected(
     p_task_id integer
 ) RETURNS boolean
