@@ -59,6 +59,7 @@ mod review_46_8;
 mod review_46_9;
 mod review_attempts;
 mod review_session;
+mod review_zones;
 mod review_jq2b;
 mod review_metrics;
 mod review_metrics2;
