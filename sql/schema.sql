@@ -107,6 +107,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     next_slot timestamptz;
+    zone text;
+    probe timestamptz;
 BEGIN
     -- The rule every name obeys (src/text.rs): not blank, at most 1000 bytes.
     IF NEW.task_name IS NULL OR btrim(NEW.task_name, E' \t\n\r\f\v') = '' THEN
@@ -148,13 +150,28 @@ BEGIN
                       HINT = 'An IANA name such as Europe/Berlin, as pg_timezone_names lists them.';
         END;
     END IF;
+    -- The setting is read even before the library is loaded (a placeholder
+    -- keeps what postgresql.conf says); unset, it is UTC.
+    zone := COALESCE(NEW.schedule_timezone, current_setting('distlock.timezone', true), 'UTC');
+    -- AT TIME ZONE (and so SQL, the console and the CLI) reads a name that
+    -- is also a time zone abbreviation (CET, EET, MET, WET) as that
+    -- abbreviation's fixed offset, while the scheduler follows the zone of
+    -- that name, summer time included: refused when the two disagree.
+    IF EXISTS (SELECT FROM pg_timezone_abbrevs a WHERE lower(a.abbrev) = lower(zone)) THEN
+        FOREACH probe IN ARRAY ARRAY[timestamptz '2026-01-10 00:00:00+00', timestamptz '2026-07-10 00:00:00+00'] LOOP
+            IF (distlock.cron_next('0 12 * * *', probe, zone) AT TIME ZONE zone)::time <> time '12:00' THEN
+                RAISE EXCEPTION 'time zone "%" (%) is also an abbreviation, which AT TIME ZONE reads as a fixed offset',
+                    zone, CASE WHEN NEW.schedule_timezone IS NULL THEN 'distlock.timezone'
+                               ELSE format('schedule_timezone of task "%s"', NEW.task_name) END
+                    USING ERRCODE = 'invalid_parameter_value',
+                          HINT = 'Name the zone itself, such as Europe/Paris, as pg_timezone_names lists them.';
+            END IF;
+        END LOOP;
+    END IF;
     IF NEW.schedule_cron IS NULL THEN
         RETURN NEW;
     END IF;
-    -- The setting is read even before the library is loaded (a placeholder
-    -- keeps what postgresql.conf says); unset, it is UTC.
-    next_slot := distlock.cron_next(NEW.schedule_cron, now(),
-                                    COALESCE(NEW.schedule_timezone, current_setting('distlock.timezone', true), 'UTC'));
+    next_slot := distlock.cron_next(NEW.schedule_cron, now(), zone);
     IF TG_OP = 'INSERT' THEN
         IF NEW.next_run_at IS NULL THEN
             NEW.next_run_at := next_slot;

@@ -130,6 +130,18 @@ pub fn next_occurrence_in_zone(expression: &str, after: TimestampWithTimeZone, z
     let after_micros = start.timestamp_micros();
     let after_second = after_micros.div_euclid(1_000_000);
     let mut wall = start + chrono::Duration::seconds(zone.offset_at(after_second));
+    // croner finds nothing before year 1 and answers with year 1's first
+    // match instead: a start whose wall clock is still in 1 BC (west of
+    // Greenwich at the first instant of year 1) is out of range too
+    // (review helper-80).
+    if wall.timestamp_micros() < EARLIEST_PG_MICROS + PG_EPOCH_UNIX_MICROS {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            format!(
+                "cron_next needs a start whose wall clock in time zone \"{zone_name}\" is from 0001-01-01 00:00:00 on, got {after}"
+            ),
+        );
+    }
     for _ in 0..PASSED_SLOTS_MAX {
         let slot = next_match(&cron, expression, &wall);
         let instant = match zone.resolve(slot.timestamp()) {

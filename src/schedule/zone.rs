@@ -16,14 +16,21 @@ use pgrx::PgSqlErrorCode;
 use crate::errors::raise;
 
 /// A zone as PostgreSQL loaded it: cached for the backend's life by
-/// `pg_tzset`, never freed, so the pointer stays valid.
-#[derive(Clone, Copy)]
-pub struct Zone(*const pg_sys::pg_tz);
+/// `pg_tzset`, never freed, so the pointer stays valid; and its name.
+pub struct Zone<'a> {
+    tz: *const pg_sys::pg_tz,
+    name: &'a str,
+}
 
 /// Seconds either side of a local time within which its zone's offsets are
-/// looked for: more than any offset from UTC (at most 26 hours apart), and
-/// short enough that no zone has two transitions in the window.
+/// looked for: more than any offset from UTC, and short enough that no
+/// zone has two transitions in the window.
 const WINDOW_SECONDS: i64 = 2 * 86_400;
+
+/// The largest offset from UTC a schedule's zone may have: every real zone's
+/// is within 15 hours, while a POSIX rule can say up to 167 hours, which
+/// the window above could not resolve (review helper-80).
+const MOST_OFFSET_SECONDS: i64 = 26 * 3_600;
 
 /// What a local time (seconds of a wall clock counted as if it were UTC)
 /// names in a zone.
@@ -52,15 +59,21 @@ fn load(name: &std::ffi::CStr) -> Option<*const pg_sys::pg_tz> {
     (!tz.is_null() && unsafe { pg_sys::pg_tz_acceptable(tz) }).then_some(tz as *const pg_sys::pg_tz)
 }
 
-/// Whether the server's time zone data has a usable zone `name`.
+/// Whether the server's time zone data has a usable zone `name`, its
+/// offset now within MOST_OFFSET_SECONDS.
 pub fn is_known(name: &std::ffi::CStr) -> bool {
-    load(name).is_some()
+    load(name).is_some_and(|tz| {
+        let now: pg_sys::pg_time_t =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let tm = unsafe { pg_sys::pg_localtime(&now, tz) };
+        !tm.is_null() && (unsafe { (*tm).tm_gmtoff } as i64).abs() <= MOST_OFFSET_SECONDS
+    })
 }
 
-impl Zone {
+impl<'a> Zone<'a> {
     /// The zone `name`, or a 22023 naming it. `what` says where the name came
     /// from (a task's schedule_timezone, the setting, an argument).
-    pub fn named(name: &str, what: &str) -> Zone {
+    pub fn named(name: &'a str, what: &str) -> Zone<'a> {
         let refuse = || -> ! {
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -70,30 +83,41 @@ impl Zone {
         // pg_tzset refuses names longer than TZ_STRLEN_MAX by returning NULL.
         let Ok(c_name) = CString::new(name) else { refuse() };
         match load(&c_name) {
-            Some(tz) => Zone(tz),
+            Some(tz) => Zone { tz, name },
             None => refuse(),
         }
     }
 
+    /// Fails unless `offset` is one a schedule's zone may have.
+    fn checked(&self, offset: i64) -> i64 {
+        if offset.abs() > MOST_OFFSET_SECONDS {
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("time zone \"{}\" is {offset} seconds from UTC, more than 26 hours", self.name),
+            )
+        }
+        offset
+    }
+
     /// Seconds east of UTC in effect at Unix second `instant`.
-    pub fn offset_at(self, instant: i64) -> i64 {
+    pub fn offset_at(&self, instant: i64) -> i64 {
         let t: pg_sys::pg_time_t = instant;
         // SAFETY: the zone is valid (see Zone); pg_localtime returns NULL for
         // an instant its tables cannot express, or a pointer to a static
         // buffer, read at once.
-        let tm = unsafe { pg_sys::pg_localtime(&t, self.0) };
+        let tm = unsafe { pg_sys::pg_localtime(&t, self.tz) };
         if tm.is_null() {
             raise(
                 PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
                 format!("instant {instant} (Unix seconds) is out of the time zone's range"),
             )
         }
-        unsafe { (*tm).tm_gmtoff as i64 }
+        self.checked(unsafe { (*tm).tm_gmtoff as i64 })
     }
 
     /// The offsets in effect from `from` to `to` (Unix seconds): the first
     /// one, then each transition as (its instant, the offset after it).
-    fn offsets_between(self, from: i64, to: i64) -> (i64, Vec<(i64, i64)>) {
+    fn offsets_between(&self, from: i64, to: i64) -> (i64, Vec<(i64, i64)>) {
         let mut transitions = Vec::new();
         let mut at: pg_sys::pg_time_t = from;
         let mut first = None;
@@ -104,7 +128,7 @@ impl Zone {
             // SAFETY: valid zone, pointers to locals.
             let found = unsafe {
                 pg_sys::pg_next_dst_boundary(
-                    &at, &mut before, &mut before_dst, &mut boundary, &mut after, &mut after_dst, self.0,
+                    &at, &mut before, &mut before_dst, &mut boundary, &mut after, &mut after_dst, self.tz,
                 )
             };
             if found < 0 {
@@ -113,11 +137,11 @@ impl Zone {
                     format!("instant {at} (Unix seconds) is out of the time zone's range"),
                 )
             }
-            first.get_or_insert(before as i64);
+            first.get_or_insert(self.checked(before as i64));
             if found == 0 || boundary > to {
                 break;
             }
-            transitions.push((boundary, after as i64));
+            transitions.push((boundary, self.checked(after as i64)));
             at = boundary;
         }
         (first.unwrap_or(0), transitions)
@@ -125,7 +149,7 @@ impl Zone {
 
     /// What local time `local` (wall-clock seconds counted as if in UTC)
     /// names in this zone.
-    pub fn resolve(self, local: i64) -> Local {
+    pub fn resolve(&self, local: i64) -> Local {
         let (first, transitions) = self.offsets_between(local - WINDOW_SECONDS, local + WINDOW_SECONDS);
         // Spans of constant offset: (start, end, offset), end exclusive.
         let mut spans = Vec::with_capacity(transitions.len() + 1);
