@@ -47,6 +47,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('any',      'EXECUTE', 'FUNCTION distlock.get_task_lock_id(text)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.task_lock_class()'),
     ('any',      'EXECUTE', 'FUNCTION distlock.cron_next(text, timestamptz)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.cron_next(text, timestamptz, text)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_timestamp(bigint)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_worker_id(bigint)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_sequence(bigint)'),
@@ -132,9 +133,9 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),
     ('admin',    'SELECT, DELETE', 'distlock.scheduled_tasks'),
     ('admin',    'INSERT (id, task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
-                 'max_retries, retry_delay)', 'distlock.scheduled_tasks'),
+                 'max_retries, retry_delay, schedule_timezone)', 'distlock.scheduled_tasks'),
     ('admin',    'UPDATE (task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
-                 'max_retries, retry_delay, consecutive_failures)', 'distlock.scheduled_tasks'),
+                 'max_retries, retry_delay, consecutive_failures, schedule_timezone)', 'distlock.scheduled_tasks'),
     ('admin',    'USAGE',   'SEQUENCE distlock.scheduled_tasks_id_seq'),
     ('admin',    'SELECT',  'distlock.task_execution_log, distlock.task_queue, distlock.completed_jobs, distlock.jobs, '
                             'distlock.job_attempts')

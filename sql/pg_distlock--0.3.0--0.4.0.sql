@@ -116,6 +116,17 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'run_task_now_wrapper';
 REVOKE ALL ON FUNCTION distlock.run_task_now(integer) FROM PUBLIC;
 
+-- A schedule evaluated on the wall clock of a named time zone (issue 48).
+CREATE FUNCTION distlock.cron_next(
+    p_expr text,
+    p_after timestamptz,
+    p_timezone text
+) RETURNS timestamptz
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'cron_next_in_zone_wrapper';
+REVOKE ALL ON FUNCTION distlock.cron_next(text, timestamptz, text) FROM PUBLIC;
+
 -- A queue is emptied without reusing job ids (issue 45, item 1).
 CREATE FUNCTION distlock.purge_queue(
     p_queue text,
@@ -355,6 +366,125 @@ ALTER TABLE distlock.completed_jobs ENABLE ALWAYS TRIGGER forget_truncated_attem
 ALTER TABLE distlock.scheduled_tasks
     ADD COLUMN lease_backend_pid int,
     ADD COLUMN lease_backend_start timestamptz;
+
+-- Each task's schedule in a time zone of its own (issue 48): NULL, as every
+-- task has after this update, is distlock.timezone, UTC unless set, so the
+-- tasks keep their times. The trigger validates the zone and computes the
+-- first slot in it.
+ALTER TABLE distlock.scheduled_tasks ADD COLUMN schedule_timezone text;
+CREATE OR REPLACE FUNCTION distlock.scheduled_tasks_check() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    next_slot timestamptz;
+    zone text;
+    probe timestamptz;
+BEGIN
+    -- The rule every name obeys (src/text.rs): not blank, at most 1000 bytes.
+    IF NEW.task_name IS NULL OR btrim(NEW.task_name, E' \t\n\r\f\v') = '' THEN
+        RAISE EXCEPTION 'task_name must not be blank, got "%"', NEW.task_name USING ERRCODE = 'check_violation';
+    END IF;
+    IF octet_length(NEW.task_name) > 1000 THEN
+        RAISE EXCEPTION 'task_name must be at most 1000 bytes, got % bytes', octet_length(NEW.task_name)
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.task_type IS NULL OR btrim(NEW.task_type) = '' THEN
+        RAISE EXCEPTION 'task_type of task "%" must not be empty, got "%"', NEW.task_name, NEW.task_type
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.timeout <= interval '0' THEN
+        RAISE EXCEPTION 'timeout of task "%" must be positive, got %', NEW.task_name, NEW.timeout
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.max_retries NOT BETWEEN 0 AND 1000 THEN
+        RAISE EXCEPTION 'max_retries of task "%" must be between 0 and 1000, got %', NEW.task_name, NEW.max_retries
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.retry_delay <= interval '0' THEN
+        RAISE EXCEPTION 'retry_delay of task "%" must be positive, got %', NEW.task_name, NEW.retry_delay
+            USING ERRCODE = 'check_violation';
+    END IF;
+    -- Retries wait at most an hour, so a longer first delay means nothing,
+    -- and doubling a huge one would overflow the interval type.
+    IF NEW.retry_delay > interval '1 hour' THEN
+        RAISE EXCEPTION 'retry_delay of task "%" must be at most 1 hour, got %', NEW.task_name, NEW.retry_delay
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.schedule_timezone IS NOT NULL THEN
+        BEGIN
+            PERFORM distlock.cron_next('@daily', now(), NEW.schedule_timezone);
+        EXCEPTION WHEN invalid_parameter_value THEN
+            RAISE EXCEPTION 'schedule_timezone of task "%" is not a time zone this server knows, got "%"',
+                NEW.task_name, NEW.schedule_timezone
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'An IANA name such as Europe/Berlin, as pg_timezone_names lists them.';
+        END;
+    END IF;
+    -- The setting is read even before the library is loaded (a placeholder
+    -- keeps what postgresql.conf says); unset, it is UTC.
+    zone := COALESCE(NEW.schedule_timezone, current_setting('distlock.timezone', true), 'UTC');
+    -- AT TIME ZONE (and so SQL, the console and the CLI) reads a name that
+    -- is also a time zone abbreviation (CET, EET, MET, WET) as that
+    -- abbreviation's fixed offset, while the scheduler follows the zone of
+    -- that name, summer time included: refused when the two disagree.
+    IF EXISTS (SELECT FROM pg_timezone_abbrevs a WHERE lower(a.abbrev) = lower(zone)) THEN
+        FOREACH probe IN ARRAY ARRAY[timestamptz '2026-01-10 00:00:00+00', timestamptz '2026-07-10 00:00:00+00'] LOOP
+            IF (distlock.cron_next('0 12 * * *', probe, zone) AT TIME ZONE zone)::time <> time '12:00' THEN
+                RAISE EXCEPTION 'time zone "%" (%) is also an abbreviation, which AT TIME ZONE reads as a fixed offset',
+                    zone, CASE WHEN NEW.schedule_timezone IS NULL THEN 'distlock.timezone'
+                               ELSE format('schedule_timezone of task "%s"', NEW.task_name) END
+                    USING ERRCODE = 'invalid_parameter_value',
+                          HINT = 'Name the zone itself, such as Europe/Paris, as pg_timezone_names lists them.';
+            END IF;
+        END LOOP;
+    END IF;
+    IF NEW.schedule_cron IS NULL THEN
+        RETURN NEW;
+    END IF;
+    next_slot := distlock.cron_next(NEW.schedule_cron, now(), zone);
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.next_run_at IS NULL THEN
+            NEW.next_run_at := next_slot;
+        END IF;
+    ELSIF (NEW.schedule_cron IS DISTINCT FROM OLD.schedule_cron
+           OR NEW.schedule_timezone IS DISTINCT FROM OLD.schedule_timezone)
+          AND NEW.next_run_at IS NOT DISTINCT FROM OLD.next_run_at THEN
+        NEW.next_run_at := next_slot;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+DROP TRIGGER scheduled_tasks_check ON distlock.scheduled_tasks;
+CREATE TRIGGER scheduled_tasks_check
+    BEFORE INSERT OR UPDATE OF task_name, task_type, schedule_cron, timeout, max_retries, retry_delay,
+                               schedule_timezone
+    ON distlock.scheduled_tasks
+    FOR EACH ROW EXECUTE FUNCTION distlock.scheduled_tasks_check();
+
+-- task_schedule shows the zone each task's schedule follows.
+CREATE OR REPLACE VIEW distlock.task_schedule WITH (security_barrier) AS
+SELECT t.id AS task_id,
+       t.task_name,
+       t.task_type,
+       t.schedule_cron,
+       t.is_enabled,
+       t.next_run_at,
+       t.last_run_at,
+       t.last_status,
+       t.consecutive_failures,
+       t.timeout,
+       t.current_token IS NOT NULL AS is_running,
+       t.runs_completed,
+       t.runs_failed,
+       t.runs_timed_out,
+       t.runs_abandoned,
+       -- The zone its schedule follows (0.4.0): its own, or the setting's.
+       COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone', true), 'UTC') AS schedule_timezone
+  FROM distlock.scheduled_tasks t
+ WHERE distlock.in_monitor_scope(t.task_name, t.task_type);
+
 CREATE FUNCTION distlock.lease_backend_connected(
     p_task_id integer
 ) RETURNS boolean
@@ -610,8 +740,9 @@ END
 $same_grants$;
 
 
--- The capability model gains them: the list replaced, every admin and
--- monitor granted them.
+-- The capability model gains them: the list replaced, every capable role
+-- granted its capabilities again (0.4.0 adds to every capability's list:
+-- cron_next with a time zone).
 CREATE OR REPLACE FUNCTION distlock.capability_privileges(p_capability text)
 RETURNS TABLE (privilege text, object text)
 LANGUAGE plpgsql IMMUTABLE STRICT
@@ -630,6 +761,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('any',      'EXECUTE', 'FUNCTION distlock.get_task_lock_id(text)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.task_lock_class()'),
     ('any',      'EXECUTE', 'FUNCTION distlock.cron_next(text, timestamptz)'),
+    ('any',      'EXECUTE', 'FUNCTION distlock.cron_next(text, timestamptz, text)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_timestamp(bigint)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_worker_id(bigint)'),
     ('any',      'EXECUTE', 'FUNCTION distlock.snowflake_sequence(bigint)'),
@@ -715,9 +847,9 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),
     ('admin',    'SELECT, DELETE', 'distlock.scheduled_tasks'),
     ('admin',    'INSERT (id, task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
-                 'max_retries, retry_delay)', 'distlock.scheduled_tasks'),
+                 'max_retries, retry_delay, schedule_timezone)', 'distlock.scheduled_tasks'),
     ('admin',    'UPDATE (task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
-                 'max_retries, retry_delay, consecutive_failures)', 'distlock.scheduled_tasks'),
+                 'max_retries, retry_delay, consecutive_failures, schedule_timezone)', 'distlock.scheduled_tasks'),
     ('admin',    'USAGE',   'SEQUENCE distlock.scheduled_tasks_id_seq'),
     ('admin',    'SELECT',  'distlock.task_execution_log, distlock.task_queue, distlock.completed_jobs, distlock.jobs, '
                             'distlock.job_attempts')
@@ -750,7 +882,8 @@ BEGIN
                    'distlock.refuse_lock_key_secret_change()', 'distlock.lease_backend_connected(integer)',
                    'distlock.lease_backend_alive(integer)', 'distlock.queue_counters()',
                    'distlock.reset_queue_counters(text)', 'distlock.lock_owner_published(integer)',
-                   'distlock.lock_owner(integer)', 'distlock.forget_truncated_attempts()']::pg_catalog.regprocedure[]::pg_catalog.oid[])
+                   'distlock.lock_owner(integer)', 'distlock.forget_truncated_attempts()',
+                   'distlock.cron_next(text, timestamptz, text)']::pg_catalog.regprocedure[]::pg_catalog.oid[])
            AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, p.proowner]::pg_catalog.oid[])
         UNION
         SELECT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass), a.grantee
@@ -798,7 +931,7 @@ DECLARE
     g record;
 BEGIN
     FOR g IN SELECT rc.role, rc.capability, rc.scope FROM distlock.role_capabilities rc
-              WHERE rc.capability OPERATOR(pg_catalog.=) ANY (ARRAY['admin', 'monitor']) LOOP
+              WHERE rc.capability OPERATOR(pg_catalog.=) ANY (ARRAY['admin', 'monitor', 'worker', 'producer', 'consumer']) LOOP
         -- A role dropped without revoke_capability (DROP OWNED, DROP ROLE)
         -- leaves its row, its regrole a bare number that no GRANT takes:
         -- skipped, so that the update goes through.

@@ -40,7 +40,11 @@ CREATE TABLE distlock.scheduled_tasks (
     -- a live lease and a gone backend. Written by the statements that
     -- already lock this row (claim, renewal), so no new lock order.
     lease_backend_pid    int,
-    lease_backend_start  timestamptz
+    lease_backend_start  timestamptz,
+    -- The time zone whose wall clock schedule_cron follows (an IANA name
+    -- such as Europe/Berlin); NULL: the setting distlock.timezone (UTC
+    -- unless set). 0.4.0.
+    schedule_timezone    text
     -- Validated by the trigger below rather than CHECK constraints: PostgreSQL
     -- re-reads every CHECK on each claim's and release's UPDATE, which made
     -- them a fifth of a claim's cost; the trigger runs only when a user edits
@@ -103,6 +107,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     next_slot timestamptz;
+    zone text;
+    probe timestamptz;
 BEGIN
     -- The rule every name obeys (src/text.rs): not blank, at most 1000 bytes.
     IF NEW.task_name IS NULL OR btrim(NEW.task_name, E' \t\n\r\f\v') = '' THEN
@@ -134,15 +140,44 @@ BEGIN
         RAISE EXCEPTION 'retry_delay of task "%" must be at most 1 hour, got %', NEW.task_name, NEW.retry_delay
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF NEW.schedule_timezone IS NOT NULL THEN
+        BEGIN
+            PERFORM distlock.cron_next('@daily', now(), NEW.schedule_timezone);
+        EXCEPTION WHEN invalid_parameter_value THEN
+            RAISE EXCEPTION 'schedule_timezone of task "%" is not a time zone this server knows, got "%"',
+                NEW.task_name, NEW.schedule_timezone
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'An IANA name such as Europe/Berlin, as pg_timezone_names lists them.';
+        END;
+    END IF;
+    -- The setting is read even before the library is loaded (a placeholder
+    -- keeps what postgresql.conf says); unset, it is UTC.
+    zone := COALESCE(NEW.schedule_timezone, current_setting('distlock.timezone', true), 'UTC');
+    -- AT TIME ZONE (and so SQL, the console and the CLI) reads a name that
+    -- is also a time zone abbreviation (CET, EET, MET, WET) as that
+    -- abbreviation's fixed offset, while the scheduler follows the zone of
+    -- that name, summer time included: refused when the two disagree.
+    IF EXISTS (SELECT FROM pg_timezone_abbrevs a WHERE lower(a.abbrev) = lower(zone)) THEN
+        FOREACH probe IN ARRAY ARRAY[timestamptz '2026-01-10 00:00:00+00', timestamptz '2026-07-10 00:00:00+00'] LOOP
+            IF (distlock.cron_next('0 12 * * *', probe, zone) AT TIME ZONE zone)::time <> time '12:00' THEN
+                RAISE EXCEPTION 'time zone "%" (%) is also an abbreviation, which AT TIME ZONE reads as a fixed offset',
+                    zone, CASE WHEN NEW.schedule_timezone IS NULL THEN 'distlock.timezone'
+                               ELSE format('schedule_timezone of task "%s"', NEW.task_name) END
+                    USING ERRCODE = 'invalid_parameter_value',
+                          HINT = 'Name the zone itself, such as Europe/Paris, as pg_timezone_names lists them.';
+            END IF;
+        END LOOP;
+    END IF;
     IF NEW.schedule_cron IS NULL THEN
         RETURN NEW;
     END IF;
-    next_slot := distlock.cron_next(NEW.schedule_cron, now());
+    next_slot := distlock.cron_next(NEW.schedule_cron, now(), zone);
     IF TG_OP = 'INSERT' THEN
         IF NEW.next_run_at IS NULL THEN
             NEW.next_run_at := next_slot;
         END IF;
-    ELSIF NEW.schedule_cron IS DISTINCT FROM OLD.schedule_cron
+    ELSIF (NEW.schedule_cron IS DISTINCT FROM OLD.schedule_cron
+           OR NEW.schedule_timezone IS DISTINCT FROM OLD.schedule_timezone)
           AND NEW.next_run_at IS NOT DISTINCT FROM OLD.next_run_at THEN
         NEW.next_run_at := next_slot;
     END IF;
@@ -151,6 +186,7 @@ END
 $$;
 
 CREATE TRIGGER scheduled_tasks_check
-    BEFORE INSERT OR UPDATE OF task_name, task_type, schedule_cron, timeout, max_retries, retry_delay
+    BEFORE INSERT OR UPDATE OF task_name, task_type, schedule_cron, timeout, max_retries, retry_delay,
+                               schedule_timezone
     ON distlock.scheduled_tasks
     FOR EACH ROW EXECUTE FUNCTION distlock.scheduled_tasks_check();

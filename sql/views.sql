@@ -227,7 +227,9 @@ SELECT t.id AS task_id,
        t.runs_completed,
        t.runs_failed,
        t.runs_timed_out,
-       t.runs_abandoned
+       t.runs_abandoned,
+       -- The zone its schedule follows (0.4.0): its own, or the setting's.
+       COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone', true), 'UTC') AS schedule_timezone
   FROM distlock.scheduled_tasks t
  WHERE distlock.in_monitor_scope(t.task_name, t.task_type);
 

@@ -22,6 +22,8 @@ pub static OWNER: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::n
 pub static MAX_LOCKS_PER_SESSION: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static MAX_HOLD_TTL_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_400);
 pub static MAX_JOB_LEASE_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(86_400);
+/// The time zone of scheduled tasks that name none (schedule_timezone NULL).
+pub static TIMEZONE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"UTC"));
 #[cfg(not(feature = "pg15"))]
 pub static DYNAMIC_SHARED_MEMORY: GucSetting<bool> = GucSetting::<bool>::new(true);
 
@@ -37,6 +39,20 @@ pub fn register() {
             GucFlags::default(),
             None,
             Some(owner_assigned),
+            None,
+        );
+    }
+    // SAFETY: the check hook is guarded (pg_guard) and only reads the zone data.
+    unsafe {
+        GucRegistry::define_string_guc_with_hooks(
+            c"distlock.timezone",
+            c"Time zone in which the schedule of a task without a schedule_timezone of its own is evaluated.",
+            c"A name PostgreSQL's TimeZone setting accepts (such as Europe/Berlin). Server-wide so that every worker computes the same next slot; a change applies to each such task from its next run on.",
+            &TIMEZONE,
+            GucContext::Sighup,
+            GucFlags::default(),
+            Some(timezone_check),
+            None,
             None,
         );
     }
@@ -209,6 +225,20 @@ fn parse_epoch() -> i64 {
 unsafe extern "C-unwind" fn owner_assigned(newval: *const std::ffi::c_char, _extra: *mut std::ffi::c_void) {
     let owner = if newval.is_null() { &[][..] } else { unsafe { std::ffi::CStr::from_ptr(newval) }.to_bytes() };
     crate::locks::owner_assigned(owner);
+}
+
+/// distlock.timezone's check hook: a zone the server's time zone data has
+/// (PostgreSQL's message names the setting and the value otherwise).
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn timezone_check(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pgrx::pg_sys::GucSource::Type,
+) -> bool {
+    if newval.is_null() || unsafe { *newval }.is_null() {
+        return false;
+    }
+    crate::schedule::is_known_zone(unsafe { std::ffi::CStr::from_ptr(*newval) })
 }
 
 #[cfg(any(test, feature = "pg_test"))]

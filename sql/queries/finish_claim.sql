@@ -9,7 +9,8 @@
 -- Times are the release's own (clock_timestamp, read once), not the start of
 -- its transaction: a release inside the claiming transaction must still log
 -- the run's duration and schedule from when the run ended.
---   completed            -> next cron slot (none without a cron)
+--   completed            -> next cron slot (none without a cron), in the
+--                           task's time zone (distlock.timezone if it has none)
 --   failed, timed_out    -> retry after retry_delay * 2^(failures so far),
 --                           capped at 1 hour, with 50-100% jitter; once
 --                           max_retries retries have failed, the next cron slot
@@ -58,7 +59,9 @@ task AS (
                           interval '1 hour')
                     OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog./) 2)))
                WHEN t.schedule_cron IS NULL THEN NULL
-               ELSE distlock.cron_next(t.schedule_cron, r.at)
+               -- On the wall clock of the task's zone, or of distlock.timezone.
+               ELSE distlock.cron_next(t.schedule_cron, r.at,
+                                       COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
            END,
            runs_completed = t.runs_completed OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'completed')::int,
            runs_failed    = t.runs_failed    OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'failed')::int,

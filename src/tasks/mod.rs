@@ -15,6 +15,8 @@ mod run_now;
 mod run_now_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod task_tests;
+#[cfg(any(test, feature = "pg_test"))]
+mod zone_tests;
 
 pub use held::released as forget_held_claim;
 pub use release::finish_claim;

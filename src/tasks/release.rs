@@ -27,10 +27,14 @@ pub enum Finished {
 /// the task's current one, schedules the task's next run (see
 /// sql/queries/finish_claim.sql).
 pub fn finish_claim(client: &SpiClient<'_>, log_id: i64, status: &str, error: Option<&Text>) -> Finished {
-    // The per-task run counters came with the update to 0.3.0.
-    let statement = match crate::version::has_column(c"scheduled_tasks", c"runs_completed") {
-        true => include_str!("../../sql/queries/finish_claim.sql"),
-        false => include_str!("../../sql/queries/finish_claim_0_2_0.sql"),
+    // Time zones came with the update to 0.4.0, the per-task run counters
+    // with the update to 0.3.0.
+    let statement = if crate::version::has_column(c"scheduled_tasks", c"schedule_timezone") {
+        include_str!("../../sql/queries/finish_claim.sql")
+    } else if crate::version::has_column(c"scheduled_tasks", c"runs_completed") {
+        include_str!("../../sql/queries/finish_claim_0_3_0.sql")
+    } else {
+        include_str!("../../sql/queries/finish_claim_0_2_0.sql")
     };
     let stmt = plan(client, statement, &[types::INT8, types::TEXT, types::TEXT]);
     let current = client

@@ -580,8 +580,13 @@ mod tests {
         );
     }
 
-    #[pg_test(error = "invalid cron expression \"every day\": Invalid pattern: Pattern must have 5 fields when seconds are disallowed.")]
+    #[pg_test(error = "invalid cron expression \"each day\": Invalid pattern: Pattern must have 5 fields when seconds are disallowed.")]
     fn tasks_insert_with_invalid_cron_is_rejected() {
+        run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron) VALUES ('c', 'x', 'each day')");
+    }
+
+    #[pg_test(error = "invalid schedule \"every day\": an interval schedule is 'every N seconds' or 'every N minutes' with N from 1 to 59")]
+    fn tasks_insert_with_invalid_interval_is_rejected() {
         run("INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron) VALUES ('c', 'x', 'every day')");
     }
 

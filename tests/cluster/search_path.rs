@@ -420,6 +420,8 @@ const CALLS: &[(&str, &str)] = &[
       VALUES ('report', 'etl', '@hourly', '2000-01-01'), ('nightly', 'etl', '@daily', '2000-01-01'), \
              ('cron-only', 'etl', '*/5 * * * *', NULL)"),
     ("distlock.cron_next(text,timestamp with time zone)", "SELECT distlock.cron_next('@hourly', '2026-01-01')"),
+    ("distlock.cron_next(text,timestamp with time zone,text)",
+     "SELECT distlock.cron_next('@hourly', '2026-01-01', 'Europe/Berlin')"),
     ("distlock.lock_id(text)", "SELECT distlock.lock_id('x')"),
     ("distlock.get_task_lock_id(text)", "SELECT distlock.get_task_lock_id('report')"),
     ("distlock.task_lock_class()", "SELECT distlock.task_lock_class()"),

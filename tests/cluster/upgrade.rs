@@ -448,6 +448,19 @@ fn upgrade_in_place(
     ));
     let token = one_i64(&mut worker, "SELECT current_token FROM distlock.scheduled_tasks WHERE task_name = 'report'");
     assert!(token > max_task_token, "task token {token} after the update <= {max_task_token} before");
+    // Tasks keep their UTC times (0.4.0's time zones): no zone of their own,
+    // the setting's default, and the release schedules the next slot in UTC.
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.scheduled_tasks WHERE schedule_timezone IS NOT NULL"), 0);
+    assert_eq!(lines(&mut c, "SELECT DISTINCT schedule_timezone FROM distlock.task_schedule"), ["UTC"]);
+    worker
+        .batch_execute("SELECT distlock.release_task_lock(id, 'w2', 'completed') FROM distlock.scheduled_tasks WHERE task_name = 'report'")
+        .expect("the claim after the update is released");
+    assert!(one_bool(
+        &mut c,
+        "SELECT t.next_run_at = date_trunc('hour', l.completed_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' + interval '1 hour' \
+           FROM distlock.scheduled_tasks t JOIN distlock.task_execution_log l ON l.task_id = t.id \
+          WHERE t.task_name = 'report' AND l.worker_id = 'w2'"
+    ));
     assert!(one_i64(&mut c, "SELECT distlock.acquire_lease('other', 'node-b', '1 hour')") > lease_token);
     assert!(one_bool(&mut c, "SELECT distlock.resign_leader('scheduler', 'node-a')"));
     assert!(one_i64(&mut c, "SELECT term FROM distlock.try_become_leader('scheduler', 'node-b', '1 hour')") > term);

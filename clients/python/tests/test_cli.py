@@ -201,6 +201,17 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(db: Db) -> None:
     assert command.stderr.read() == ""
 
 
+def test_tasks_show_the_next_run_on_the_wall_clock_of_the_tasks_zone(db: Db) -> None:
+    db.admin.execute("INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, schedule_timezone)"
+                     " VALUES ('kolkata', 'etl', '30 9 * * *', 'Asia/Kolkata'), ('plain', 'etl', '30 9 * * *', NULL)")
+    tasks = {task["task_name"]: task for task in cli_json(db, "tasks")["tasks"]}
+    assert tasks["kolkata"]["timezone"] == "Asia/Kolkata" and tasks["plain"]["timezone"] == "UTC"
+    assert tasks["kolkata"]["next_run_local"].endswith("T09:30:00"), tasks["kolkata"]
+    assert tasks["plain"]["next_run_local"].endswith("T09:30:00"), tasks["plain"]
+    code, out = cli(db, "tasks")
+    assert code == 0 and "Asia/Kolkata" in out, out
+
+
 def test_run_now_makes_a_task_due_after_asking(db: Db) -> None:
     task = db.value("INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at)"
                     " VALUES ('report', 'etl', '0 3 * * *', distlock.cron_next('0 3 * * *', now())) RETURNING id")

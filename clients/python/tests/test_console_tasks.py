@@ -139,7 +139,7 @@ def test_a_task_page_shows_its_definition_next_runs_and_its_runs_page_by_page(db
         slots, after = [], db.value("SELECT now()")
         for _ in range(5):
             after = db.value("SELECT distlock.cron_next('0 3 * * *', %s)", after)
-            slots.append(moment(after))  # type: ignore[arg-type]
+            slots.append(moment(db.value("SELECT timezone('UTC', %s::timestamptz)", after)) + " UTC")  # type: ignore[arg-type]
         return slots
 
     with console(db.dsn) as (client, token):
@@ -173,6 +173,18 @@ def test_a_task_page_shows_its_definition_next_runs_and_its_runs_page_by_page(db
         assert 'data-refresh="5"' in page, "the page refreshes itself"
         assert set(forms(page)) == {"run-now", "disable-task"} and forms(page)["disable-task"]["task_id"] == str(task)
         assert token
+
+
+def test_a_zoned_task_page_shows_its_times_on_the_zones_wall_clock(db: Db) -> None:
+    task = int(db.value("INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, schedule_timezone)"  # type: ignore[arg-type]
+                        " VALUES ('berlin-1', 'test', '0 3 * * *', 'Europe/Berlin') RETURNING id"))
+    with console(db.dsn) as (client, _token):
+        page = client.get(f"/tasks/{task}").text
+    assert text_of(page, "task-timezone") == "Europe/Berlin"
+    shown = re.findall(r"<li>([^<]*)</li>", re.search(r'id="next-runs">(.*?)</section>', page, re.S).group(1))  # type: ignore[union-attr]
+    assert len(shown) == 5 and all(slot.endswith(" 03:00:00 Europe/Berlin") for slot in shown), shown
+    next_local = db.value("SELECT timezone('Europe/Berlin', next_run_at) FROM distlock.scheduled_tasks WHERE id = %s", task)
+    assert text_of(page, "task-next-run") == moment(next_local) + " Europe/Berlin"  # type: ignore[arg-type]
 
 
 def test_the_task_pages_buttons_disable_enable_and_run_the_task(db: Db) -> None:

@@ -99,7 +99,7 @@ def task(conn: psycopg.Connection[Any], task_id: int, before: int) -> dict[str, 
     data.update({
         "settings": settings[0] if settings else None,
         "claims": reads.task_claims(conn, task_id),
-        "next_runs": reads.next_runs(conn, cron, NEXT_RUNS_SHOWN) if cron else [],
+        "next_runs": reads.next_runs(conn, cron, NEXT_RUNS_SHOWN, rows[0]["timezone"]) if cron else [],
         "runs": None if runs is None else runs[:TASK_RUNS_SHOWN],
         # Past a full page, older runs go on below its last; short of one,
         # below the log ids the page looked through (reads.TASK_LOG_WINDOW).

@@ -121,13 +121,22 @@ HOLDER_STATE = """
          ELSE 'gone' END"""
 
 
+# The zone a task's schedule follows (task_schedule.schedule_timezone, 0.4.0),
+# read through to_jsonb so that older servers answer too: UTC, as they run.
+TASK_ZONE = """
+    CROSS JOIN LATERAL (SELECT COALESCE(pg_catalog.to_jsonb(s) ->> 'schedule_timezone', 'UTC') AS timezone) z"""
+
+
 def tasks(conn: psycopg.Connection[Any]) -> Optional[Rows]:
+    """Each task with its running claims; its next run also on the wall clock
+    of the zone its schedule follows, named."""
     # task_schedule, not task_stats: nothing here needs each task's log counted.
     return _rows(conn, """
-        SELECT s.task_id, s.task_name, s.task_type, s.is_enabled AS enabled, s.next_run_at, s.last_status,
+        SELECT s.task_id, s.task_name, s.task_type, s.is_enabled AS enabled, s.next_run_at,
+               pg_catalog.timezone(z.timezone, s.next_run_at) AS next_run_local, z.timezone, s.last_status,
                s.last_run_at, r.worker_id AS running_worker, r.running_for, r.fencing_token,
                r.holder_alive, """ + HOLDER_STATE + """ AS holder, r.past_timeout
-          FROM distlock.task_schedule s
+          FROM distlock.task_schedule s""" + TASK_ZONE + """
           LEFT JOIN distlock.running_tasks r ON r.task_id = s.task_id
          ORDER BY s.task_name, r.started_at""")
 
@@ -260,13 +269,19 @@ def next_tasks(conn: psycopg.Connection[Any], limit: int) -> Optional[Rows]:
          ORDER BY s.next_run_at NULLS LAST, s.task_id LIMIT %s""", (limit,))
 
 
+
+
+
 def task_definition(conn: psycopg.Connection[Any], task_id: int) -> Optional[Rows]:
-    """One task as distlock.task_schedule shows it (no row: no such task)."""
+    """One task as distlock.task_schedule shows it (no row: no such task),
+    with its time zone and its next and last run on that zone's wall clock."""
     return _rows(conn, """
         SELECT s.task_id, s.task_name, s.task_type, s.schedule_cron, s.is_enabled AS enabled, s.next_run_at,
                s.last_run_at, s.last_status, s.consecutive_failures, s.timeout, s.is_running, s.runs_completed,
-               s.runs_failed, s.runs_timed_out, s.runs_abandoned, """ + OVERDUE + """ AS overdue
-          FROM distlock.task_schedule s WHERE s.task_id = %s::integer""", (task_id,))
+               s.runs_failed, s.runs_timed_out, s.runs_abandoned, """ + OVERDUE + """ AS overdue, z.timezone,
+               pg_catalog.timezone(z.timezone, s.next_run_at) AS next_run_local,
+               pg_catalog.timezone(z.timezone, s.last_run_at) AS last_run_local
+          FROM distlock.task_schedule s""" + TASK_ZONE + """ WHERE s.task_id = %s::integer""", (task_id,))
 
 
 def task_list(conn: psycopg.Connection[Any], after: Optional[int], limit: int) -> Optional[Rows]:
@@ -301,15 +316,27 @@ def task_settings(conn: psycopg.Connection[Any], task_id: int) -> Optional[Rows]
         SELECT max_retries, retry_delay, created_at FROM distlock.scheduled_tasks WHERE id = %s::integer""", (task_id,))
 
 
-def next_runs(conn: psycopg.Connection[Any], cron: str, count: int) -> Optional[Rows]:
-    """The next `count` occurrences of `cron` from now, distlock.cron_next
-    applied to each in turn (fewer when the expression has no more)."""
+def next_runs(conn: psycopg.Connection[Any], cron: str, count: int, timezone: str = "UTC") -> Optional[Rows]:
+    """The next `count` occurrences of `cron` from now on the wall clock of
+    `timezone`, distlock.cron_next applied to each in turn (fewer when the
+    expression has no more), each as an instant (`at`) and as that zone's
+    wall-clock time (`local`). A server before 0.4.0 evaluates in UTC only."""
+    if timezone == "UTC":
+        return _rows(conn, """
+            WITH RECURSIVE slot (n, at) AS (
+                SELECT 1, distlock.cron_next(%s::text, pg_catalog.now())
+                UNION ALL
+                SELECT n + 1, distlock.cron_next(%s::text, at) FROM slot WHERE n < %s AND at IS NOT NULL)
+            SELECT at, pg_catalog.timezone('UTC', at) AS local FROM slot WHERE at IS NOT NULL ORDER BY n""",
+                     (cron, cron, count))
     return _rows(conn, """
         WITH RECURSIVE slot (n, at) AS (
-            SELECT 1, distlock.cron_next(%s::text, pg_catalog.now())
+            SELECT 1, distlock.cron_next(%(cron)s::text, pg_catalog.now(), %(zone)s::text)
             UNION ALL
-            SELECT n + 1, distlock.cron_next(%s::text, at) FROM slot WHERE n < %s AND at IS NOT NULL)
-        SELECT at FROM slot WHERE at IS NOT NULL ORDER BY n""", (cron, cron, count))
+            SELECT n + 1, distlock.cron_next(%(cron)s::text, at, %(zone)s::text) FROM slot
+             WHERE n < %(count)s AND at IS NOT NULL)
+        SELECT at, pg_catalog.timezone(%(zone)s::text, at) AS local FROM slot WHERE at IS NOT NULL ORDER BY n""",
+                 {"cron": cron, "zone": timezone, "count": count})
 
 
 # A run id above every other: the history's first page.

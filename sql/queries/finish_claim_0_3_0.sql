@@ -1,0 +1,88 @@
+-- params: bigint, text, text
+-- finish_claim.sql for 0.3.0's tables, which have no time zones per task:
+-- schedules in UTC (used until ALTER EXTENSION pg_distlock UPDATE).
+-- Ends running claim $1 (a log row) with status $2 (completed, failed,
+-- timed_out or abandoned) and error $3, and schedules the task's next run.
+-- Returns whether the claim's token was the task's current one, or no row
+-- when the claim is not running (any more). The task row is changed only for
+-- the current token: a claim that another claim has replaced (its holder
+-- lost the lock, and someone else claimed) ends its own log row and nothing
+-- else, so its report never overwrites the live claim's state.
+-- Times are the release's own (clock_timestamp, read once), not the start of
+-- its transaction: a release inside the claiming transaction must still log
+-- the run's duration and schedule from when the run ended.
+--   completed            -> next cron slot (none without a cron)
+--   failed, timed_out    -> retry after retry_delay * 2^(failures so far),
+--                           capped at 1 hour, with 50-100% jitter; once
+--                           max_retries retries have failed, the next cron slot
+--   abandoned            -> unchanged: the holder vanished, run the slot again
+-- and counts the run in the task's runs_<status> (the counters that metrics
+-- turn into rates: they only grow, and only when the release commits). A
+-- replaced claim that the sweep ends is counted too, though nothing else of
+-- the task row changes: its run ended all the same.
+WITH released AS (
+    SELECT pg_catalog.clock_timestamp() AS at
+),
+finished AS (
+    UPDATE distlock.task_execution_log l
+       SET status = $2,
+           completed_at = (SELECT r.at FROM released r),
+           error_message = $3
+     WHERE l.id OPERATOR(pg_catalog.=) $1
+       -- Still running, re-checked on the latest row version (a sweep may
+       -- have ended it). Tested as completed_at IS NULL, which every writer
+       -- keeps equivalent, so that the planner takes the primary key rather
+       -- than scanning the running-claims index, which fills with dead
+       -- entries between vacuums.
+       AND l.completed_at IS NULL
+ RETURNING l.task_id, l.fencing_token
+),
+task AS (
+    UPDATE distlock.scheduled_tasks t
+       SET last_status = $2,
+           current_token = NULL,
+           lease_expires_at = NULL,
+           consecutive_failures = CASE
+               WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.consecutive_failures
+               WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
+                    AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries
+                   THEN t.consecutive_failures OPERATOR(pg_catalog.+) 1
+               ELSE 0
+           END,
+           next_run_at = CASE
+               WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.next_run_at
+               WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
+                    AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries THEN
+                   r.at
+                   OPERATOR(pg_catalog.+)
+                   (LEAST(LEAST(t.retry_delay, interval '1 hour')
+                          OPERATOR(pg_catalog.*) pg_catalog.power(2, LEAST(t.consecutive_failures, 20)),
+                          interval '1 hour')
+                    OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog./) 2)))
+               WHEN t.schedule_cron IS NULL THEN NULL
+               ELSE distlock.cron_next(t.schedule_cron, r.at)
+           END,
+           runs_completed = t.runs_completed OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'completed')::int,
+           runs_failed    = t.runs_failed    OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'failed')::int,
+           runs_timed_out = t.runs_timed_out OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'timed_out')::int,
+           runs_abandoned = t.runs_abandoned OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'abandoned')::int
+      FROM finished f, released r
+     WHERE t.id OPERATOR(pg_catalog.=) f.task_id
+       AND t.current_token OPERATOR(pg_catalog.=) f.fencing_token
+    RETURNING t.id
+),
+replaced AS (
+    -- A claim that another claim has replaced: only the run is counted.
+    -- Decided after task, from what task did (it rechecks the token on the
+    -- row's latest version, after waiting for a claim that replaced this
+    -- one meanwhile), so that each run is counted exactly once.
+    UPDATE distlock.scheduled_tasks t
+       SET runs_completed = t.runs_completed OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'completed')::int,
+           runs_failed    = t.runs_failed    OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'failed')::int,
+           runs_timed_out = t.runs_timed_out OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'timed_out')::int,
+           runs_abandoned = t.runs_abandoned OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'abandoned')::int
+      FROM finished f
+     WHERE t.id OPERATOR(pg_catalog.=) f.task_id
+       AND NOT EXISTS (SELECT FROM task)
+)
+SELECT EXISTS (SELECT 1 FROM task) FROM finished
