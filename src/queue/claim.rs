@@ -145,7 +145,9 @@ pub(crate) fn claim_from(
         }
         // Read before the statement's snapshot is taken.
         let position = claim_start::log_position();
-        let from = if from_head { Origin::HEAD } else { claim_start::start(start_queue, role, now_us, position) };
+        let unscoped = scope.as_parameter().is_none();
+        let from =
+            if from_head { Origin::HEAD } else { claim_start::start(start_queue, role, now_us, position, unscoped) };
         // Only for a read from the head, what it steps over (claim_start.rs).
         let head_read_from = (starts_anywhere && from.place == Place::HEAD).then(|| {
             // Before the statement: every version it cannot see was made
@@ -237,7 +239,7 @@ pub(crate) fn claim_from(
                 };
                 claim_start::HeadRead { stepped_over, next_xid }
             });
-            claim_start::claimed(start_queue, role, from, furthest, now_us, position, head_read);
+            claim_start::claimed(start_queue, role, from, furthest, now_us, position, head_read, unscoped);
         }
         if !from.complete && (returned as i64) < wanted {
             // The index may hold runnable jobs before where this claim started.

@@ -163,8 +163,16 @@ fn unseen_is_gone(next_xid: pg_sys::TransactionId) -> bool {
 }
 
 /// Where the next claim from `queue` by `role` starts at time `now`, the
-/// runnable log being at `position` (see `log_position`).
-pub(crate) fn start(queue: Option<&Text>, role: pg_sys::Oid, now: TimestampTz, position: Option<u64>) -> Origin {
+/// runnable log being at `position` (see `log_position`). `unscoped`: the
+/// role may claim every job of the queue, so that where the other
+/// unscoped claims got to (the shared frontier) holds for it too.
+pub(crate) fn start(
+    queue: Option<&Text>,
+    role: pg_sys::Oid,
+    now: TimestampTz,
+    position: Option<u64>,
+    unscoped: bool,
+) -> Origin {
     STARTS.with(|starts| {
         let mut starts = starts.borrow_mut();
         let Some(at) = starts.iter().position(|s| s.queue.as_ref() == queue && s.role == role) else {
@@ -194,13 +202,27 @@ pub(crate) fn start(queue: Option<&Text>, role: pg_sys::Oid, now: TimestampTz, p
             return Origin { place, complete: false };
         };
         let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+        let frontier_key = if unscoped { super::wake::frontier_key(queue) } else { None };
         let queue = queue.map(|queue| super::wake::queue_hash(queue.bytes()));
-        let mut earliest = place;
-        let read = log.read(after, upto, database, queue, |(priority, run_after, id)| {
-            earliest = earliest.min(Place { priority, run_after, id });
-        });
-        if read.is_err() {
+        // The earliest of a place vouched for by the log at `after` and of
+        // what the log got since: no claimable job lies before it.
+        let vouched_start = |place: Place, after: u64| {
+            let mut earliest = place;
+            let read = log.read(after, upto, database, queue, |(priority, run_after, id)| {
+                earliest = earliest.min(Place { priority, run_after, id });
+            });
+            read.ok().map(|_| earliest)
+        };
+        let Some(mut earliest) = vouched_start(place, after) else {
             return Origin { place, complete: false };
+        };
+        // Where the others got to, when it is further: both hold, the later
+        // one steps over fewer of the jobs claimed since.
+        if let Some(frontier) = frontier_key.and_then(|key| crate::shared::claim_frontier::frontier()?.read(database, key)) {
+            let (priority, run_after, id) = frontier.key;
+            if let Some(further) = vouched_start(Place { priority, run_after, id }, frontier.position) {
+                earliest = earliest.max(further);
+            }
         }
         if let Some(uncommitted) = super::wake::uncommitted_earliest(queue) {
             earliest = earliest.min(uncommitted);
@@ -222,7 +244,9 @@ pub(crate) struct HeadRead {
 /// runnable log at `position` and claimed up to `furthest` (None: nothing),
 /// having met `head_read` when it read from the head: the next starts
 /// there, or from the head when this one read from the head and claimed
-/// nothing.
+/// nothing. An `unscoped` claim's end is also the others' (the shared
+/// frontier), when the log vouches for it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn claimed(
     queue: Option<&Text>,
     role: pg_sys::Oid,
@@ -231,10 +255,16 @@ pub(crate) fn claimed(
     now: TimestampTz,
     position: Option<u64>,
     head_read: HeadRead,
+    unscoped: bool,
 ) {
     // What the log said holds from where the claim ended only when it read
     // every job it could claim before that.
     let position = position.filter(|_| from.complete);
+    if let (true, Some(place), Some(position)) = (unscoped, furthest, position) {
+        if let (Some(key), Some(frontier)) = (super::wake::frontier_key(queue), crate::shared::claim_frontier::frontier()) {
+            frontier.publish(unsafe { pg_sys::MyDatabaseId }.to_u32(), key, place.key(), position);
+        }
+    }
     STARTS.with(|starts| {
         let mut starts = starts.borrow_mut();
         let at = starts.iter().position(|s| s.queue.as_ref() == queue && s.role == role);

@@ -94,6 +94,20 @@ fn queue_hash_named(queue: &[u8], as_0_3_0: bool) -> u32 {
     (std::hash::Hasher::finish(&hasher) as u32).max(1)
 }
 
+/// A queue as the shared claim frontier names it (0: claims of every
+/// queue): 64 bits of SipHash-1-3 under the server's secret, over a tag
+/// and the name, so that two queues never share a frontier (one queue's
+/// would skip the other's jobs) and the bits are not `queue_hash`'s. None
+/// without the secret (no shared memory).
+pub(crate) fn frontier_key(queue: Option<&crate::text::Text>) -> Option<u64> {
+    let [k0, k1] = crate::shared::server_secret()?;
+    let Some(queue) = queue else { return Some(0) };
+    let mut hasher = siphasher::sip::SipHasher13::new_with_keys(k0, k1);
+    std::hash::Hasher::write(&mut hasher, b"claim frontier\0");
+    std::hash::Hasher::write(&mut hasher, queue.bytes());
+    Some(std::hash::Hasher::finish(&hasher).max(1))
+}
+
 /// Wake-ups to send at the end of this transaction.
 #[derive(Clone, Copy)]
 struct Wake {

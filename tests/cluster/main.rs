@@ -8,6 +8,7 @@ mod default_privileges;
 mod support;
 
 mod checker;
+mod claim_frontier;
 mod claim_order;
 mod contention;
 mod docs;
