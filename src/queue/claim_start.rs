@@ -260,9 +260,19 @@ pub(crate) fn claimed(
     // What the log said holds from where the claim ended only when it read
     // every job it could claim before that.
     let position = position.filter(|_| from.complete);
+    // Published once the claim commits: a claim rolled back (or prepared,
+    // then rolled back) gives its jobs back, and not every such path writes
+    // the runnable log (a look failing in its second queue, ROLLBACK
+    // PREPARED), which other backends would then step over for good
+    // (review helper-76).
     if let (true, Some(place), Some(position)) = (unscoped, furthest, position) {
-        if let (Some(key), Some(frontier)) = (super::wake::frontier_key(queue), crate::shared::claim_frontier::frontier()) {
-            frontier.publish(unsafe { pg_sys::MyDatabaseId }.to_u32(), key, place.key(), position);
+        if let Some(key) = super::wake::frontier_key(queue) {
+            let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+            crate::xact::after_commit(Box::new(move || {
+                if let Some(frontier) = crate::shared::claim_frontier::frontier() {
+                    frontier.publish(database, key, place.key(), position);
+                }
+            }));
         }
     }
     STARTS.with(|starts| {
