@@ -291,6 +291,16 @@ pub fn jobs_claimed(queue: Option<&[u8]>, count: usize, earliest: Place, lease_e
     );
 }
 
+/// This transaction is about to lock runnable jobs of `queue` (which claims
+/// then skip) without a claim's own record: if it (or the subtransaction)
+/// aborts, they stay runnable behind where claims passed, so the runnable
+/// log is told that jobs of the queue may lie anywhere.
+pub fn rows_held_until_end(queue: &[u8]) {
+    let Some(log) = runnable_log::log() else { return };
+    let (database, queue) = (unsafe { pg_sys::MyDatabaseId }.to_u32(), queue_hash(queue));
+    xact::on_outcome(None, Some(Box::new(move || log.write(database, queue, Place::HEAD.key()))));
+}
+
 /// Queue `queue` runs again (or its limit changed): wake all of its
 /// sleepers at commit; its jobs may lie anywhere in the index.
 pub fn queue_resumed(queue: &[u8]) {
