@@ -35,6 +35,8 @@
 //! per entry, up to `HEAD_EVERY_MOST_US`. A transaction that claimed and
 //! rolled back makes its own backend start from the head.
 
+use std::cell::Cell;
+
 use pgrx::pg_sys::{self, TimestampTz};
 
 use super::entries_read::SteppedOver;
@@ -86,10 +88,12 @@ pub(crate) const HEAD_EVERY_MOST_US: i64 = 60_000_000;
 pub(crate) struct Origin {
     pub place: Place,
     pub complete: bool,
+    /// The shared frontier put it further than the backend's own place.
+    pub shared: bool,
 }
 
 impl Origin {
-    pub(crate) const HEAD: Origin = Origin { place: Place::HEAD, complete: true };
+    pub(crate) const HEAD: Origin = Origin { place: Place::HEAD, complete: true, shared: false };
 }
 
 /// The runnable log's position now, read before the claim statement takes
@@ -123,6 +127,31 @@ const MOST_STARTS: usize = 16;
 
 thread_local! {
     static STARTS: std::cell::RefCell<Vec<QueueStart>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Claims start at their own place only, ignoring the shared frontier.
+    static FRONTIER_OFF: Cell<bool> = const { Cell::new(false) };
+    /// A claim started at the shared frontier since `frontier_was_used`
+    /// last asked.
+    static FRONTIER_USED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether a claim started at the shared frontier (further than its own
+/// place) since the last call.
+pub(crate) fn frontier_was_used() -> bool {
+    FRONTIER_USED.with(|used| used.replace(false))
+}
+
+/// Runs `claims` with every claim starting at its own place (or the head),
+/// not at the shared frontier. A consumer about to sleep after a look from
+/// the frontier found nothing looks once more so: jobs that a transaction
+/// locked and let go unchanged (a user's `SELECT ... FOR UPDATE`) write no
+/// log entry, and lie behind the frontier, but not behind the place of a
+/// consumer that never passed them (review helper-78: a waiting consumer
+/// slept 10 s past two such jobs).
+pub(crate) fn without_frontier<R>(claims: impl FnOnce() -> R) -> R {
+    let before = FRONTIER_OFF.with(|off| off.replace(true));
+    let result = claims();
+    FRONTIER_OFF.with(|off| off.set(before));
+    result
 }
 
 /// How long a backend keeps starting after its last job, the runnable log
@@ -199,7 +228,7 @@ pub(crate) fn start(
             return Origin::HEAD;
         }
         let (Some(after), Some(upto), Some(log)) = (found_at, position, runnable_log::log()) else {
-            return Origin { place, complete: false };
+            return Origin { place, complete: false, shared: false };
         };
         let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
         let frontier_key = if unscoped { super::wake::frontier_key(queue) } else { None };
@@ -214,20 +243,26 @@ pub(crate) fn start(
             read.ok().map(|_| earliest)
         };
         let Some(mut earliest) = vouched_start(place, after) else {
-            return Origin { place, complete: false };
+            return Origin { place, complete: false, shared: false };
         };
         // Where the others got to, when it is further: both hold, the later
         // one steps over fewer of the jobs claimed since.
+        let frontier_key = frontier_key.filter(|_| !FRONTIER_OFF.with(Cell::get));
+        let mut shared = false;
         if let Some(frontier) = frontier_key.and_then(|key| crate::shared::claim_frontier::frontier()?.read(database, key)) {
             let (priority, run_after, id) = frontier.key;
             if let Some(further) = vouched_start(Place { priority, run_after, id }, frontier.position) {
-                earliest = earliest.max(further);
+                if further > earliest {
+                    earliest = further;
+                    shared = true;
+                    FRONTIER_USED.with(|used| used.set(true));
+                }
             }
         }
         if let Some(uncommitted) = super::wake::uncommitted_earliest(queue) {
             earliest = earliest.min(uncommitted);
         }
-        Origin { place: earliest, complete: true }
+        Origin { place: earliest, complete: true, shared }
     })
 }
 
@@ -244,8 +279,10 @@ pub(crate) struct HeadRead {
 /// runnable log at `position` and claimed up to `furthest` (None: nothing),
 /// having met `head_read` when it read from the head: the next starts
 /// there, or from the head when this one read from the head and claimed
-/// nothing. An `unscoped` claim's end is also the others' (the shared
-/// frontier), when the log vouches for it.
+/// nothing. An unscoped claim's end is also the others' (the shared
+/// frontier), when the log vouches for it and it began in `frontier_epoch`
+/// (None: a scoped claim, or one that may not publish; see
+/// `claim_frontier::publishable_epoch`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn claimed(
     queue: Option<&Text>,
@@ -255,7 +292,7 @@ pub(crate) fn claimed(
     now: TimestampTz,
     position: Option<u64>,
     head_read: HeadRead,
-    unscoped: bool,
+    frontier_epoch: Option<u64>,
 ) {
     // What the log said holds from where the claim ended only when it read
     // every job it could claim before that.
@@ -265,12 +302,12 @@ pub(crate) fn claimed(
     // the runnable log (a look failing in its second queue, ROLLBACK
     // PREPARED), which other backends would then step over for good
     // (review helper-76).
-    if let (true, Some(place), Some(position)) = (unscoped, furthest, position) {
+    if let (Some(epoch), Some(place), Some(position)) = (frontier_epoch, furthest, position) {
         if let Some(key) = super::wake::frontier_key(queue) {
             let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
             crate::xact::after_commit(Box::new(move || {
                 if let Some(frontier) = crate::shared::claim_frontier::frontier() {
-                    frontier.publish(database, key, place.key(), position);
+                    frontier.publish(database, key, place.key(), position, epoch);
                 }
             }));
         }
@@ -285,9 +322,11 @@ pub(crate) fn claimed(
             }
             // Nothing after a start the log vouched for: start there again.
             // Nothing after another start says nothing of the head, which
-            // the caller reads next.
+            // the caller reads next. Nor is a start at the shared frontier
+            // taken as its own: a look about to sleep looks once more from
+            // its own place (without_frontier).
             (Some(at), None) => {
-                if position.is_some() {
+                if position.is_some() && !from.shared {
                     starts[at].place = from.place;
                     starts[at].position = position;
                 }
@@ -339,15 +378,30 @@ pub(crate) fn forget_starts() {
 }
 
 thread_local! {
-    static FORGET_ON_ABORT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The subtransaction in which `forget_on_abort` last registered (0: none).
+    static FORGET_ARMED_IN: Cell<pg_sys::SubTransactionId> = const { Cell::new(0) };
 }
 
-/// The jobs a transaction claimed are runnable again if it aborts, behind
-/// where this backend would start: it starts from the head again.
+/// The jobs a transaction claimed are runnable again if it aborts (or if
+/// the savepoint that claimed them is rolled back), behind where this
+/// backend would start, and so are they if it is prepared and then rolled
+/// back: it starts from the head again. Registered once per subtransaction
+/// that claims (review helper-78: a savepoint rolled back after a claim
+/// outside it kept the place past its jobs), and forgotten at PREPARE (a
+/// ROLLBACK PREPARED in any session gives the jobs back).
 fn forget_on_abort() {
-    if FORGET_ON_ABORT.with(|armed| armed.replace(true)) {
+    let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    if FORGET_ARMED_IN.with(|armed| armed.replace(subxact)) == subxact {
         return;
     }
-    crate::xact::on_outcome(None, Some(Box::new(|| STARTS.with(|starts| starts.borrow_mut().clear()))));
-    crate::xact::at_end(Box::new(|| FORGET_ON_ABORT.with(|armed| armed.set(false))));
+    let forget = || STARTS.with(|starts| starts.borrow_mut().clear());
+    crate::xact::on_outcome(None, Some(Box::new(forget)));
+    crate::xact::at_prepare(Box::new(forget));
+    crate::xact::at_end(Box::new(move || {
+        FORGET_ARMED_IN.with(|armed| {
+            if armed.get() == subxact {
+                armed.set(0);
+            }
+        })
+    }));
 }

@@ -131,6 +131,7 @@ thread_local! {
 }
 
 fn add(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>, wake: Wake) {
+    note_change_for_prepare();
     if sleepers::table().is_none() {
         return;
     }
@@ -266,18 +267,28 @@ pub(crate) fn uncommitted_earliest(queue: Option<u32>) -> Option<Place> {
     })
 }
 
-/// This transaction claimed `count` jobs (of `queue`, when it knows), the
-/// earliest at `earliest`, with leases running out at `lease_expiry`: at
-/// commit, wake one sleeper that would sleep past that; when the
-/// subtransaction that claimed them aborts (a savepoint rolled back too,
-/// whatever the transaction did before it), the jobs are claimable again
-/// at once: logged, and as many sleepers woken.
-pub fn jobs_claimed(queue: Option<&[u8]>, count: usize, earliest: Place, lease_expiry: pg_sys::TimestampTz) {
+/// This transaction claimed jobs (of `queue`, when it knows) with leases
+/// running out at `lease_expiry`: at commit, wake one sleeper that would
+/// sleep past that.
+pub fn jobs_claimed(queue: Option<&[u8]>, lease_expiry: pg_sys::TimestampTz) {
     let queue = queue.map_or(0, queue_hash);
     add(&AT_COMMIT, Wake { queue, count: 1, sleeping_past: Some(lease_expiry), earliest: None });
+}
+
+/// A claim statement just claimed `count` jobs (of `queue`, when it knows),
+/// the earliest at `earliest`: when the subtransaction it ran in aborts (a
+/// savepoint rolled back too, whatever the transaction did before it; a look
+/// failing in a later statement, a timeout, a cancel), the jobs are
+/// claimable again at once: logged, and as many sleepers woken. Registered
+/// per statement, not per look: a look that failed after its first
+/// statement gave those jobs back with no log entry, behind a frontier
+/// another consumer published (review helper-78).
+pub fn claim_given_back_on_abort(queue: Option<&[u8]>, count: usize, earliest: Place) {
+    note_change_for_prepare();
     if sleepers::table().is_none() && runnable_log::log().is_none() {
         return;
     }
+    let queue = queue.map_or(0, queue_hash);
     let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
     xact::on_outcome(
         None,
@@ -296,9 +307,31 @@ pub fn jobs_claimed(queue: Option<&[u8]>, count: usize, earliest: Place, lease_e
 /// aborts, they stay runnable behind where claims passed, so the runnable
 /// log is told that jobs of the queue may lie anywhere.
 pub fn rows_held_until_end(queue: &[u8]) {
+    note_change_for_prepare();
     let Some(log) = runnable_log::log() else { return };
     let (database, queue) = (unsafe { pg_sys::MyDatabaseId }.to_u32(), queue_hash(queue));
     xact::on_outcome(None, Some(Box::new(move || log.write(database, queue, Place::HEAD.key()))));
+}
+
+thread_local! {
+    static PREPARE_NOTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// This transaction changed which jobs are runnable, or will at its end:
+/// if it is prepared, COMMIT or ROLLBACK PREPARED (in any session, running
+/// none of our hooks) ends it with no runnable log entry, so the claim
+/// frontier is told (shared/claim_frontier.rs).
+fn note_change_for_prepare() {
+    if crate::shared::claim_frontier::frontier().is_none() || PREPARE_NOTED.with(|noted| noted.replace(true)) {
+        return;
+    }
+    xact::at_prepare(Box::new(|| {
+        if let Some(frontier) = crate::shared::claim_frontier::frontier() {
+            // Still set at PREPARE's callbacks (cleared after them).
+            frontier.prepared(unsafe { pg_sys::GetTopTransactionIdIfAny() });
+        }
+    }));
+    xact::at_end(Box::new(|| PREPARE_NOTED.with(|noted| noted.set(false))));
 }
 
 /// Queue `queue` runs again (or its limit changed): wake all of its

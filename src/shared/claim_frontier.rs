@@ -13,9 +13,19 @@
 //! not remembered. Each slot is a seqlock whose writers take it by
 //! compare-and-swap and give up when another writer has it: publishing is
 //! an optimisation that may be skipped, reading one must be consistent.
+//!
+//! COMMIT and ROLLBACK PREPARED make jobs runnable (a prepared enqueue, a
+//! prepared claim given back) in a session that runs none of our hooks, so
+//! no runnable log entry tells of them; a frontier published past them
+//! would make every backend step over them (review helper-78). So a PREPARE
+//! of a transaction that changed the queue records its transaction id here
+//! and moves the epoch on: a frontier published under an older epoch is
+//! not used, and a claim that began while such a transaction was still
+//! prepared publishes none. Once it is neither in progress nor prepared,
+//! claims that begin after see its outcome and may publish again.
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 
 use pgrx::pg_sys;
 
@@ -42,10 +52,24 @@ struct Slot {
     id: AtomicI64,
     /// The runnable log's position read before the claim's snapshot.
     position: AtomicU64,
+    /// The prepared-transaction epoch when the claim began.
+    epoch: AtomicU64,
 }
+
+/// Transactions that changed the queue and were prepared, remembered at
+/// once: more than this at a time turn the frontier off until a restart.
+pub const PREPARED_SLOTS: usize = 64;
 
 #[repr(C)]
 pub struct ClaimFrontier {
+    /// Moved on by each PREPARE of a transaction that changed the queue.
+    epoch: AtomicU64,
+    /// Their transaction ids while they may be prepared (0: a free slot).
+    prepared: [AtomicU32; PREPARED_SLOTS],
+    /// How many of `prepared` are taken: the claims' fast path reads this.
+    prepared_count: AtomicU32,
+    /// A PREPARE found no free slot: no frontier is used from then on.
+    overflowed: AtomicBool,
     slots: [Slot; SLOTS],
 }
 
@@ -69,7 +93,55 @@ fn later(a: Key, b: Key) -> bool {
 }
 
 impl ClaimFrontier {
-    /// What the slot of (`database`, `queue`) holds for them, if anything.
+    /// The epoch a claim beginning now publishes under, read before its
+    /// snapshot; None while a transaction that changed the queue may still
+    /// be prepared (its outcome will make jobs runnable that no log entry
+    /// tells of), or after the table of them overflowed. The epoch is read
+    /// before the table, and a PREPARE records its id before it moves the
+    /// epoch on, so a claim either sees the id or publishes under an epoch
+    /// that the PREPARE makes old.
+    pub fn publishable_epoch(&self) -> Option<u64> {
+        let epoch = self.epoch.load(ORDER);
+        if self.overflowed.load(ORDER) {
+            return None;
+        }
+        if self.prepared_count.load(ORDER) == 0 {
+            return Some(epoch);
+        }
+        for slot in &self.prepared {
+            let xid = slot.load(ORDER);
+            if xid == 0 {
+                continue;
+            }
+            // A prepared transaction stays in progress until COMMIT or
+            // ROLLBACK PREPARED; after that its outcome is in every new
+            // snapshot, this claim's included.
+            if unsafe { pg_sys::TransactionIdIsInProgress(xid.into()) } {
+                return None;
+            }
+            if slot.compare_exchange(xid, 0, ORDER, ORDER).is_ok() {
+                self.prepared_count.fetch_sub(1, ORDER);
+            }
+        }
+        Some(epoch)
+    }
+
+    /// A transaction that changed the queue is being prepared (its id
+    /// `xid`): see the module's comment.
+    pub fn prepared(&self, xid: pg_sys::TransactionId) {
+        let xid = xid.into_inner();
+        let recorded = xid != 0
+            && self.prepared.iter().any(|slot| slot.compare_exchange(0, xid, ORDER, ORDER).is_ok());
+        if recorded {
+            self.prepared_count.fetch_add(1, ORDER);
+        } else {
+            self.overflowed.store(true, ORDER);
+        }
+        self.epoch.fetch_add(1, ORDER);
+    }
+
+    /// What the slot of (`database`, `queue`) holds for them, if anything
+    /// usable.
     pub fn read(&self, database: u32, queue: u64) -> Option<Frontier> {
         let slot = &self.slots[slot_of(database, queue)];
         let version = slot.version.load(ORDER);
@@ -79,18 +151,27 @@ impl ClaimFrontier {
         let (slot_database, slot_queue) = (slot.database.load(ORDER), slot.queue.load(ORDER));
         let key = (slot.priority.load(ORDER), slot.run_after.load(ORDER), slot.id.load(ORDER));
         let position = slot.position.load(ORDER);
+        let epoch = slot.epoch.load(ORDER);
         if slot.version.load(ORDER) != version || slot_database != database || slot_queue != queue {
+            return None;
+        }
+        if epoch != self.epoch.load(ORDER) || self.overflowed.load(ORDER) {
             return None;
         }
         Some(Frontier { key, position })
     }
 
     /// Publishes that a claim of (`database`, `queue`) whose start was
-    /// vouched by the log at `position` reached `key`. Kept when it is
-    /// further than what the slot holds for them, or when what it holds
-    /// is of another key or so old that the log no longer reaches back to
-    /// its position (it would be of no use, and never replaced).
-    pub fn publish(&self, database: u32, queue: u64, key: Key, position: u64) {
+    /// vouched by the log at `position` reached `key`, the claim having
+    /// begun in `epoch` (see `publishable_epoch`). Kept when it is further
+    /// than what the slot holds for them, or when what it holds is of
+    /// another key or epoch, or so old that the log no longer reaches back
+    /// to its position (it would be of no use, and never replaced).
+    pub fn publish(&self, database: u32, queue: u64, key: Key, position: u64, epoch: u64) {
+        // A PREPARE since the claim began: of no use to anyone.
+        if epoch != self.epoch.load(ORDER) {
+            return;
+        }
         let slot = &self.slots[slot_of(database, queue)];
         let version = slot.version.load(ORDER);
         if version % 2 == 1 {
@@ -99,7 +180,8 @@ impl ClaimFrontier {
         if version != 0 && slot.database.load(ORDER) == database && slot.queue.load(ORDER) == queue {
             let held = (slot.priority.load(ORDER), slot.run_after.load(ORDER), slot.id.load(ORDER));
             let held_position = slot.position.load(ORDER);
-            let stale = position.saturating_sub(held_position) > ENTRIES as u64 / 2;
+            let stale = position.saturating_sub(held_position) > ENTRIES as u64 / 2
+                || slot.epoch.load(ORDER) != epoch;
             if !later(key, held) && !stale {
                 return;
             }
@@ -113,6 +195,7 @@ impl ClaimFrontier {
         slot.run_after.store(key.1, ORDER);
         slot.id.store(key.2, ORDER);
         slot.position.store(position, ORDER);
+        slot.epoch.store(epoch, ORDER);
         slot.version.store(version + 2, ORDER);
     }
 }
