@@ -148,7 +148,12 @@ pub(crate) fn claim_from(
         let unscoped = scope.as_parameter().is_none();
         // Likewise: whether its end may become the others' start.
         let frontier_epoch = if unscoped {
-            crate::shared::claim_frontier::frontier().and_then(|frontier| frontier.publishable_epoch())
+            crate::shared::claim_frontier::frontier().and_then(|frontier| {
+                frontier.learn_prepared(super::prepared::prepared_transactions_allowed(), || {
+                    super::prepared::prepared_xids(client)
+                });
+                frontier.publishable_epoch()
+            })
         } else {
             None
         };
@@ -224,14 +229,16 @@ pub(crate) fn claim_from(
             lock_claim_tables();
             crate::plans::in_snapshot::HeldSnapshot::now()
         });
+        let given_back = super::wake::claim_may_give_back(start_queue.map(Text::bytes));
         let returned = run_statement();
         end.made_dead |= made_dead > 0;
         if jobs.len() > before {
             // Were these claims rolled back, their jobs would be runnable
             // again from the start of the highest priority among them.
             let highest = jobs[before..].iter().map(|job| job.6).max().unwrap_or(i32::MAX);
-            let queue = start_queue.map(Text::bytes);
-            super::wake::claim_given_back_on_abort(queue, jobs.len() - before, Place { priority: highest, ..Place::HEAD });
+            given_back.claimed(jobs.len() - before, Place { priority: highest, ..Place::HEAD });
+        } else {
+            given_back.nothing();
         }
         if starts_anywhere {
             let head_read = head_read_from.map_or_else(claim_start::HeadRead::default, |(next_xid, before)| {

@@ -88,12 +88,18 @@ pub(crate) const HEAD_EVERY_MOST_US: i64 = 60_000_000;
 pub(crate) struct Origin {
     pub place: Place,
     pub complete: bool,
-    /// The shared frontier put it further than the backend's own place.
+    /// It came from the shared frontier, directly or through a place of
+    /// this backend's that did (since its last read from the head).
     pub shared: bool,
+    /// The prepared-transaction epoch in which what vouches for it was
+    /// found with no such transaction prepared (None: unknown, or found
+    /// while one was): a claim publishes its end only from a start of the
+    /// epoch it began in (claim_frontier.rs).
+    pub epoch: Option<u64>,
 }
 
 impl Origin {
-    pub(crate) const HEAD: Origin = Origin { place: Place::HEAD, complete: true, shared: false };
+    pub(crate) const HEAD: Origin = Origin { place: Place::HEAD, complete: true, shared: false, epoch: None };
 }
 
 /// The runnable log's position now, read before the claim statement takes
@@ -119,6 +125,11 @@ struct QueueStart {
     /// When it last found that the versions that read could not see may
     /// still be there (see `unseen_is_gone`).
     horizon_checked: TimestampTz,
+    /// The place came from the shared frontier since the last read from
+    /// the head (see Origin).
+    shared: bool,
+    /// See Origin.
+    epoch: Option<u64>,
 }
 
 /// A consumer of a handful of queues keeps a handful of starts; more than
@@ -148,10 +159,15 @@ pub(crate) fn frontier_was_used() -> bool {
 /// consumer that never passed them (review helper-78: a waiting consumer
 /// slept 10 s past two such jobs).
 pub(crate) fn without_frontier<R>(claims: impl FnOnce() -> R) -> R {
-    let before = FRONTIER_OFF.with(|off| off.replace(true));
-    let result = claims();
-    FRONTIER_OFF.with(|off| off.set(before));
-    result
+    /// Puts the setting back however the claims end (an error unwinds).
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FRONTIER_OFF.with(|off| off.set(self.0));
+        }
+    }
+    let _restore = Restore(FRONTIER_OFF.with(|off| off.replace(true)));
+    claims()
 }
 
 /// How long a backend keeps starting after its last job, the runnable log
@@ -207,7 +223,15 @@ pub(crate) fn start(
         let Some(at) = starts.iter().position(|s| s.queue.as_ref() == queue && s.role == role) else {
             return Origin::HEAD;
         };
-        let QueueStart { place, since, position: found_at, head_read, horizon_checked, .. } = starts[at];
+        let QueueStart { place, since, position: found_at, head_read, horizon_checked, shared: place_shared, epoch, .. } =
+            starts[at];
+        // About to sleep, a consumer whose place came from the frontier
+        // reads from the head: jobs let go with no log entry may lie
+        // behind it (without_frontier).
+        if place_shared && FRONTIER_OFF.with(Cell::get) {
+            starts.swap_remove(at);
+            return Origin::HEAD;
+        }
         let vouched = found_at.is_some() && position.is_some();
         let SteppedOver { unseen, passed } = head_read.stepped_over;
         let every = head_every(vouched, unseen.saturating_add(passed));
@@ -228,7 +252,7 @@ pub(crate) fn start(
             return Origin::HEAD;
         }
         let (Some(after), Some(upto), Some(log)) = (found_at, position, runnable_log::log()) else {
-            return Origin { place, complete: false, shared: false };
+            return Origin { place, complete: false, shared: false, epoch: None };
         };
         let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
         let frontier_key = if unscoped { super::wake::frontier_key(queue) } else { None };
@@ -243,18 +267,22 @@ pub(crate) fn start(
             read.ok().map(|_| earliest)
         };
         let Some(mut earliest) = vouched_start(place, after) else {
-            return Origin { place, complete: false, shared: false };
+            return Origin { place, complete: false, shared: false, epoch: None };
         };
         // Where the others got to, when it is further: both hold, the later
         // one steps over fewer of the jobs claimed since.
         let frontier_key = frontier_key.filter(|_| !FRONTIER_OFF.with(Cell::get));
-        let mut shared = false;
+        let (mut shared, mut epoch) = (place_shared, epoch);
+        if place_shared {
+            FRONTIER_USED.with(|used| used.set(true));
+        }
         if let Some(frontier) = frontier_key.and_then(|key| crate::shared::claim_frontier::frontier()?.read(database, key)) {
             let (priority, run_after, id) = frontier.key;
             if let Some(further) = vouched_start(Place { priority, run_after, id }, frontier.position) {
                 if further > earliest {
                     earliest = further;
                     shared = true;
+                    epoch = Some(frontier.epoch);
                     FRONTIER_USED.with(|used| used.set(true));
                 }
             }
@@ -262,7 +290,7 @@ pub(crate) fn start(
         if let Some(uncommitted) = super::wake::uncommitted_earliest(queue) {
             earliest = earliest.min(uncommitted);
         }
-        Origin { place: earliest, complete: true, shared }
+        Origin { place: earliest, complete: true, shared, epoch }
     })
 }
 
@@ -297,6 +325,11 @@ pub(crate) fn claimed(
     // What the log said holds from where the claim ended only when it read
     // every job it could claim before that.
     let position = position.filter(|_| from.complete);
+    // And it holds for the others only when its start was found in the
+    // epoch the claim began in (review helper-79: a place found while a
+    // claim was prepared passed its jobs, and after ROLLBACK PREPARED the
+    // backend's next claim published past them).
+    let frontier_epoch = frontier_epoch.filter(|epoch| from.place == Place::HEAD || from.epoch == Some(*epoch));
     // Published once the claim commits: a claim rolled back (or prepared,
     // then rolled back) gives its jobs back, and not every such path writes
     // the runnable log (a look failing in its second queue, ROLLBACK
@@ -329,11 +362,14 @@ pub(crate) fn claimed(
                 if position.is_some() && !from.shared {
                     starts[at].place = from.place;
                     starts[at].position = position;
+                    starts[at].epoch = frontier_epoch;
                 }
             }
             (Some(at), Some(place)) => {
                 starts[at].place = place;
                 starts[at].position = position;
+                starts[at].shared = from.shared;
+                starts[at].epoch = frontier_epoch;
                 if from.place == Place::HEAD {
                     starts[at].since = now;
                     starts[at].head_read = head_read;
@@ -354,6 +390,8 @@ pub(crate) fn claimed(
                     position,
                     head_read,
                     horizon_checked: now,
+                    shared: from.shared,
+                    epoch: frontier_epoch,
                 });
             }
             (None, None) => {}

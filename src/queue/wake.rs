@@ -275,24 +275,46 @@ pub fn jobs_claimed(queue: Option<&[u8]>, lease_expiry: pg_sys::TimestampTz) {
     add(&AT_COMMIT, Wake { queue, count: 1, sleeping_past: Some(lease_expiry), earliest: None });
 }
 
-/// A claim statement just claimed `count` jobs (of `queue`, when it knows),
-/// the earliest at `earliest`: when the subtransaction it ran in aborts (a
-/// savepoint rolled back too, whatever the transaction did before it; a look
-/// failing in a later statement, a timeout, a cancel), the jobs are
-/// claimable again at once: logged, and as many sleepers woken. Registered
-/// per statement, not per look: a look that failed after its first
-/// statement gave those jobs back with no log entry, behind a frontier
-/// another consumer published (review helper-78).
-pub fn claim_given_back_on_abort(queue: Option<&[u8]>, count: usize, earliest: Place) {
+/// What a claim statement gives back if the subtransaction it runs in
+/// aborts (a savepoint rolled back too, whatever the transaction did before
+/// it; a look failing in a later statement; the statement itself cancelled
+/// or timed out after it locked its jobs): registered before the statement
+/// runs, as jobs of its queue anywhere (review helper-79: a statement
+/// cancelled after it locked its jobs left them behind the frontier), and
+/// narrowed once it has returned. On abort the jobs are logged and as many
+/// sleepers woken.
+pub struct GivenBack(Option<std::rc::Rc<Cell<Option<(usize, Place)>>>>);
+
+impl GivenBack {
+    /// The statement claimed `count` jobs, the earliest at `earliest`.
+    pub fn claimed(&self, count: usize, earliest: Place) {
+        if let Some(cell) = &self.0 {
+            cell.set(Some((count, earliest)));
+        }
+    }
+
+    /// The statement claimed nothing: an abort gives nothing back.
+    pub fn nothing(&self) {
+        if let Some(cell) = &self.0 {
+            cell.set(None);
+        }
+    }
+}
+
+/// Before a claim statement of `queue` (None: of any queue): see GivenBack.
+pub fn claim_may_give_back(queue: Option<&[u8]>) -> GivenBack {
     note_change_for_prepare();
     if sleepers::table().is_none() && runnable_log::log().is_none() {
-        return;
+        return GivenBack(None);
     }
     let queue = queue.map_or(0, queue_hash);
     let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let pending = std::rc::Rc::new(Cell::new(Some((usize::MAX, Place::HEAD))));
+    let on_abort = pending.clone();
     xact::on_outcome(
         None,
         Some(Box::new(move || {
+            let Some((count, earliest)) = on_abort.get() else { return };
             if let Some(log) = runnable_log::log() {
                 log.write(database, queue, earliest.key());
             }
@@ -300,6 +322,7 @@ pub fn claim_given_back_on_abort(queue: Option<&[u8]>, count: usize, earliest: P
             old_library_sleepers();
         })),
     );
+    GivenBack(Some(pending))
 }
 
 /// This transaction is about to lock runnable jobs of `queue` (which claims

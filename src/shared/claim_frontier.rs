@@ -22,7 +22,10 @@
 //! and moves the epoch on: a frontier published under an older epoch is
 //! not used, and a claim that began while such a transaction was still
 //! prepared publishes none. Once it is neither in progress nor prepared,
-//! claims that begin after see its outcome and may publish again.
+//! claims that begin after see its outcome and may publish again. The
+//! table starts empty (a server start, a crash restart, a promoted standby)
+//! while prepared transactions survive: until the first claim has recorded
+//! those that exist (pg_prepared_xacts), nothing is published.
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64};
@@ -70,6 +73,9 @@ pub struct ClaimFrontier {
     prepared_count: AtomicU32,
     /// A PREPARE found no free slot: no frontier is used from then on.
     overflowed: AtomicBool,
+    /// The prepared transactions that existed when the table was made have
+    /// been recorded (see `learn_prepared`).
+    known: AtomicBool,
     slots: [Slot; SLOTS],
 }
 
@@ -79,6 +85,8 @@ pub struct ClaimFrontier {
 pub struct Frontier {
     pub key: Key,
     pub position: u64,
+    /// The prepared-transaction epoch it was published in (the current one).
+    pub epoch: u64,
 }
 
 fn slot_of(database: u32, queue: u64) -> usize {
@@ -102,7 +110,7 @@ impl ClaimFrontier {
     /// that the PREPARE makes old.
     pub fn publishable_epoch(&self) -> Option<u64> {
         let epoch = self.epoch.load(ORDER);
-        if self.overflowed.load(ORDER) {
+        if self.overflowed.load(ORDER) || !self.known.load(ORDER) {
             return None;
         }
         if self.prepared_count.load(ORDER) == 0 {
@@ -129,7 +137,11 @@ impl ClaimFrontier {
     /// A transaction that changed the queue is being prepared (its id
     /// `xid`): see the module's comment.
     pub fn prepared(&self, xid: pg_sys::TransactionId) {
-        let xid = xid.into_inner();
+        self.record(xid.into_inner());
+        self.epoch.fetch_add(1, ORDER);
+    }
+
+    fn record(&self, xid: u32) {
         let recorded = xid != 0
             && self.prepared.iter().any(|slot| slot.compare_exchange(0, xid, ORDER, ORDER).is_ok());
         if recorded {
@@ -137,7 +149,24 @@ impl ClaimFrontier {
         } else {
             self.overflowed.store(true, ORDER);
         }
+    }
+
+    /// Once after the table is made: records the prepared transactions
+    /// that exist (`existing`, called only if the server allows them; a
+    /// PREPARE from now on records itself), then lets claims publish.
+    /// Another backend doing the same at once records some twice, which
+    /// costs a slot each.
+    pub fn learn_prepared(&self, allowed: bool, existing: impl FnOnce() -> Vec<u32>) {
+        if self.known.load(ORDER) {
+            return;
+        }
+        if allowed {
+            for xid in existing() {
+                self.record(xid);
+            }
+        }
         self.epoch.fetch_add(1, ORDER);
+        self.known.store(true, ORDER);
     }
 
     /// What the slot of (`database`, `queue`) holds for them, if anything
@@ -158,7 +187,7 @@ impl ClaimFrontier {
         if epoch != self.epoch.load(ORDER) || self.overflowed.load(ORDER) {
             return None;
         }
-        Some(Frontier { key, position })
+        Some(Frontier { key, position, epoch })
     }
 
     /// Publishes that a claim of (`database`, `queue`) whose start was
