@@ -60,6 +60,7 @@ mod review_46_9;
 mod review_frontier;
 mod review_frontier2;
 mod review_frontier3;
+mod review_frontier4;
 mod review_attempts;
 mod review_session;
 mod review_jq2b;
