@@ -149,10 +149,11 @@ pub(crate) fn claim_from(
         // Likewise: whether its end may become the others' start.
         let frontier_epoch = if unscoped {
             crate::shared::claim_frontier::frontier().and_then(|frontier| {
-                frontier.learn_prepared(super::prepared::prepared_transactions_allowed(), || {
+                let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+                frontier.learn_prepared(database, super::prepared::prepared_transactions_allowed(), || {
                     super::prepared::prepared_xids(client)
                 });
-                frontier.publishable_epoch()
+                frontier.publishable_epoch(database)
             })
         } else {
             None

@@ -157,7 +157,11 @@ pub(crate) fn frontier_was_used() -> bool {
 /// locked and let go unchanged (a user's `SELECT ... FOR UPDATE`) write no
 /// log entry, and lie behind the frontier, but not behind the place of a
 /// consumer that never passed them (review helper-78: a waiting consumer
-/// slept 10 s past two such jobs).
+/// slept 10 s past two such jobs). One whose own place came from the
+/// frontier too sleeps at most a second (consume.rs), so that its next
+/// read from the head, spaced as ever, finds them (not a read from the head
+/// before every sleep: under a held snapshot each walks every dead entry
+/// since the hold began, review helper-81).
 pub(crate) fn without_frontier<R>(claims: impl FnOnce() -> R) -> R {
     /// Puts the setting back however the claims end (an error unwinds).
     struct Restore(bool);
@@ -225,13 +229,6 @@ pub(crate) fn start(
         };
         let QueueStart { place, since, position: found_at, head_read, horizon_checked, shared: place_shared, epoch, .. } =
             starts[at];
-        // About to sleep, a consumer whose place came from the frontier
-        // reads from the head: jobs let go with no log entry may lie
-        // behind it (without_frontier).
-        if place_shared && FRONTIER_OFF.with(Cell::get) {
-            starts.swap_remove(at);
-            return Origin::HEAD;
-        }
         let vouched = found_at.is_some() && position.is_some();
         let SteppedOver { unseen, passed } = head_read.stepped_over;
         let every = head_every(vouched, unseen.saturating_add(passed));

@@ -352,8 +352,11 @@ pub(crate) fn consume_after(
                 let mut look = claim(client, p_batch, &claimant, &route);
                 // Before sleeping, once more from its own places: jobs let go
                 // with no log entry may lie behind the shared frontier
-                // (claim_start::without_frontier).
+                // (claim_start::without_frontier). If that finds nothing
+                // either, it sleeps at most a second (below).
+                let mut from_frontier = false;
                 if look.jobs.is_empty() && sleeper.is_some() && claim_start::frontier_was_used() {
+                    from_frontier = true;
                     let again = claim_start::without_frontier(|| claim(client, p_batch, &claimant, &route));
                     look = Look {
                         jobs: again.jobs,
@@ -369,7 +372,7 @@ pub(crate) fn consume_after(
                 let (due, horizon) = if look.jobs.is_empty() && sleeper.is_some() {
                     let read_at = clock_now();
                     let due = next_due(client, read_at, &scope, &route);
-                    let due = if prepared {
+                    let due = if prepared || from_frontier {
                         let in_a_second = Due { at: clock_now() + 1_000_000, queue: 0 };
                         Some(due.filter(|due| due.at <= in_a_second.at).unwrap_or(in_a_second))
                     } else {

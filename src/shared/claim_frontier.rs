@@ -24,8 +24,9 @@
 //! prepared publishes none. Once it is neither in progress nor prepared,
 //! claims that begin after see its outcome and may publish again. The
 //! table starts empty (a server start, a crash restart, a promoted standby)
-//! while prepared transactions survive: until the first claim has recorded
-//! those that exist (pg_prepared_xacts), nothing is published.
+//! while prepared transactions survive: until the first claim of a database
+//! has recorded those of its own that hold a lock on the queue's table
+//! (pg_prepared_xacts, pg_locks), nothing of that database is published.
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64};
@@ -63,6 +64,9 @@ struct Slot {
 /// once: more than this at a time turn the frontier off until a restart.
 pub const PREPARED_SLOTS: usize = 64;
 
+/// Databases that publish: one beyond these publishes nothing.
+pub const KNOWN_DATABASES: usize = 64;
+
 #[repr(C)]
 pub struct ClaimFrontier {
     /// Moved on by each PREPARE of a transaction that changed the queue.
@@ -73,9 +77,9 @@ pub struct ClaimFrontier {
     prepared_count: AtomicU32,
     /// A PREPARE found no free slot: no frontier is used from then on.
     overflowed: AtomicBool,
-    /// The prepared transactions that existed when the table was made have
-    /// been recorded (see `learn_prepared`).
-    known: AtomicBool,
+    /// The databases whose prepared transactions that existed when the
+    /// table was made have been recorded (see `learn_prepared`); 0: free.
+    known: [AtomicU32; KNOWN_DATABASES],
     slots: [Slot; SLOTS],
 }
 
@@ -108,9 +112,9 @@ impl ClaimFrontier {
     /// before the table, and a PREPARE records its id before it moves the
     /// epoch on, so a claim either sees the id or publishes under an epoch
     /// that the PREPARE makes old.
-    pub fn publishable_epoch(&self) -> Option<u64> {
+    pub fn publishable_epoch(&self, database: u32) -> Option<u64> {
         let epoch = self.epoch.load(ORDER);
-        if self.overflowed.load(ORDER) || !self.known.load(ORDER) {
+        if self.overflowed.load(ORDER) || !self.knows(database) {
             return None;
         }
         if self.prepared_count.load(ORDER) == 0 {
@@ -151,13 +155,17 @@ impl ClaimFrontier {
         }
     }
 
-    /// Once after the table is made: records the prepared transactions
-    /// that exist (`existing`, called only if the server allows them; a
-    /// PREPARE from now on records itself), then lets claims publish.
-    /// Another backend doing the same at once records some twice, which
-    /// costs a slot each.
-    pub fn learn_prepared(&self, allowed: bool, existing: impl FnOnce() -> Vec<u32>) {
-        if self.known.load(ORDER) {
+    fn knows(&self, database: u32) -> bool {
+        self.known.iter().any(|known| known.load(ORDER) == database)
+    }
+
+    /// Once per database after the table is made: records the prepared
+    /// transactions of `database` that may have changed its queue
+    /// (`existing`, called only if the server allows them; a PREPARE from
+    /// now on records itself), then lets its claims publish. Another backend
+    /// doing the same at once records some twice, which costs a slot each.
+    pub fn learn_prepared(&self, database: u32, allowed: bool, existing: impl FnOnce() -> Vec<u32>) {
+        if database == 0 || self.knows(database) {
             return;
         }
         if allowed {
@@ -166,7 +174,8 @@ impl ClaimFrontier {
             }
         }
         self.epoch.fetch_add(1, ORDER);
-        self.known.store(true, ORDER);
+        // No free entry: this database never publishes (until a restart).
+        let _ = self.known.iter().any(|known| known.compare_exchange(0, database, ORDER, ORDER).is_ok());
     }
 
     /// What the slot of (`database`, `queue`) holds for them, if anything
