@@ -145,7 +145,21 @@ pub(crate) fn claim_from(
         }
         // Read before the statement's snapshot is taken.
         let position = claim_start::log_position();
-        let from = if from_head { Origin::HEAD } else { claim_start::start(start_queue, role, now_us, position) };
+        let unscoped = scope.as_parameter().is_none();
+        // Likewise: whether its end may become the others' start.
+        let frontier_epoch = if unscoped {
+            crate::shared::claim_frontier::frontier().and_then(|frontier| {
+                let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+                frontier.learn_prepared(database, super::prepared::prepared_transactions_allowed(), || {
+                    super::prepared::prepared_xids(client)
+                });
+                frontier.publishable_epoch(database)
+            })
+        } else {
+            None
+        };
+        let from =
+            if from_head { Origin::HEAD } else { claim_start::start(start_queue, role, now_us, position, unscoped) };
         // Only for a read from the head, what it steps over (claim_start.rs).
         let head_read_from = (starts_anywhere && from.place == Place::HEAD).then(|| {
             // Before the statement: every version it cannot see was made
@@ -216,8 +230,17 @@ pub(crate) fn claim_from(
             lock_claim_tables();
             crate::plans::in_snapshot::HeldSnapshot::now()
         });
+        let given_back = super::wake::claim_may_give_back(start_queue.map(Text::bytes));
         let returned = run_statement();
         end.made_dead |= made_dead > 0;
+        if jobs.len() > before {
+            // Were these claims rolled back, their jobs would be runnable
+            // again from the start of the highest priority among them.
+            let highest = jobs[before..].iter().map(|job| job.6).max().unwrap_or(i32::MAX);
+            given_back.claimed(jobs.len() - before, Place { priority: highest, ..Place::HEAD });
+        } else {
+            given_back.nothing();
+        }
         if starts_anywhere {
             let head_read = head_read_from.map_or_else(claim_start::HeadRead::default, |(next_xid, before)| {
                 let stepped_over = super::entries_read::runnable_entries_read().stepped_over_since(before, returned as i64);
@@ -237,7 +260,7 @@ pub(crate) fn claim_from(
                 };
                 claim_start::HeadRead { stepped_over, next_xid }
             });
-            claim_start::claimed(start_queue, role, from, furthest, now_us, position, head_read);
+            claim_start::claimed(start_queue, role, from, furthest, now_us, position, head_read, frontier_epoch);
         }
         if !from.complete && (returned as i64) < wanted {
             // The index may hold runnable jobs before where this claim started.

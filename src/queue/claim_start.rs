@@ -35,6 +35,8 @@
 //! per entry, up to `HEAD_EVERY_MOST_US`. A transaction that claimed and
 //! rolled back makes its own backend start from the head.
 
+use std::cell::Cell;
+
 use pgrx::pg_sys::{self, TimestampTz};
 
 use super::entries_read::SteppedOver;
@@ -86,10 +88,18 @@ pub(crate) const HEAD_EVERY_MOST_US: i64 = 60_000_000;
 pub(crate) struct Origin {
     pub place: Place,
     pub complete: bool,
+    /// It came from the shared frontier, directly or through a place of
+    /// this backend's that did (since its last read from the head).
+    pub shared: bool,
+    /// The prepared-transaction epoch in which what vouches for it was
+    /// found with no such transaction prepared (None: unknown, or found
+    /// while one was): a claim publishes its end only from a start of the
+    /// epoch it began in (claim_frontier.rs).
+    pub epoch: Option<u64>,
 }
 
 impl Origin {
-    pub(crate) const HEAD: Origin = Origin { place: Place::HEAD, complete: true };
+    pub(crate) const HEAD: Origin = Origin { place: Place::HEAD, complete: true, shared: false, epoch: None };
 }
 
 /// The runnable log's position now, read before the claim statement takes
@@ -115,6 +125,11 @@ struct QueueStart {
     /// When it last found that the versions that read could not see may
     /// still be there (see `unseen_is_gone`).
     horizon_checked: TimestampTz,
+    /// The place came from the shared frontier since the last read from
+    /// the head (see Origin).
+    shared: bool,
+    /// See Origin.
+    epoch: Option<u64>,
 }
 
 /// A consumer of a handful of queues keeps a handful of starts; more than
@@ -123,6 +138,40 @@ const MOST_STARTS: usize = 16;
 
 thread_local! {
     static STARTS: std::cell::RefCell<Vec<QueueStart>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Claims start at their own place only, ignoring the shared frontier.
+    static FRONTIER_OFF: Cell<bool> = const { Cell::new(false) };
+    /// A claim started at the shared frontier since `frontier_was_used`
+    /// last asked.
+    static FRONTIER_USED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether a claim started at the shared frontier (further than its own
+/// place) since the last call.
+pub(crate) fn frontier_was_used() -> bool {
+    FRONTIER_USED.with(|used| used.replace(false))
+}
+
+/// Runs `claims` with every claim starting at its own place (or the head),
+/// not at the shared frontier. A consumer about to sleep after a look from
+/// the frontier found nothing looks once more so: jobs that a transaction
+/// locked and let go unchanged (a user's `SELECT ... FOR UPDATE`) write no
+/// log entry, and lie behind the frontier, but not behind the place of a
+/// consumer that never passed them (review helper-78: a waiting consumer
+/// slept 10 s past two such jobs). One whose own place came from the
+/// frontier too sleeps at most a second (consume.rs), so that its next
+/// read from the head, spaced as ever, finds them (not a read from the head
+/// before every sleep: under a held snapshot each walks every dead entry
+/// since the hold began, review helper-81).
+pub(crate) fn without_frontier<R>(claims: impl FnOnce() -> R) -> R {
+    /// Puts the setting back however the claims end (an error unwinds).
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FRONTIER_OFF.with(|off| off.set(self.0));
+        }
+    }
+    let _restore = Restore(FRONTIER_OFF.with(|off| off.replace(true)));
+    claims()
 }
 
 /// How long a backend keeps starting after its last job, the runnable log
@@ -163,14 +212,23 @@ fn unseen_is_gone(next_xid: pg_sys::TransactionId) -> bool {
 }
 
 /// Where the next claim from `queue` by `role` starts at time `now`, the
-/// runnable log being at `position` (see `log_position`).
-pub(crate) fn start(queue: Option<&Text>, role: pg_sys::Oid, now: TimestampTz, position: Option<u64>) -> Origin {
+/// runnable log being at `position` (see `log_position`). `unscoped`: the
+/// role may claim every job of the queue, so that where the other
+/// unscoped claims got to (the shared frontier) holds for it too.
+pub(crate) fn start(
+    queue: Option<&Text>,
+    role: pg_sys::Oid,
+    now: TimestampTz,
+    position: Option<u64>,
+    unscoped: bool,
+) -> Origin {
     STARTS.with(|starts| {
         let mut starts = starts.borrow_mut();
         let Some(at) = starts.iter().position(|s| s.queue.as_ref() == queue && s.role == role) else {
             return Origin::HEAD;
         };
-        let QueueStart { place, since, position: found_at, head_read, horizon_checked, .. } = starts[at];
+        let QueueStart { place, since, position: found_at, head_read, horizon_checked, shared: place_shared, epoch, .. } =
+            starts[at];
         let vouched = found_at.is_some() && position.is_some();
         let SteppedOver { unseen, passed } = head_read.stepped_over;
         let every = head_every(vouched, unseen.saturating_add(passed));
@@ -191,21 +249,45 @@ pub(crate) fn start(queue: Option<&Text>, role: pg_sys::Oid, now: TimestampTz, p
             return Origin::HEAD;
         }
         let (Some(after), Some(upto), Some(log)) = (found_at, position, runnable_log::log()) else {
-            return Origin { place, complete: false };
+            return Origin { place, complete: false, shared: false, epoch: None };
         };
         let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+        let frontier_key = if unscoped { super::wake::frontier_key(queue) } else { None };
         let queue = queue.map(|queue| super::wake::queue_hash(queue.bytes()));
-        let mut earliest = place;
-        let read = log.read(after, upto, database, queue, |(priority, run_after, id)| {
-            earliest = earliest.min(Place { priority, run_after, id });
-        });
-        if read.is_err() {
-            return Origin { place, complete: false };
+        // The earliest of a place vouched for by the log at `after` and of
+        // what the log got since: no claimable job lies before it.
+        let vouched_start = |place: Place, after: u64| {
+            let mut earliest = place;
+            let read = log.read(after, upto, database, queue, |(priority, run_after, id)| {
+                earliest = earliest.min(Place { priority, run_after, id });
+            });
+            read.ok().map(|_| earliest)
+        };
+        let Some(mut earliest) = vouched_start(place, after) else {
+            return Origin { place, complete: false, shared: false, epoch: None };
+        };
+        // Where the others got to, when it is further: both hold, the later
+        // one steps over fewer of the jobs claimed since.
+        let frontier_key = frontier_key.filter(|_| !FRONTIER_OFF.with(Cell::get));
+        let (mut shared, mut epoch) = (place_shared, epoch);
+        if place_shared {
+            FRONTIER_USED.with(|used| used.set(true));
+        }
+        if let Some(frontier) = frontier_key.and_then(|key| crate::shared::claim_frontier::frontier()?.read(database, key)) {
+            let (priority, run_after, id) = frontier.key;
+            if let Some(further) = vouched_start(Place { priority, run_after, id }, frontier.position) {
+                if further > earliest {
+                    earliest = further;
+                    shared = true;
+                    epoch = Some(frontier.epoch);
+                    FRONTIER_USED.with(|used| used.set(true));
+                }
+            }
         }
         if let Some(uncommitted) = super::wake::uncommitted_earliest(queue) {
             earliest = earliest.min(uncommitted);
         }
-        Origin { place: earliest, complete: true }
+        Origin { place: earliest, complete: true, shared, epoch }
     })
 }
 
@@ -222,7 +304,11 @@ pub(crate) struct HeadRead {
 /// runnable log at `position` and claimed up to `furthest` (None: nothing),
 /// having met `head_read` when it read from the head: the next starts
 /// there, or from the head when this one read from the head and claimed
-/// nothing.
+/// nothing. An unscoped claim's end is also the others' (the shared
+/// frontier), when the log vouches for it and it began in `frontier_epoch`
+/// (None: a scoped claim, or one that may not publish; see
+/// `claim_frontier::publishable_epoch`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn claimed(
     queue: Option<&Text>,
     role: pg_sys::Oid,
@@ -231,10 +317,31 @@ pub(crate) fn claimed(
     now: TimestampTz,
     position: Option<u64>,
     head_read: HeadRead,
+    frontier_epoch: Option<u64>,
 ) {
     // What the log said holds from where the claim ended only when it read
     // every job it could claim before that.
     let position = position.filter(|_| from.complete);
+    // And it holds for the others only when its start was found in the
+    // epoch the claim began in (review helper-79: a place found while a
+    // claim was prepared passed its jobs, and after ROLLBACK PREPARED the
+    // backend's next claim published past them).
+    let frontier_epoch = frontier_epoch.filter(|epoch| from.place == Place::HEAD || from.epoch == Some(*epoch));
+    // Published once the claim commits: a claim rolled back (or prepared,
+    // then rolled back) gives its jobs back, and not every such path writes
+    // the runnable log (a look failing in its second queue, ROLLBACK
+    // PREPARED), which other backends would then step over for good
+    // (review helper-76).
+    if let (Some(epoch), Some(place), Some(position)) = (frontier_epoch, furthest, position) {
+        if let Some(key) = super::wake::frontier_key(queue) {
+            let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+            crate::xact::after_commit(Box::new(move || {
+                if let Some(frontier) = crate::shared::claim_frontier::frontier() {
+                    frontier.publish(database, key, place.key(), position, epoch);
+                }
+            }));
+        }
+    }
     STARTS.with(|starts| {
         let mut starts = starts.borrow_mut();
         let at = starts.iter().position(|s| s.queue.as_ref() == queue && s.role == role);
@@ -245,16 +352,21 @@ pub(crate) fn claimed(
             }
             // Nothing after a start the log vouched for: start there again.
             // Nothing after another start says nothing of the head, which
-            // the caller reads next.
+            // the caller reads next. Nor is a start at the shared frontier
+            // taken as its own: a look about to sleep looks once more from
+            // its own place (without_frontier).
             (Some(at), None) => {
-                if position.is_some() {
+                if position.is_some() && !from.shared {
                     starts[at].place = from.place;
                     starts[at].position = position;
+                    starts[at].epoch = frontier_epoch;
                 }
             }
             (Some(at), Some(place)) => {
                 starts[at].place = place;
                 starts[at].position = position;
+                starts[at].shared = from.shared;
+                starts[at].epoch = frontier_epoch;
                 if from.place == Place::HEAD {
                     starts[at].since = now;
                     starts[at].head_read = head_read;
@@ -275,6 +387,8 @@ pub(crate) fn claimed(
                     position,
                     head_read,
                     horizon_checked: now,
+                    shared: from.shared,
+                    epoch: frontier_epoch,
                 });
             }
             (None, None) => {}
@@ -299,15 +413,30 @@ pub(crate) fn forget_starts() {
 }
 
 thread_local! {
-    static FORGET_ON_ABORT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The subtransaction in which `forget_on_abort` last registered (0: none).
+    static FORGET_ARMED_IN: Cell<pg_sys::SubTransactionId> = const { Cell::new(0) };
 }
 
-/// The jobs a transaction claimed are runnable again if it aborts, behind
-/// where this backend would start: it starts from the head again.
+/// The jobs a transaction claimed are runnable again if it aborts (or if
+/// the savepoint that claimed them is rolled back), behind where this
+/// backend would start, and so are they if it is prepared and then rolled
+/// back: it starts from the head again. Registered once per subtransaction
+/// that claims (review helper-78: a savepoint rolled back after a claim
+/// outside it kept the place past its jobs), and forgotten at PREPARE (a
+/// ROLLBACK PREPARED in any session gives the jobs back).
 fn forget_on_abort() {
-    if FORGET_ON_ABORT.with(|armed| armed.replace(true)) {
+    let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    if FORGET_ARMED_IN.with(|armed| armed.replace(subxact)) == subxact {
         return;
     }
-    crate::xact::on_outcome(None, Some(Box::new(|| STARTS.with(|starts| starts.borrow_mut().clear()))));
-    crate::xact::at_end(Box::new(|| FORGET_ON_ABORT.with(|armed| armed.set(false))));
+    let forget = || STARTS.with(|starts| starts.borrow_mut().clear());
+    crate::xact::on_outcome(None, Some(Box::new(forget)));
+    crate::xact::at_prepare(Box::new(forget));
+    crate::xact::at_end(Box::new(move || {
+        FORGET_ARMED_IN.with(|armed| {
+            if armed.get() == subxact {
+                armed.set(0);
+            }
+        })
+    }));
 }

@@ -9,7 +9,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use super::claim::{claim_from, clock_now, timestamp, Claimant, Job, Source, Start};
-use super::place::Place;
+use super::claim_start;
 use super::limits::{claim_limited, limited_queues, Limited, Room};
 use super::payload::Payload;
 use super::resolve_worker;
@@ -199,11 +199,8 @@ fn claim(client: &SpiClient<'_>, batch: i32, claimant: &Claimant<'_>, route: &Ro
             Route::Queues(queues) if queues.len() == 1 => Some(queues[0].bytes()),
             _ => None,
         };
-        // Were the claims rolled back, their jobs would be runnable again
-        // from the start of the highest priority among them.
-        let highest = look.jobs.iter().map(|job| job.6).max().unwrap_or(i32::MAX);
-        let earliest = Place { priority: highest, ..Place::HEAD };
-        wake::jobs_claimed(queue, look.jobs.len(), earliest, expiry);
+        // (What an abort gives back is logged per claim statement: claim.rs.)
+        wake::jobs_claimed(queue, expiry);
     }
     look
 }
@@ -351,14 +348,31 @@ pub(crate) fn consume_after(
                 }
                 let prepared = sleeper.is_some() && super::prepared::prepared_transactions_here(client);
                 let claimant = Claimant { worker, lease, scope: &scope };
+                claim_start::frontier_was_used();
                 let mut look = claim(client, p_batch, &claimant, &route);
+                // Before sleeping, once more from its own places: jobs let go
+                // with no log entry may lie behind the shared frontier
+                // (claim_start::without_frontier). If that finds nothing
+                // either, it sleeps at most a second (below).
+                let mut from_frontier = false;
+                if look.jobs.is_empty() && sleeper.is_some() && claim_start::frontier_was_used() {
+                    from_frontier = true;
+                    let again = claim_start::without_frontier(|| claim(client, p_batch, &claimant, &route));
+                    look = Look {
+                        jobs: again.jobs,
+                        tried: look.tried.max(again.tried),
+                        limited_queue_full: look.limited_queue_full | again.limited_queue_full,
+                        limited_queue_busy: look.limited_queue_busy | again.limited_queue_busy,
+                        changed: look.changed | again.changed,
+                    };
+                }
                 look.changed |= settled;
                 // When to look again if nothing comes due before: the
                 // horizon of the read that found nothing due.
                 let (due, horizon) = if look.jobs.is_empty() && sleeper.is_some() {
                     let read_at = clock_now();
                     let due = next_due(client, read_at, &scope, &route);
-                    let due = if prepared {
+                    let due = if prepared || from_frontier {
                         let in_a_second = Due { at: clock_now() + 1_000_000, queue: 0 };
                         Some(due.filter(|due| due.at <= in_a_second.at).unwrap_or(in_a_second))
                     } else {

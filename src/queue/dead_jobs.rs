@@ -72,6 +72,9 @@ fn requeue_jobs(p_queue: default!(Option<Text>, "NULL"), p_job_ids: default!(Opt
 #[pg_extern]
 fn purge_queue(p_queue: Option<Text>, p_processing: default!(Option<bool>, "false")) -> i64 {
     let queue = text::name(p_queue, "p_queue");
+    // Claims skip the rows the purge holds; rolled back, it leaves them
+    // runnable where claims (their shared frontier too) may have passed.
+    super::wake::rows_held_until_end(queue.bytes());
     crate::access::connect_mut(|client| {
         let stmt = plan(client, include_str!("../../sql/queries/queue_purge.sql"), &[types::TEXT, types::BOOL]);
         client.update(&*stmt, None, &[queue.into(), p_processing.unwrap_or(false).into()]).map(|rows| rows.len() as i64).or_raise()

@@ -94,6 +94,20 @@ fn queue_hash_named(queue: &[u8], as_0_3_0: bool) -> u32 {
     (std::hash::Hasher::finish(&hasher) as u32).max(1)
 }
 
+/// A queue as the shared claim frontier names it (0: claims of every
+/// queue): 64 bits of SipHash-1-3 under the server's secret, over a tag
+/// and the name, so that two queues never share a frontier (one queue's
+/// would skip the other's jobs) and the bits are not `queue_hash`'s. None
+/// without the secret (no shared memory).
+pub(crate) fn frontier_key(queue: Option<&crate::text::Text>) -> Option<u64> {
+    let [k0, k1] = crate::shared::server_secret()?;
+    let Some(queue) = queue else { return Some(0) };
+    let mut hasher = siphasher::sip::SipHasher13::new_with_keys(k0, k1);
+    std::hash::Hasher::write(&mut hasher, b"claim frontier\0");
+    std::hash::Hasher::write(&mut hasher, queue.bytes());
+    Some(std::hash::Hasher::finish(&hasher).max(1))
+}
+
 /// Wake-ups to send at the end of this transaction.
 #[derive(Clone, Copy)]
 struct Wake {
@@ -117,6 +131,7 @@ thread_local! {
 }
 
 fn add(list: &'static std::thread::LocalKey<RefCell<Vec<Wake>>>, wake: Wake) {
+    note_change_for_prepare();
     if sleepers::table().is_none() {
         return;
     }
@@ -252,22 +267,54 @@ pub(crate) fn uncommitted_earliest(queue: Option<u32>) -> Option<Place> {
     })
 }
 
-/// This transaction claimed `count` jobs (of `queue`, when it knows), the
-/// earliest at `earliest`, with leases running out at `lease_expiry`: at
-/// commit, wake one sleeper that would sleep past that; when the
-/// subtransaction that claimed them aborts (a savepoint rolled back too,
-/// whatever the transaction did before it), the jobs are claimable again
-/// at once: logged, and as many sleepers woken.
-pub fn jobs_claimed(queue: Option<&[u8]>, count: usize, earliest: Place, lease_expiry: pg_sys::TimestampTz) {
+/// This transaction claimed jobs (of `queue`, when it knows) with leases
+/// running out at `lease_expiry`: at commit, wake one sleeper that would
+/// sleep past that.
+pub fn jobs_claimed(queue: Option<&[u8]>, lease_expiry: pg_sys::TimestampTz) {
     let queue = queue.map_or(0, queue_hash);
     add(&AT_COMMIT, Wake { queue, count: 1, sleeping_past: Some(lease_expiry), earliest: None });
-    if sleepers::table().is_none() && runnable_log::log().is_none() {
-        return;
+}
+
+/// What a claim statement gives back if the subtransaction it runs in
+/// aborts (a savepoint rolled back too, whatever the transaction did before
+/// it; a look failing in a later statement; the statement itself cancelled
+/// or timed out after it locked its jobs): registered before the statement
+/// runs, as jobs of its queue anywhere (review helper-79: a statement
+/// cancelled after it locked its jobs left them behind the frontier), and
+/// narrowed once it has returned. On abort the jobs are logged and as many
+/// sleepers woken.
+pub struct GivenBack(Option<std::rc::Rc<Cell<Option<(usize, Place)>>>>);
+
+impl GivenBack {
+    /// The statement claimed `count` jobs, the earliest at `earliest`.
+    pub fn claimed(&self, count: usize, earliest: Place) {
+        if let Some(cell) = &self.0 {
+            cell.set(Some((count, earliest)));
+        }
     }
+
+    /// The statement claimed nothing: an abort gives nothing back.
+    pub fn nothing(&self) {
+        if let Some(cell) = &self.0 {
+            cell.set(None);
+        }
+    }
+}
+
+/// Before a claim statement of `queue` (None: of any queue): see GivenBack.
+pub fn claim_may_give_back(queue: Option<&[u8]>) -> GivenBack {
+    note_change_for_prepare();
+    if sleepers::table().is_none() && runnable_log::log().is_none() {
+        return GivenBack(None);
+    }
+    let queue = queue.map_or(0, queue_hash);
     let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let pending = std::rc::Rc::new(Cell::new(Some((usize::MAX, Place::HEAD))));
+    let on_abort = pending.clone();
     xact::on_outcome(
         None,
         Some(Box::new(move || {
+            let Some((count, earliest)) = on_abort.get() else { return };
             if let Some(log) = runnable_log::log() {
                 log.write(database, queue, earliest.key());
             }
@@ -275,6 +322,39 @@ pub fn jobs_claimed(queue: Option<&[u8]>, count: usize, earliest: Place, lease_e
             old_library_sleepers();
         })),
     );
+    GivenBack(Some(pending))
+}
+
+/// This transaction is about to lock runnable jobs of `queue` (which claims
+/// then skip) without a claim's own record: if it (or the subtransaction)
+/// aborts, they stay runnable behind where claims passed, so the runnable
+/// log is told that jobs of the queue may lie anywhere.
+pub fn rows_held_until_end(queue: &[u8]) {
+    note_change_for_prepare();
+    let Some(log) = runnable_log::log() else { return };
+    let (database, queue) = (unsafe { pg_sys::MyDatabaseId }.to_u32(), queue_hash(queue));
+    xact::on_outcome(None, Some(Box::new(move || log.write(database, queue, Place::HEAD.key()))));
+}
+
+thread_local! {
+    static PREPARE_NOTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// This transaction changed which jobs are runnable, or will at its end:
+/// if it is prepared, COMMIT or ROLLBACK PREPARED (in any session, running
+/// none of our hooks) ends it with no runnable log entry, so the claim
+/// frontier is told (shared/claim_frontier.rs).
+fn note_change_for_prepare() {
+    if crate::shared::claim_frontier::frontier().is_none() || PREPARE_NOTED.with(|noted| noted.replace(true)) {
+        return;
+    }
+    xact::at_prepare(Box::new(|| {
+        if let Some(frontier) = crate::shared::claim_frontier::frontier() {
+            // Still set at PREPARE's callbacks (cleared after them).
+            frontier.prepared(unsafe { pg_sys::GetTopTransactionIdIfAny() });
+        }
+    }));
+    xact::at_end(Box::new(|| PREPARE_NOTED.with(|noted| noted.set(false))));
 }
 
 /// Queue `queue` runs again (or its limit changed): wake all of its

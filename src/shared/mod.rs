@@ -29,6 +29,7 @@ mod dsm_registry;
 pub mod lock_owners;
 pub mod queue_counters;
 pub mod rate_table;
+pub mod claim_frontier;
 pub mod runnable_log;
 pub mod sleepers;
 
@@ -204,6 +205,7 @@ unsafe extern "C-unwind" fn on_shmem_request() {
         pg_sys::RequestAddinShmemSpace(rate_table::preload_size());
         pg_sys::RequestAddinShmemSpace(sleepers::preload_size());
         pg_sys::RequestAddinShmemSpace(runnable_log::preload_size());
+        pg_sys::RequestAddinShmemSpace(claim_frontier::preload_size());
         pg_sys::RequestAddinShmemSpace(queue_counters::preload_size());
         pg_sys::RequestAddinShmemSpace(lock_owners::preload_size());
         pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), PARTITION_LOCKS as i32);
@@ -226,6 +228,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         rate_table::attach_preloaded();
         sleepers::attach_preloaded();
         runnable_log::attach_preloaded();
+        claim_frontier::attach_preloaded();
         queue_counters::attach_preloaded();
         lock_owners::attach_preloaded();
         DECIDED = true;
@@ -274,6 +277,7 @@ unsafe fn decide() {
             rate_table::attach_registry();
             sleepers::attach_registry();
             runnable_log::attach_registry();
+            claim_frontier::attach_registry();
             queue_counters::attach_registry();
             lock_owners::attach_registry();
         }

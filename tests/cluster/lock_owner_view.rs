@@ -160,7 +160,7 @@ fn a_change_of_owner_shows_at_once_and_an_owner_without_locks_not_at_all() {
     let mut c = patient_conn(&db, Some("svc/before"));
     let pid = backend_pid(&mut c);
     let mut watch = connect(&db);
-    let mut shown = |watch: &mut Client| scalar(watch, &format!("SELECT coalesce(distlock.lock_owner({pid}), 'null')"));
+    let shown = |watch: &mut Client| scalar(watch, &format!("SELECT coalesce(distlock.lock_owner({pid}), 'null')"));
     assert_eq!(shown(&mut watch).as_deref(), Some("null"), "an owner set, but no lock of pg_distlock's");
     lock(&mut c, "assign-1");
     assert_eq!(shown(&mut watch).as_deref(), Some("svc/before"));

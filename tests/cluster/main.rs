@@ -8,6 +8,7 @@ mod default_privileges;
 mod support;
 
 mod checker;
+mod claim_frontier;
 mod claim_order;
 mod contention;
 mod interval_schedules;
@@ -57,6 +58,10 @@ mod review_45;
 mod review_46_7;
 mod review_46_8;
 mod review_46_9;
+mod review_frontier;
+mod review_frontier2;
+mod review_frontier3;
+mod review_frontier4;
 mod review_attempts;
 mod review_session;
 mod review_zones;
