@@ -346,26 +346,9 @@ pub(crate) fn claimed(
         let mut starts = starts.borrow_mut();
         let at = starts.iter().position(|s| s.queue.as_ref() == queue && s.role == role);
         match (at, furthest) {
-            // Nothing from the head, vouched by the log: nothing claimable
-            // lay anywhere in its snapshot, so the place the backend had
-            // still holds, now as of this read, and the next read from the
-            // head is spaced from this one (dropping the place made every
-            // later look, a waiting consumer's each time it woke, read from
-            // the head again, each walking every dead entry of a hold:
-            // review helper-81's test, seen in CI). Unvouched: no job to
-            // start after.
+            // Nothing from the head: no job to start after.
             (Some(at), None) if from.place == Place::HEAD => {
-                if position.is_some() {
-                    let start = &mut starts[at];
-                    start.position = position;
-                    start.since = now;
-                    start.head_read = head_read;
-                    start.horizon_checked = now;
-                    start.shared = false;
-                    start.epoch = frontier_epoch;
-                } else {
-                    starts.swap_remove(at);
-                }
+                starts.swap_remove(at);
             }
             // Nothing after a start the log vouched for: start there again.
             // Nothing after another start says nothing of the head, which
