@@ -128,13 +128,19 @@ fn review_frontier4_a_waiting_consumer_at_the_frontier_walks_every_dead_entry_fr
     let (last, read) = claim_counting_reads(&mut a, claim_one);
     assert!(last.is_some(), "a claims the last job");
     assert!(read < 100, "a's claim of the last job starts at b's frontier (it stepped over {read} entries)");
-    // a waits; a job comes 1 s into its wait and wakes it.
+    // a waits; a job comes 0.3 s into its wait and wakes it: before the
+    // second its sleep is capped at when its place came from the frontier
+    // (consume.rs), so that the wake-up, not that cap, ends the sleep. (At
+    // 1 s the two raced: the capped look read from the head, found nothing
+    // and dropped the place, and the look the job woke read from the head
+    // again, 4,003 entries in CI at 5acd03a; the second walk is the older
+    // rule that an empty read from the head keeps no place.)
     let wait = "SELECT (SELECT task_id FROM distlock.consume_task('a', p_wait => '20 seconds', p_queues => ARRAY['rf4_w']))";
     let waiting = std::thread::spawn(move || {
         let result = claim_counting_reads(&mut a, wait);
         (result, a)
     });
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    std::thread::sleep(std::time::Duration::from_millis(300)); // the job's arrival, not synchronisation
     let new = crate::review_46_7::enqueue(&mut producer, "rf4_w", "now()", 0);
     let ((got, read), mut a) = waiting.join().expect("a's wait");
     assert_eq!(got, Some(new), "a's wait claims the new job");
