@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 from ._core import effects as fx
 from ._core import features
 from ._sync import (CHECK_CONNECT_TIMEOUT, PROBE_GRACE, busy_connecting, cause_not_known, chained, connect_kwargs,
-                    name_database, own_copy, pool_busy, pool_connected_once, pool_probe_args, probe_running,
+                    name_database, own_copy, pool_busy, CONNECTED_POLL, CONNECTED_SETTLE, connected_by_stats,
+                    pool_probe_args, probe_running, _served_pools,
                     raise_if_misconfigured, remember_probe, served, time_left)
 from .bounded_connect import MIN_CONNECT_TIMEOUT, connect_within_async
 from .connect_errors import connect_failure
@@ -67,13 +68,29 @@ async def pool_timeout_cause(pool: AsyncConnectionPool[Any], timeout: Exception)
     return own_copy(running.result()) if done else cause_not_known(timeout)  # other callers wait for it too
 
 
+async def pool_connected_once(pool: AsyncConnectionPool[Any]) -> bool:
+    """_sync.pool_connected_once for asyncio: the pool's own attempts run in
+    this loop, so it waits with the loop's sleep."""
+    if pool in _served_pools:
+        return True
+    deadline = time.monotonic() + CONNECTED_SETTLE
+    while True:
+        connected = connected_by_stats(pool)
+        if connected is None:
+            return True
+        if not connected or time.monotonic() >= deadline:
+            return connected
+        await asyncio.sleep(CONNECTED_POLL)
+
+
 async def probe_pool(pool: AsyncConnectionPool[Any], conninfo: str, kwargs: dict[str, Any],
                      timeout: Exception) -> DistlockError:
     """_sync.probe_pool for asyncio."""
     try:
         probe = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
     except psycopg.Error as exc:
-        return remember_probe(pool, connect_failure(exc, conninfo, connected_before=pool_connected_once(pool)))
+        connected = await pool_connected_once(pool)
+        return remember_probe(pool, connect_failure(exc, conninfo, connected_before=connected))
     await probe.close()
     return remember_probe(pool, pool_busy(timeout))
 

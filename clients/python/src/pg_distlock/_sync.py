@@ -180,21 +180,42 @@ def pool_busy(timeout: Exception) -> Unavailable:
     return Unavailable(f"{timeout} (every connection of the pool is in use: raise max_size or hold fewer at once)")
 
 
+# How long pool_connected_once watches a pool's statistics, and how often.
+CONNECTED_SETTLE = 0.3
+CONNECTED_POLL = 0.01
+
+
+def connected_by_stats(pool: Any) -> bool | None:
+    """What a pool's statistics say of its connections: psycopg_pool's
+    connections_num counts attempts (counted before each tries, failed ones
+    included) and connections_errors the failed ones, so a positive
+    difference is connections that connected or attempts still under way
+    (since the statistics were last popped); None: no statistics to tell."""
+    try:
+        stats: dict[str, int] = pool.get_stats()
+    except Exception:
+        return None
+    return stats.get("connections_num", 0) - stats.get("connections_errors", 0) > 0
+
+
 def pool_connected_once(pool: Any) -> bool:
     """Whether a pool ever opened a connection: until then a refusal is a
     wrong conninfo (connect_errors.connect_failure), as for a conninfo source.
     A pool that handed this client a connection did (served). Otherwise its
-    statistics tell: psycopg_pool's connections_num counts attempts (counted
-    before each tries, failed ones included) and connections_errors the
-    failed ones, so the difference is those that connected (or are still
-    trying), since the statistics were last popped."""
+    statistics tell (connected_by_stats), once they have shown no attempt
+    under way for CONNECTED_SETTLE: a pool that never connected, whose own
+    worker was trying just then, looked connected, and its refusal was read
+    as "not now" (seen in CI on a loaded machine)."""
     if pool in _served_pools:
         return True
-    try:
-        stats: dict[str, int] = pool.get_stats()
-        return stats.get("connections_num", 0) - stats.get("connections_errors", 0) > 0
-    except Exception:
-        return True  # no stats to tell: retried, as before a first success was told apart
+    deadline = time.monotonic() + CONNECTED_SETTLE
+    while True:
+        connected = connected_by_stats(pool)
+        if connected is None:
+            return True  # no stats to tell: retried, as before a first success was told apart
+        if not connected or time.monotonic() >= deadline:
+            return connected
+        time.sleep(CONNECTED_POLL)
 
 
 def pool_probe_args(pool: Any, timeout: Exception) -> DistlockError | tuple[str, dict[str, Any]]:
