@@ -14,16 +14,23 @@
 use crate::review_46_7::enqueue;
 use crate::support::*;
 
-/// The ids `claim` (a statement returning task_id) returned, in order.
-fn claimed(c: &mut Client, claim: &str) -> Vec<i64> {
+/// The ids `claim` (a statement returning task_id) returned, sorted.
+/// (Shared by the later frontier reviews' tests.)
+pub(crate) fn claimed(c: &mut Client, claim: &str) -> Vec<i64> {
     let mut ids: Vec<i64> =
         c.query(claim, &[]).unwrap_or_else(|e| panic!("{claim}: {e}")).iter().map(|row| row.get(0)).collect();
     ids.sort_unstable();
     ids
 }
 
-fn claim_of(worker: &str, batch: i32, queue: &str) -> String {
+pub(crate) fn claim_of(worker: &str, batch: i32, queue: &str) -> String {
     format!("SELECT task_id FROM distlock.consume_tasks({batch}, '{worker}', p_queues => ARRAY['{queue}'])")
+}
+
+/// How many of `ids` are pending.
+pub(crate) fn pending(c: &mut Client, ids: &[i64]) -> i64 {
+    let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    count(c, &format!("SELECT 1 FROM distlock.task_queue WHERE id IN ({list}) AND status = 'pending'"))
 }
 
 /// A look that claims from one queue and then fails before it returns (a

@@ -15,24 +15,9 @@
 use std::time::{Duration, Instant};
 
 use crate::review_46_7::enqueue;
+use crate::review_frontier::{claim_of, claimed, pending};
 use crate::support::*;
 
-/// The ids `claim` (a statement returning task_id) returned, sorted.
-fn claimed(c: &mut Client, claim: &str) -> Vec<i64> {
-    let mut ids: Vec<i64> =
-        c.query(claim, &[]).unwrap_or_else(|e| panic!("{claim}: {e}")).iter().map(|row| row.get(0)).collect();
-    ids.sort_unstable();
-    ids
-}
-
-fn claim_of(worker: &str, batch: i32, queue: &str) -> String {
-    format!("SELECT task_id FROM distlock.consume_tasks({batch}, '{worker}', p_queues => ARRAY['{queue}'])")
-}
-
-fn pending(c: &mut Client, ids: &[i64]) -> i64 {
-    let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-    count(c, &format!("SELECT 1 FROM distlock.task_queue WHERE id IN ({list}) AND status = 'pending'"))
-}
 
 /// A trigger that makes worker 'doomed''s claim of a job of `queue` fail,
 /// after waiting for advisory lock 4242 (held by the test while it acts).
