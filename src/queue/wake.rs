@@ -345,7 +345,12 @@ thread_local! {
 /// none of our hooks) ends it with no runnable log entry, so the claim
 /// frontier is told (shared/claim_frontier.rs).
 fn note_change_for_prepare() {
-    if crate::shared::claim_frontier::frontier().is_none() || PREPARE_NOTED.with(|noted| noted.replace(true)) {
+    // Nothing to note where no transaction can be prepared (the default):
+    // spares every queue transaction two hooks.
+    if !super::prepared::prepared_transactions_allowed()
+        || crate::shared::claim_frontier::frontier().is_none()
+        || PREPARE_NOTED.with(|noted| noted.replace(true))
+    {
         return;
     }
     xact::at_prepare(Box::new(|| {
