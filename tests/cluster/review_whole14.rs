@@ -128,3 +128,29 @@ fn review_whole14_cron_next_at_the_end_of_the_range_in_a_zone_is_22008_not_a_pan
     ));
     assert_eq!(state, "22008", "a start at the end of the range in Asia/Tokyo");
 }
+
+/// forget_truncated_attempts (sql/queue.sql, AFTER TRUNCATE) deletes the
+/// attempts of every job it sees in neither task_queue nor completed_jobs,
+/// with the transaction's snapshot: in a REPEATABLE READ transaction whose
+/// snapshot predates a job's completion (its row moved to completed_jobs
+/// since), `TRUNCATE distlock.task_queue` deletes that completed job's
+/// history, though the job is still in completed_jobs.
+#[test]
+fn review_whole14_a_truncate_under_an_old_snapshot_keeps_a_completed_jobs_history() {
+    let db = fresh_db("review_whole14_rr_truncate");
+    let mut c = connect(&db);
+    let job: i64 = c.query_one("SELECT distlock.enqueue_task('job', p_queue => 'q')", &[]).expect("enqueue").get(0);
+    c.batch_execute("SELECT distlock.consume_task('w1', '1 second', p_queues => ARRAY['q'])").expect("claim");
+    std::thread::sleep(std::time::Duration::from_millis(1300));
+    // The expired lease is taken over: attempt 1 is recorded (expired).
+    c.batch_execute("SELECT distlock.consume_task('w2', p_queues => ARRAY['q'])").expect("take over");
+    let attempts = |c: &mut Client| count(c, &format!("SELECT FROM distlock.job_attempts WHERE job_id = {job}"));
+    assert_eq!(attempts(&mut c), 1, "the expired attempt is recorded");
+    let mut old = connect(&db);
+    old.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM distlock.job_attempts")
+        .expect("a snapshot");
+    c.batch_execute(&format!("SELECT distlock.complete_task({job}, 'w2')")).expect("complete");
+    old.batch_execute("TRUNCATE distlock.task_queue; COMMIT").expect("truncate the queue");
+    assert_eq!(count(&mut c, &format!("SELECT FROM distlock.completed_jobs WHERE id = {job}")), 1, "the job is kept");
+    assert_eq!(attempts(&mut c), 1, "the completed job's attempt history was deleted by the TRUNCATE");
+}
