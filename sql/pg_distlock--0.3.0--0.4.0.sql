@@ -342,6 +342,14 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- Only in READ COMMITTED, where this statement's snapshot sees every
+    -- job moved before the TRUNCATE took its lock: under an older snapshot
+    -- (REPEATABLE READ, SERIALIZABLE) a job completed meanwhile looked gone
+    -- and its history was deleted (review helper-83). There the attempts
+    -- stay, of no job: no id is reused (keep_job_ids_unique).
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RETURN NULL;
+    END IF;
     DELETE FROM distlock.job_attempts a
      WHERE NOT EXISTS (SELECT FROM distlock.task_queue q WHERE q.id OPERATOR(pg_catalog.=) a.job_id)
        AND NOT EXISTS (SELECT FROM distlock.completed_jobs c WHERE c.id OPERATOR(pg_catalog.=) a.job_id);

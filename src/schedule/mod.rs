@@ -129,7 +129,12 @@ pub fn next_occurrence_in_zone(expression: &str, after: TimestampWithTimeZone, z
     let start = start_of(after);
     let after_micros = start.timestamp_micros();
     let after_second = after_micros.div_euclid(1_000_000);
-    let mut wall = start + chrono::Duration::seconds(zone.offset_at(after_second));
+    let Some(mut wall) = start.checked_add_signed(chrono::Duration::seconds(zone.offset_at(after_second))) else {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            format!("cron_next needs a start whose wall clock in time zone \"{zone_name}\" is in range, got {after}"),
+        )
+    };
     // croner finds nothing before year 1 and answers with year 1's first
     // match instead: a start whose wall clock is still in 1 BC (west of
     // Greenwich at the first instant of year 1) is out of range too

@@ -59,15 +59,44 @@ fn load(name: &std::ffi::CStr) -> Option<*const pg_sys::pg_tz> {
     (!tz.is_null() && unsafe { pg_sys::pg_tz_acceptable(tz) }).then_some(tz as *const pg_sys::pg_tz)
 }
 
-/// Whether the server's time zone data has a usable zone `name`, its
-/// offset now within MOST_OFFSET_SECONDS.
+/// How far ahead `within_reach` looks at a zone's offsets: its rules repeat
+/// yearly, so two years see each offset the rules give.
+const OFFSETS_AHEAD_SECONDS: i64 = 2 * 366 * 86_400;
+
+/// Whether every offset `tz` has from now over OFFSETS_AHEAD_SECONDS lies
+/// within MOST_OFFSET_SECONDS (a POSIX rule may be +20 h in winter and +30 h
+/// in summer: checking today's offset alone let it in, review helper-83).
+fn within_reach(tz: *const pg_sys::pg_tz) -> bool {
+    let now: pg_sys::pg_time_t =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let mut at = now;
+    // A zone changes offset a few times a year; the bound only guards the loop.
+    for _ in 0..64 {
+        let (mut before, mut after): (std::ffi::c_long, std::ffi::c_long) = (0, 0);
+        let (mut before_dst, mut after_dst) = (0, 0);
+        let mut boundary: pg_sys::pg_time_t = 0;
+        // SAFETY: a zone pg_tzset returned; pointers to locals.
+        let found = unsafe {
+            pg_sys::pg_next_dst_boundary(&at, &mut before, &mut before_dst, &mut boundary, &mut after, &mut after_dst, tz)
+        };
+        if found < 0 || (before as i64).abs() > MOST_OFFSET_SECONDS {
+            return false;
+        }
+        if found == 0 || boundary > now + OFFSETS_AHEAD_SECONDS {
+            return true;
+        }
+        if (after as i64).abs() > MOST_OFFSET_SECONDS {
+            return false;
+        }
+        at = boundary;
+    }
+    true
+}
+
+/// Whether the server's time zone data has a usable zone `name`, every
+/// offset of it within MOST_OFFSET_SECONDS.
 pub fn is_known(name: &std::ffi::CStr) -> bool {
-    load(name).is_some_and(|tz| {
-        let now: pg_sys::pg_time_t =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-        let tm = unsafe { pg_sys::pg_localtime(&now, tz) };
-        !tm.is_null() && (unsafe { (*tm).tm_gmtoff } as i64).abs() <= MOST_OFFSET_SECONDS
-    })
+    load(name).is_some_and(within_reach)
 }
 
 impl<'a> Zone<'a> {
@@ -83,7 +112,11 @@ impl<'a> Zone<'a> {
         // pg_tzset refuses names longer than TZ_STRLEN_MAX by returning NULL.
         let Ok(c_name) = CString::new(name) else { refuse() };
         match load(&c_name) {
-            Some(tz) => Zone { tz, name },
+            Some(tz) if within_reach(tz) => Zone { tz, name },
+            Some(_) => raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("time zone \"{name}\" ({what}) has an offset of more than 26 hours from UTC"),
+            ),
             None => refuse(),
         }
     }
