@@ -33,6 +33,17 @@ pub(crate) fn pending(c: &mut Client, ids: &[i64]) -> i64 {
     count(c, &format!("SELECT 1 FROM distlock.task_queue WHERE id IN ({list}) AND status = 'pending'"))
 }
 
+/// Whether `sql` failed on `c`, once its transaction has ended. The server
+/// sends the error before it aborts the transaction (and lets go of the
+/// row locks of the jobs it claimed): another connection acting on the
+/// error at once still finds those jobs locked and skips them. A statement
+/// after it on the same connection runs only once the abort is done.
+pub(crate) fn failed_and_ended(c: &mut Client, sql: &str) -> bool {
+    let failed = c.query(sql, &[]).is_err();
+    c.batch_execute("SELECT 1").expect("the connection after the failed statement");
+    failed
+}
+
 /// A look that claims from one queue and then fails before it returns (a
 /// statement_timeout, a cancel, lock_timeout, running out of memory or a
 /// unique violation in its claim of the next queue: here a trigger on that
@@ -62,8 +73,8 @@ fn review_frontier_a_look_failing_after_its_first_queue_leaves_its_jobs_behind_t
     let mut a = connect(&db);
     let mut b = connect(&db);
     assert_eq!(claimed(&mut a, &claim_of("a", 1, "rf_a")), vec![first], "a's first claim: its place is at the first job");
-    let failed = b.query("SELECT task_id FROM distlock.consume_tasks(3, 'doomed', p_queues => ARRAY['rf_a', 'rf_b'])", &[]);
-    assert!(failed.is_err(), "b's look fails in rf_b after claiming rf_a's two jobs");
+    let failed = failed_and_ended(&mut b, "SELECT task_id FROM distlock.consume_tasks(3, 'doomed', p_queues => ARRAY['rf_a', 'rf_b'])");
+    assert!(failed, "b's look fails in rf_b after claiming rf_a's two jobs");
     assert_eq!(
         count(&mut admin, "SELECT 1 FROM distlock.task_queue WHERE queue = 'rf_a' AND status = 'pending'"),
         2,
@@ -155,8 +166,8 @@ fn review_frontier_a_look_of_every_queue_failing_in_a_limited_queue_leaves_its_j
     let mut b = connect(&db);
     let every = |worker: &str, batch: i32| format!("SELECT task_id FROM distlock.consume_tasks({batch}, '{worker}')");
     assert_eq!(claimed(&mut a, &every("a", 1)), vec![first], "a's first claim of every queue");
-    let failed = b.query(&every("doomed", 3), &[]);
-    assert!(failed.is_err(), "b's look fails in the limited queue after claiming rf_e's two jobs");
+    let failed = failed_and_ended(&mut b, &every("doomed", 3));
+    assert!(failed, "b's look fails in the limited queue after claiming rf_e's two jobs");
     assert_eq!(
         count(&mut admin, "SELECT 1 FROM distlock.task_queue WHERE queue = 'rf_e' AND status = 'pending'"),
         2,

@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use crate::review_46_7::enqueue;
-use crate::review_frontier::{claim_of, claimed, pending};
+use crate::review_frontier::{claim_of, claimed, failed_and_ended, pending};
 use crate::support::*;
 
 
@@ -56,8 +56,7 @@ fn review_frontier2_a_failed_look_gives_back_jobs_another_consumer_skipped_and_p
     assert_eq!(claimed(&mut a, &claim_of("a", 1, "rf2_a")), vec![first], "a's first claim: its place is at the first job");
     admin.batch_execute("SELECT pg_advisory_lock(4242)").expect("hold the look in rf2_b");
     let look = std::thread::spawn(move || {
-        b.query("SELECT task_id FROM distlock.consume_tasks(3, 'doomed', p_queues => ARRAY['rf2_a', 'rf2_b'])", &[])
-            .is_err()
+        failed_and_ended(&mut b, "SELECT task_id FROM distlock.consume_tasks(3, 'doomed', p_queues => ARRAY['rf2_a', 'rf2_b'])")
     });
     eventually("b's look to wait in rf2_b, holding rf2_a's jobs", Duration::from_secs(10), || {
         count(&mut admin, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") == 1
