@@ -133,9 +133,11 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),
     ('admin',    'SELECT, DELETE', 'distlock.scheduled_tasks'),
     ('admin',    'INSERT (id, task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
-                 'max_retries, retry_delay, schedule_timezone)', 'distlock.scheduled_tasks'),
+                 'max_retries, retry_delay, schedule_timezone, missed_runs, missed_runs_grace, '
+                 'missed_runs_max)', 'distlock.scheduled_tasks'),
     ('admin',    'UPDATE (task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
-                 'max_retries, retry_delay, consecutive_failures, schedule_timezone)', 'distlock.scheduled_tasks'),
+                 'max_retries, retry_delay, consecutive_failures, schedule_timezone, missed_runs, '
+                 'missed_runs_grace, missed_runs_max)', 'distlock.scheduled_tasks'),
     ('admin',    'USAGE',   'SEQUENCE distlock.scheduled_tasks_id_seq'),
     ('admin',    'SELECT',  'distlock.task_execution_log, distlock.task_queue, distlock.completed_jobs, distlock.jobs, '
                             'distlock.job_attempts')

@@ -380,6 +380,20 @@ ALTER TABLE distlock.scheduled_tasks
 -- tasks keep their times. The trigger validates the zone and computes the
 -- first slot in it.
 ALTER TABLE distlock.scheduled_tasks ADD COLUMN schedule_timezone text;
+
+-- What a fetch does with slots a task missed (issue 48): 'once', as every
+-- task has after this update, is 0.3.0's behaviour. A constant default
+-- rewrites no row.
+ALTER TABLE distlock.scheduled_tasks
+    ADD COLUMN missed_runs text NOT NULL DEFAULT 'once',
+    ADD COLUMN missed_runs_grace interval,
+    ADD COLUMN missed_runs_max int,
+    ADD COLUMN runs_skipped bigint NOT NULL DEFAULT 0;
+-- A skipped slot is logged with status skipped. (Re-adding the constraint
+-- checks the log's rows against it, all of which pass.)
+ALTER DOMAIN distlock.run_status DROP CONSTRAINT run_status_known;
+ALTER DOMAIN distlock.run_status ADD CONSTRAINT run_status_known
+    CHECK (VALUE IN ('running', 'completed', 'failed', 'timed_out', 'abandoned', 'skipped'));
 CREATE OR REPLACE FUNCTION distlock.scheduled_tasks_check() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -417,6 +431,25 @@ BEGIN
     -- and doubling a huge one would overflow the interval type.
     IF NEW.retry_delay > interval '1 hour' THEN
         RAISE EXCEPTION 'retry_delay of task "%" must be at most 1 hour, got %', NEW.task_name, NEW.retry_delay
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.missed_runs IS NULL OR NEW.missed_runs NOT IN ('once', 'skip', 'all') THEN
+        RAISE EXCEPTION 'missed_runs of task "%" must be once, skip or all, got "%"', NEW.task_name, NEW.missed_runs
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.missed_runs_grace < interval '0' THEN
+        RAISE EXCEPTION 'missed_runs_grace of task "%" must not be negative, got %', NEW.task_name, NEW.missed_runs_grace
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.missed_runs = 'skip' AND NEW.missed_runs_grace IS NULL THEN
+        RAISE EXCEPTION 'missed_runs skip of task "%" needs missed_runs_grace: how late a slot may still run',
+            NEW.task_name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The newest slots an outage left are found by stepping through the
+    -- schedule (src/tasks/missed.rs): bounded so that a fetch stays quick.
+    IF NEW.missed_runs_max NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'missed_runs_max of task "%" must be between 1 and 1000, got %', NEW.task_name, NEW.missed_runs_max
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF NEW.schedule_timezone IS NOT NULL THEN
@@ -467,9 +500,33 @@ $$;
 DROP TRIGGER scheduled_tasks_check ON distlock.scheduled_tasks;
 CREATE TRIGGER scheduled_tasks_check
     BEFORE INSERT OR UPDATE OF task_name, task_type, schedule_cron, timeout, max_retries, retry_delay,
-                               schedule_timezone
+                               schedule_timezone, missed_runs, missed_runs_grace, missed_runs_max
     ON distlock.scheduled_tasks
     FOR EACH ROW EXECUTE FUNCTION distlock.scheduled_tasks_check();
+
+-- task_stats counts skipped slots apart from runs (issue 48).
+CREATE OR REPLACE VIEW distlock.task_stats WITH (security_barrier) AS
+SELECT t.id AS task_id,
+       t.task_name,
+       t.task_type,
+       t.is_enabled,
+       -- A skipped slot (0.4.0) is logged but is not a run.
+       count(l.id) FILTER (WHERE l.status <> 'skipped') AS runs,
+       count(l.id) FILTER (WHERE l.status = 'running') AS running,
+       count(l.id) FILTER (WHERE l.status = 'completed') AS completed,
+       count(l.id) FILTER (WHERE l.status = 'failed') AS failed,
+       count(l.id) FILTER (WHERE l.status = 'timed_out') AS timed_out,
+       count(l.id) FILTER (WHERE l.status = 'abandoned') AS abandoned,
+       avg(l.completed_at - l.started_at) FILTER (WHERE l.status = 'completed') AS avg_duration,
+       max(l.completed_at - l.started_at) FILTER (WHERE l.status = 'completed') AS max_duration,
+       t.last_status,
+       t.last_run_at,
+       t.next_run_at,
+       count(l.id) FILTER (WHERE l.status = 'skipped') AS skipped
+  FROM distlock.scheduled_tasks t
+  LEFT JOIN distlock.task_execution_log l ON l.task_id = t.id
+ WHERE distlock.in_monitor_scope(t.task_name, t.task_type)
+ GROUP BY t.id;
 
 -- task_schedule shows the zone each task's schedule follows.
 CREATE OR REPLACE VIEW distlock.task_schedule WITH (security_barrier) AS
@@ -489,7 +546,12 @@ SELECT t.id AS task_id,
        t.runs_timed_out,
        t.runs_abandoned,
        -- The zone its schedule follows (0.4.0): its own, or the setting's.
-       COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone', true), 'UTC') AS schedule_timezone
+       COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone', true), 'UTC') AS schedule_timezone,
+       -- What a fetch does with missed slots, and how many it skipped (0.4.0).
+       t.missed_runs,
+       t.missed_runs_grace,
+       t.missed_runs_max,
+       t.runs_skipped
   FROM distlock.scheduled_tasks t
  WHERE distlock.in_monitor_scope(t.task_name, t.task_type);
 
@@ -855,9 +917,11 @@ SELECT g.privilege, g.object FROM (VALUES
     ('admin',    'EXECUTE', 'FUNCTION distlock.prune_lock_names(interval)'),
     ('admin',    'SELECT, DELETE', 'distlock.scheduled_tasks'),
     ('admin',    'INSERT (id, task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
-                 'max_retries, retry_delay, schedule_timezone)', 'distlock.scheduled_tasks'),
+                 'max_retries, retry_delay, schedule_timezone, missed_runs, missed_runs_grace, '
+                 'missed_runs_max)', 'distlock.scheduled_tasks'),
     ('admin',    'UPDATE (task_name, task_type, schedule_cron, is_enabled, next_run_at, timeout, '
-                 'max_retries, retry_delay, consecutive_failures, schedule_timezone)', 'distlock.scheduled_tasks'),
+                 'max_retries, retry_delay, consecutive_failures, schedule_timezone, missed_runs, '
+                 'missed_runs_grace, missed_runs_max)', 'distlock.scheduled_tasks'),
     ('admin',    'USAGE',   'SEQUENCE distlock.scheduled_tasks_id_seq'),
     ('admin',    'SELECT',  'distlock.task_execution_log, distlock.task_queue, distlock.completed_jobs, distlock.jobs, '
                             'distlock.job_attempts')

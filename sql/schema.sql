@@ -44,7 +44,16 @@ CREATE TABLE distlock.scheduled_tasks (
     -- The time zone whose wall clock schedule_cron follows (an IANA name
     -- such as Europe/Berlin); NULL: the setting distlock.timezone (UTC
     -- unless set). 0.4.0.
-    schedule_timezone    text
+    schedule_timezone    text,
+    -- What a fetch does with the slots a task missed while no worker claimed
+    -- it (docs/tasks.md, "Missed runs"; 0.4.0): 'once' runs one run for
+    -- them all, 'skip' skips those older than missed_runs_grace, 'all' runs
+    -- each in turn, at most the newest missed_runs_max (NULL: every one).
+    missed_runs          text NOT NULL DEFAULT 'once',
+    missed_runs_grace    interval,
+    missed_runs_max      int,
+    -- Slots skipped under missed_runs, counted as the runs_ counters are.
+    runs_skipped         bigint NOT NULL DEFAULT 0
     -- Validated by the trigger below rather than CHECK constraints: PostgreSQL
     -- re-reads every CHECK on each claim's and release's UPDATE, which made
     -- them a fifth of a claim's cost; the trigger runs only when a user edits
@@ -63,7 +72,7 @@ CREATE INDEX scheduled_tasks_due_idx
 -- while it re-reads table CHECKs on every insert and update of the log.
 CREATE DOMAIN distlock.run_status AS text
     CONSTRAINT run_status_known
-    CHECK (VALUE IN ('running', 'completed', 'failed', 'timed_out', 'abandoned'));
+    CHECK (VALUE IN ('running', 'completed', 'failed', 'timed_out', 'abandoned', 'skipped'));
 
 CREATE TABLE distlock.task_execution_log (
     id                   bigserial PRIMARY KEY,
@@ -140,6 +149,25 @@ BEGIN
         RAISE EXCEPTION 'retry_delay of task "%" must be at most 1 hour, got %', NEW.task_name, NEW.retry_delay
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF NEW.missed_runs IS NULL OR NEW.missed_runs NOT IN ('once', 'skip', 'all') THEN
+        RAISE EXCEPTION 'missed_runs of task "%" must be once, skip or all, got "%"', NEW.task_name, NEW.missed_runs
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.missed_runs_grace < interval '0' THEN
+        RAISE EXCEPTION 'missed_runs_grace of task "%" must not be negative, got %', NEW.task_name, NEW.missed_runs_grace
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NEW.missed_runs = 'skip' AND NEW.missed_runs_grace IS NULL THEN
+        RAISE EXCEPTION 'missed_runs skip of task "%" needs missed_runs_grace: how late a slot may still run',
+            NEW.task_name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The newest slots an outage left are found by stepping through the
+    -- schedule (src/tasks/missed.rs): bounded so that a fetch stays quick.
+    IF NEW.missed_runs_max NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'missed_runs_max of task "%" must be between 1 and 1000, got %', NEW.task_name, NEW.missed_runs_max
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF NEW.schedule_timezone IS NOT NULL THEN
         BEGIN
             PERFORM distlock.cron_next('@daily', now(), NEW.schedule_timezone);
@@ -187,6 +215,6 @@ $$;
 
 CREATE TRIGGER scheduled_tasks_check
     BEFORE INSERT OR UPDATE OF task_name, task_type, schedule_cron, timeout, max_retries, retry_delay,
-                               schedule_timezone
+                               schedule_timezone, missed_runs, missed_runs_grace, missed_runs_max
     ON distlock.scheduled_tasks
     FOR EACH ROW EXECUTE FUNCTION distlock.scheduled_tasks_check();

@@ -191,7 +191,8 @@ SELECT t.id AS task_id,
        t.task_name,
        t.task_type,
        t.is_enabled,
-       count(l.id) AS runs,
+       -- A skipped slot (0.4.0) is logged but is not a run.
+       count(l.id) FILTER (WHERE l.status <> 'skipped') AS runs,
        count(l.id) FILTER (WHERE l.status = 'running') AS running,
        count(l.id) FILTER (WHERE l.status = 'completed') AS completed,
        count(l.id) FILTER (WHERE l.status = 'failed') AS failed,
@@ -201,7 +202,8 @@ SELECT t.id AS task_id,
        max(l.completed_at - l.started_at) FILTER (WHERE l.status = 'completed') AS max_duration,
        t.last_status,
        t.last_run_at,
-       t.next_run_at
+       t.next_run_at,
+       count(l.id) FILTER (WHERE l.status = 'skipped') AS skipped
   FROM distlock.scheduled_tasks t
   LEFT JOIN distlock.task_execution_log l ON l.task_id = t.id
  WHERE distlock.in_monitor_scope(t.task_name, t.task_type)
@@ -229,7 +231,12 @@ SELECT t.id AS task_id,
        t.runs_timed_out,
        t.runs_abandoned,
        -- The zone its schedule follows (0.4.0): its own, or the setting's.
-       COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone', true), 'UTC') AS schedule_timezone
+       COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone', true), 'UTC') AS schedule_timezone,
+       -- What a fetch does with missed slots, and how many it skipped (0.4.0).
+       t.missed_runs,
+       t.missed_runs_grace,
+       t.missed_runs_max,
+       t.runs_skipped
   FROM distlock.scheduled_tasks t
  WHERE distlock.in_monitor_scope(t.task_name, t.task_type);
 

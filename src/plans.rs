@@ -184,6 +184,7 @@ pub mod types {
     pub const INT4_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::INT4ARRAYOID);
     pub const TEXT_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::TEXTARRAYOID);
     pub const JSONB_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::JSONBARRAYOID);
+    pub const TIMESTAMPTZ_ARRAY: PgOid = PgOid::BuiltIn(BuiltinOid::TIMESTAMPTZARRAYOID);
 
     /// The name a statement's `-- params:` line gives the type.
     pub fn name(oid: PgOid) -> &'static str {
@@ -200,6 +201,7 @@ pub mod types {
             INT4_ARRAY => "integer[]",
             TEXT_ARRAY => "text[]",
             JSONB_ARRAY => "jsonb[]",
+            TIMESTAMPTZ_ARRAY => "timestamptz[]",
             _ => "unknown",
         }
     }

@@ -6,7 +6,11 @@
 -- cursor, whose plan is made for reading every row: with many tasks due at
 -- once that plan sorts them all on each fetch. Claims re-check each task
 -- after taking its lock, so this snapshot may be stale.
-SELECT id, task_name, task_type, next_run_at
+-- With each task, what to do with slots it missed (missed_runs, its grace and
+-- maximum) and the schedule and zone that name its slots.
+SELECT id, task_name, task_type, next_run_at,
+       missed_runs, missed_runs_grace, missed_runs_max, schedule_cron,
+       COALESCE(schedule_timezone, pg_catalog.current_setting('distlock.timezone'))
   FROM distlock.scheduled_tasks
  WHERE is_enabled
    AND next_run_at OPERATOR(pg_catalog.<=) pg_catalog.now()

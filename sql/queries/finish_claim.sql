@@ -10,7 +10,9 @@
 -- its transaction: a release inside the claiming transaction must still log
 -- the run's duration and schedule from when the run ended.
 --   completed            -> next cron slot (none without a cron), in the
---                           task's time zone (distlock.timezone if it has none)
+--                           task's time zone (distlock.timezone if it has none):
+--                           after the run's end, or after the slot it served
+--                           when missed_runs is 'all'
 --   failed, timed_out    -> retry after retry_delay * 2^(failures so far),
 --                           capped at 1 hour, with 50-100% jitter; once
 --                           max_retries retries have failed, the next cron slot
@@ -34,7 +36,7 @@ finished AS (
        -- than scanning the running-claims index, which fills with dead
        -- entries between vacuums.
        AND l.completed_at IS NULL
- RETURNING l.task_id, l.fencing_token
+ RETURNING l.id, l.task_id, l.fencing_token, l.attempt, l.scheduled_for
 ),
 task AS (
     UPDATE distlock.scheduled_tasks t
@@ -60,8 +62,25 @@ task AS (
                     OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog./) 2)))
                WHEN t.schedule_cron IS NULL THEN NULL
                -- On the wall clock of the task's zone, or of distlock.timezone.
-               ELSE distlock.cron_next(t.schedule_cron, r.at,
-                                       COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
+               -- missed_runs 'all': the slot after the one this run served,
+               -- so that each slot missed meanwhile runs in turn; a retry
+               -- served the slot of its first attempt. Otherwise the first
+               -- slot after the run ended: missed slots make one run.
+               ELSE distlock.cron_next(
+                   t.schedule_cron,
+                   CASE WHEN t.missed_runs OPERATOR(pg_catalog.<>) 'all' OR f.scheduled_for IS NULL THEN r.at
+                        WHEN f.attempt OPERATOR(pg_catalog.=) 1 THEN f.scheduled_for
+                        ELSE COALESCE((SELECT o.scheduled_for
+                                         FROM distlock.task_execution_log o
+                                        WHERE o.task_id OPERATOR(pg_catalog.=) f.task_id
+                                          AND o.id OPERATOR(pg_catalog.<) f.id
+                                          AND o.attempt OPERATOR(pg_catalog.=) 1
+                                          AND o.status OPERATOR(pg_catalog.<>) 'skipped'
+                                        ORDER BY o.id DESC
+                                        LIMIT 1),
+                                      f.scheduled_for)
+                   END,
+                   COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
            END,
            runs_completed = t.runs_completed OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'completed')::int,
            runs_failed    = t.runs_failed    OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'failed')::int,

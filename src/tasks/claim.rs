@@ -6,6 +6,7 @@ use pgrx::spi::SpiClient;
 use pgrx::PgSqlErrorCode;
 
 use crate::errors::{raise, require_primary, required, OrRaise};
+use super::missed::Pending;
 use crate::lock_keys::{try_lock_task, unlock_task, TryLock};
 use crate::plans::{first_two, plan, types};
 use crate::xact;
@@ -32,13 +33,15 @@ pub enum Mode {
     Lease(pgrx::datum::Interval),
 }
 
-/// Claims `task_id` for `worker` with a session lock; with `only_if_due`,
-/// only while it is due.
+/// Claims `task_id` for `worker` with a session lock; with `due` (what a
+/// fetch read of it), only while it is due, once the missed slots its
+/// policy skips are skipped.
 ///
 /// The lock is taken before the task row is read again, and that read
 /// follows the row to its latest committed version, so a claim can never
 /// act on a due slot that a just-committed release has already finished.
-pub fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: bool) -> Claim {
+pub fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, due: Option<&Pending>) -> Claim {
+    let only_if_due = due.is_some();
     match try_lock_task(task_id) {
         TryLock::Busy => return Claim::Busy,
         TryLock::AlreadyHeld => return Claim::AlreadyHeldHere,
@@ -55,6 +58,9 @@ pub fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, on
         crate::session_locks::raise_full(format!("cannot claim task {task_id}"));
     }
     xact::claimed_in_this_transaction(task_id);
+    if let Some(due) = due {
+        super::missed::skip_missed(client, task_id, due, worker);
+    }
     let stmt = plan(
         client,
         include_str!("../../sql/queries/claim_task.sql"),
@@ -116,7 +122,7 @@ fn try_acquire_task_lock(p_task_id: Option<i32>, p_worker_id: Option<Text>) -> b
 }
 
 fn claim_once(client: &SpiClient<'_>, task_id: i32, worker: &Text) -> bool {
-    match claim_for_session(client, task_id, worker, false) {
+    match claim_for_session(client, task_id, worker, None) {
         Claim::Claimed { .. } => true,
         Claim::NotEligible if !task_exists(client, task_id) => raise_unknown_task(task_id),
         Claim::NotEligible | Claim::Busy | Claim::AlreadyHeldHere => false,

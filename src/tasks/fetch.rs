@@ -6,6 +6,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use super::claim::{claim_for_session, Claim, Mode};
+use super::missed::{Pending, Policy};
 use crate::errors::{int_in_range, require_primary, OrRaise};
 use crate::plans::{plan, types};
 
@@ -20,49 +21,75 @@ pub struct Claimed {
     pub fencing_token: i64,
 }
 
-/// Claims `task_id` in `mode`, only while it is due.
-fn claim_due(client: &SpiClient<'_>, task_id: i32, worker: &Text, mode: Mode) -> Claim {
+/// Claims `task_id` in `mode`, only while it is due, once the slots it
+/// missed that its `missed_runs` skips are skipped.
+fn claim_due(client: &SpiClient<'_>, task_id: i32, worker: &Text, mode: Mode, pending: &Pending) -> Claim {
+    let before = Some(pending);
     match mode {
-        Mode::Session => claim_for_session(client, task_id, worker, true),
-        Mode::Lease(lease) => super::lease::claim(client, task_id, worker, true, lease),
+        Mode::Session => claim_for_session(client, task_id, worker, before),
+        Mode::Lease(lease) => super::lease::claim(client, task_id, worker, before, lease),
     }
+}
+
+/// One due task of a page of sql/queries/due_tasks.sql.
+struct DueTask {
+    task_id: i32,
+    task_name: Text,
+    task_type: Text,
+    next_run_at: TimestampWithTimeZone,
+    pending: Pending,
+}
+
+/// A row of due_tasks.sql; of due_tasks_0_3_0.sql (no missed_runs) when
+/// `with_policy` is false.
+fn due_task(row: &pgrx::spi::SpiHeapTupleData<'_>, with_policy: bool) -> pgrx::spi::SpiResult<DueTask> {
+    let next_run_at = row.get::<TimestampWithTimeZone>(4)?.unwrap_or_else(TimestampWithTimeZone::positive_infinity);
+    let (policy, schedule) = if with_policy {
+        let policy = Policy::of(row.get::<String>(5)?.as_deref(), row.get(6)?, row.get(7)?);
+        let schedule = match (row.get::<String>(8)?, row.get::<String>(9)?) {
+            (Some(expression), Some(zone)) => Some((expression, zone)),
+            _ => None,
+        };
+        (policy, schedule)
+    } else {
+        (Policy::Once, None)
+    };
+    Ok(DueTask {
+        task_id: row.get::<i32>(1)?.unwrap_or_default(),
+        task_name: row.get::<Text>(2)?.unwrap_or_default(),
+        task_type: row.get::<Text>(3)?.unwrap_or_default(),
+        next_run_at,
+        pending: Pending { slot: next_run_at.into_inner(), policy, schedule },
+    })
 }
 
 /// Claims up to `max` due tasks in `mode`, earliest `next_run_at` first,
 /// skipping tasks that other claims hold.
 fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize, mode: Mode) -> Vec<Claimed> {
-    let stmt = plan(
-        client,
-        include_str!("../../sql/queries/due_tasks.sql"),
-        &[types::TIMESTAMPTZ, types::INT4],
-    );
+    let with_policy = crate::version::has_column(c"scheduled_tasks", c"missed_runs");
+    let statement = if with_policy {
+        include_str!("../../sql/queries/due_tasks.sql")
+    } else {
+        include_str!("../../sql/queries/due_tasks_0_3_0.sql")
+    };
+    let stmt = plan(client, statement, &[types::TIMESTAMPTZ, types::INT4]);
     let scope = crate::scopes::of_caller(crate::scopes::Capability::Worker);
     let mut claimed = Vec::new();
     let mut from = (TimestampWithTimeZone::negative_infinity(), i32::MIN);
     loop {
-        let page: Vec<(i32, Text, Text, TimestampWithTimeZone)> = client
+        let page: Vec<DueTask> = client
             .select(&*stmt, None, &[from.0.into(), from.1.into()])
-            .and_then(|rows| {
-                rows.map(|row| {
-                    Ok((
-                        row.get::<i32>(1)?.unwrap_or_default(),
-                        row.get::<Text>(2)?.unwrap_or_default(),
-                        row.get::<Text>(3)?.unwrap_or_default(),
-                        row.get::<TimestampWithTimeZone>(4)?.unwrap_or_else(TimestampWithTimeZone::positive_infinity),
-                    ))
-                })
-                .collect()
-            })
+            .and_then(|rows| rows.map(|row| due_task(&row, with_policy)).collect())
             .or_raise();
         let last_page = page.len() < DUE_TASKS_PAGE;
-        for (task_id, task_name, task_type, next_run_at) in page {
+        for DueTask { task_id, task_name, task_type, next_run_at, pending } in page {
             // The next page starts after this slot (at it again only past
             // i32::MAX, where a second look at a task changes nothing).
             from = (next_run_at, task_id.saturating_add(1));
             if !crate::scopes::task_admitted(&scope, &task_name, &task_type) {
                 continue;
             }
-            if let Claim::Claimed { fencing_token } = claim_due(client, task_id, worker, mode) {
+            if let Claim::Claimed { fencing_token } = claim_due(client, task_id, worker, mode, &pending) {
                 claimed.push(Claimed { task_id, task_name, task_type, fencing_token });
                 if claimed.len() == max {
                     return claimed;

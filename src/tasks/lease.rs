@@ -19,7 +19,11 @@ use crate::plans::{first_two, plan, types};
 /// Claims `task_id` for `worker` for `lease`. The task's lock is held only
 /// while this transaction writes the claim, which keeps it from overlapping a
 /// live session claim; the lease itself lives in the task row.
-pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: bool, lease: Interval) -> Claim {
+/// With `due` (what a fetch read of it), only while it is due, once the
+/// missed slots its policy skips are skipped.
+pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, due: Option<&super::missed::Pending>, lease: Interval)
+    -> Claim {
+    let only_if_due = due.is_some();
     match try_lock_task_for_transaction(task_id) {
         TryLock::Busy => return Claim::Busy,
         TryLock::AlreadyHeld => return Claim::AlreadyHeldHere,
@@ -28,6 +32,9 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, only_if_due: b
     if !super::legacy::may_claim(client, task_id, false) {
         unlock_task_for_transaction(task_id);
         return Claim::Busy;
+    }
+    if let Some(due) = due {
+        super::missed::skip_missed(client, task_id, due, worker);
     }
     let mut arguments: Vec<pgrx::datum::DatumWithOid> =
         vec![task_id.into(), only_if_due.into(), worker.into(), lease.into(), crate::access::caller().into()];
@@ -108,7 +115,7 @@ fn try_acquire_task_lease(p_task_id: Option<i32>, p_worker_id: Option<Text>, p_l
     let lease = forward_interval(p_lease, "p_lease");
     crate::access::connect(|client| {
         crate::scopes::require_task(client, task_id);
-        match claim(client, task_id, &worker, false, lease) {
+        match claim(client, task_id, &worker, None, lease) {
             Claim::Claimed { fencing_token } => Some(fencing_token),
             Claim::NotEligible if !task_exists(client, task_id) => raise_unknown_task(task_id),
             Claim::NotEligible | Claim::Busy | Claim::AlreadyHeldHere => None,

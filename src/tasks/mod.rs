@@ -8,6 +8,7 @@ mod fetch;
 mod held;
 mod lease;
 mod legacy;
+mod missed;
 mod prune;
 mod release;
 mod run_now;

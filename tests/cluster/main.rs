@@ -24,6 +24,7 @@ mod job_queue;
 mod lease_claims;
 mod library_guard;
 mod liveness;
+mod missed_runs;
 mod lock_tags;
 mod lock_owner_view;
 mod locks;

@@ -452,6 +452,9 @@ fn upgrade_in_place(
     // the setting's default, and the release schedules the next slot in UTC.
     assert_eq!(count(&mut c, "SELECT 1 FROM distlock.scheduled_tasks WHERE schedule_timezone IS NOT NULL"), 0);
     assert_eq!(lines(&mut c, "SELECT DISTINCT schedule_timezone FROM distlock.task_schedule"), ["UTC"]);
+    // and today's missed-run behaviour: one run for all missed slots.
+    assert_eq!(lines(&mut c, "SELECT DISTINCT missed_runs FROM distlock.task_schedule"), ["once"]);
+    assert_eq!(count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'skipped'"), 0);
     worker
         .batch_execute("SELECT distlock.release_task_lock(id, 'w2', 'completed') FROM distlock.scheduled_tasks WHERE task_name = 'report'")
         .expect("the claim after the update is released");

@@ -1,0 +1,307 @@
+//! Slots a task missed while no worker claimed it (`missed_runs`), and what
+//! a fetch skips of them before it claims (docs/tasks.md, "Missed runs"):
+//! - `once`: nothing; the run serves them all, and the next slot is the
+//!   first after it ends (finish_claim.sql).
+//! - `skip`: slots older than `missed_runs_grace` are skipped; the task moves
+//!   to its first slot within the grace (due at once) or, with none, to its
+//!   next one.
+//! - `all`: each slot runs in turn (finish_claim.sql schedules the slot after
+//!   the one a run served); when more than `missed_runs_max` are due, the
+//!   older ones are skipped.
+//!
+//! A skipped slot is logged with status `skipped` and its `scheduled_for`.
+
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+use crate::errors::{interval_micros, OrRaise};
+use crate::plans::{plan, types};
+use crate::text::Text;
+
+/// Skipped slots logged one by one per skip, the oldest; the last row says
+/// how many more (a per-second schedule misses 86,400 in a day).
+const LOGGED_MAX: usize = 1000;
+/// Slots stepped through one by one, to count them and to find the newest
+/// `missed_runs_max`; past it the newest are found by bisection and the
+/// count is a lower bound.
+const STEPS_MAX: usize = 20_000;
+
+/// A task's `missed_runs` with its grace or maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Once,
+    /// Slots older than this many microseconds are skipped.
+    Skip { grace: i64 },
+    /// At most this many of the due slots run, the newest.
+    All { max: Option<usize> },
+}
+
+impl Policy {
+    /// From the task row's columns; an unknown value (a database edited
+    /// around the trigger) is `once`, today's behaviour.
+    pub fn of(missed_runs: Option<&str>, grace: Option<Interval>, max: Option<i32>) -> Policy {
+        match missed_runs {
+            Some("skip") => Policy::Skip {
+                grace: grace.map(|g| interval_micros(&g).clamp(0, i64::MAX as i128) as i64).unwrap_or(0),
+            },
+            Some("all") => Policy::All { max: max.filter(|m| *m > 0).map(|m| m as usize) },
+            _ => Policy::Once,
+        }
+    }
+}
+
+/// A due task as a fetch read it, with what it needs to skip missed slots.
+pub struct Pending {
+    /// Its due slot (`next_run_at`), in PostgreSQL's microseconds.
+    pub slot: i64,
+    pub policy: Policy,
+    /// Its cron expression and the zone it follows; None without a cron.
+    pub schedule: Option<(String, String)>,
+}
+
+/// What a fetch skips: the slots before `kept`, which becomes the task's
+/// due slot (None: no slot is left, for a task without a cron).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Skip {
+    pub kept: Option<i64>,
+    /// The oldest skipped slots, at most LOGGED_MAX.
+    pub logged: Vec<i64>,
+    /// How many were skipped (at least this many when `exact` is false).
+    pub total: i64,
+    pub exact: bool,
+}
+
+/// The slots to skip of a task whose due slot is `slot`, at `now`, under
+/// `policy`; `next(t)` is its first slot strictly after `t` (None without
+/// one). None when the slot is to run.
+pub fn plan_skip(policy: Policy, slot: i64, now: i64, mut next: impl FnMut(i64) -> Option<i64>) -> Option<Skip> {
+    match policy {
+        Policy::Once => None,
+        Policy::Skip { grace } => {
+            let oldest_kept = now.saturating_sub(grace);
+            if slot >= oldest_kept {
+                return None;
+            }
+            let kept = next(oldest_kept.saturating_sub(1));
+            let mut skip = Skip { kept, logged: vec![slot], total: 1, exact: true };
+            let mut at = slot;
+            while let Some(later) = next(at).filter(|later| kept.is_some_and(|kept| *later < kept)) {
+                if skip.total as usize >= STEPS_MAX {
+                    skip.exact = false;
+                    break;
+                }
+                skip.note(later);
+                at = later;
+            }
+            Some(skip)
+        }
+        Policy::All { max: None } => None,
+        Policy::All { max: Some(max) } => plan_newest(max, slot, now, next),
+    }
+}
+
+impl Skip {
+    fn note(&mut self, slot: i64) {
+        if self.logged.len() < LOGGED_MAX {
+            self.logged.push(slot);
+        }
+        self.total += 1;
+    }
+}
+
+/// `all` with a maximum: the due slots from `slot` to `now` are stepped
+/// through; when more than `max` are due, all but the newest `max` are
+/// skipped.
+fn plan_newest(max: usize, slot: i64, now: i64, mut next: impl FnMut(i64) -> Option<i64>) -> Option<Skip> {
+    // The newest `max` slots stepped through, oldest first.
+    let mut newest = std::collections::VecDeque::with_capacity(max + 1);
+    let mut skip = Skip { kept: None, logged: Vec::new(), total: 0, exact: true };
+    let mut at = Some(slot);
+    let mut steps = 0;
+    while let Some(due) = at.filter(|due| *due <= now) {
+        newest.push_back(due);
+        if newest.len() > max {
+            let older = newest.pop_front().unwrap_or(due);
+            skip.note(older);
+        }
+        steps += 1;
+        if steps >= STEPS_MAX {
+            break;
+        }
+        at = next(due);
+    }
+    let last = *newest.back()?;
+    let unread = if steps >= STEPS_MAX { count_due_after(last, now, max, &mut next) } else { 0 };
+    if unread < max {
+        // The newest `max` lie among those read and the `unread` after them.
+        let from_read = max - unread;
+        if newest.len() < from_read {
+            return None;
+        }
+        while newest.len() > from_read {
+            if let Some(older) = newest.pop_front() {
+                skip.note(older);
+            }
+        }
+        if skip.total == 0 {
+            return None;
+        }
+        skip.kept = newest.front().copied();
+        return Some(skip);
+    }
+    // More than `max` lie after those read: every slot read is skipped, and
+    // the newest `max` begin after the latest point with `max` slots due
+    // after it, found by bisection (each probe counts at most `max`).
+    for older in newest.drain(..) {
+        skip.note(older);
+    }
+    skip.exact = false;
+    let (mut low, mut high) = (last, now);
+    while high - low > 1 {
+        let middle = low + (high - low) / 2;
+        if count_due_after(middle, now, max, &mut next) >= max {
+            low = middle;
+        } else {
+            high = middle;
+        }
+    }
+    skip.kept = next(low);
+    Some(skip)
+}
+
+/// How many slots lie in (`after`, `now`], counting up to `cap`.
+fn count_due_after(after: i64, now: i64, cap: usize, next: &mut impl FnMut(i64) -> Option<i64>) -> usize {
+    let mut count = 0;
+    let mut at = after;
+    while count < cap {
+        match next(at) {
+            Some(due) if due <= now => {
+                count += 1;
+                at = due;
+            }
+            _ => break,
+        }
+    }
+    count
+}
+
+/// Skips the missed slots of task `task_id` that `pending` calls for, under
+/// the task's lock (taken by the caller), before the claim: the claim that
+/// follows then takes the kept slot if it is due. Skips nothing when the
+/// task's due slot is no longer the one the fetch read.
+pub fn skip_missed(client: &SpiClient<'_>, task_id: i32, pending: &Pending, worker: &Text) {
+    if pending.policy == Policy::Once {
+        return;
+    }
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    let next = |after: i64| -> Option<i64> {
+        let (expression, zone) = pending.schedule.as_ref()?;
+        let after = TimestampWithTimeZone::try_from(after).ok()?;
+        let slot = crate::schedule::next_occurrence_in_zone(expression, after, zone, "schedule_timezone");
+        Some(slot.into_inner())
+    };
+    let Some(skip) = plan_skip(pending.policy, pending.slot, now, next) else { return };
+    let reason = match pending.policy {
+        Policy::Skip { .. } => "missed: older than missed_runs_grace when a worker fetched it",
+        _ => "missed: more than missed_runs_max slots were due when a worker fetched them",
+    };
+    let stamp = |micros: i64| TimestampWithTimeZone::try_from(micros).ok();
+    let logged: Vec<Option<TimestampWithTimeZone>> = skip.logged.iter().map(|slot| stamp(*slot)).collect();
+    let reason = if skip.exact { reason.to_string() } else { format!("{reason} (counted up to {STEPS_MAX} slots)") };
+    let stmt = plan(
+        client,
+        include_str!("../../sql/queries/skip_missed_slots.sql"),
+        &[
+            types::INT4,
+            types::TIMESTAMPTZ,
+            types::TIMESTAMPTZ,
+            types::TIMESTAMPTZ_ARRAY,
+            types::INT8,
+            types::TEXT,
+            types::TEXT,
+            types::OID,
+        ],
+    );
+    client
+        .select(
+            &*stmt,
+            None,
+            &[
+                task_id.into(),
+                stamp(pending.slot).into(),
+                skip.kept.and_then(stamp).into(),
+                logged.into(),
+                skip.total.into(),
+                reason.as_str().into(),
+                worker.into(),
+                crate::access::caller().into(),
+            ],
+        )
+        .map(|_| ())
+        .or_raise();
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    /// Slots every `period` from 0.
+    fn every(period: i64) -> impl FnMut(i64) -> Option<i64> {
+        move |after| Some((after.div_euclid(period) + 1) * period)
+    }
+
+    #[test]
+    fn once_and_all_without_a_maximum_skip_nothing() {
+        assert_eq!(plan_skip(Policy::Once, 0, 1_000, every(10)), None);
+        assert_eq!(plan_skip(Policy::All { max: None }, 0, 1_000, every(10)), None);
+    }
+
+    #[test]
+    fn skip_keeps_a_slot_within_the_grace() {
+        assert_eq!(plan_skip(Policy::Skip { grace: 50 }, 960, 1_000, every(10)), None);
+        let skip = plan_skip(Policy::Skip { grace: 35 }, 900, 1_000, every(10)).expect("a skip");
+        assert_eq!(skip, Skip { kept: Some(970), logged: vec![900, 910, 920, 930, 940, 950, 960], total: 7, exact: true });
+        // With every slot older than the grace, the next one after now.
+        let skip = plan_skip(Policy::Skip { grace: 0 }, 990, 1_005, every(10)).expect("a skip");
+        assert_eq!(skip.kept, Some(1_010));
+        assert_eq!(skip.logged, vec![990, 1_000]);
+        // Without a cron, the slot goes and nothing is left.
+        let skip = plan_skip(Policy::Skip { grace: 5 }, 900, 1_000, |_| None).expect("a skip");
+        assert_eq!(skip, Skip { kept: None, logged: vec![900], total: 1, exact: true });
+    }
+
+    #[test]
+    fn skip_logs_the_oldest_and_counts_up_to_the_step_bound() {
+        let skip = plan_skip(Policy::Skip { grace: 0 }, 0, 5_000_000, every(10)).expect("a skip");
+        // The slot at the grace's very edge is within it.
+        assert_eq!(skip.kept, Some(5_000_000));
+        assert_eq!(skip.logged.len(), LOGGED_MAX);
+        assert_eq!(skip.logged[..3], [0, 10, 20]);
+        assert_eq!((skip.total, skip.exact), (STEPS_MAX as i64, false));
+    }
+
+    #[test]
+    fn all_keeps_the_newest_maximum() {
+        assert_eq!(plan_skip(Policy::All { max: Some(3) }, 980, 1_000, every(10)), None);
+        let skip = plan_skip(Policy::All { max: Some(3) }, 950, 1_000, every(10)).expect("a skip");
+        assert_eq!(skip, Skip { kept: Some(980), logged: vec![950, 960, 970], total: 3, exact: true });
+    }
+
+    #[test]
+    fn all_finds_the_newest_past_the_step_bound() {
+        let now = 10 * (STEPS_MAX as i64 + 500) + 3;
+        for max in [1, 7, 600] {
+            let skip = plan_skip(Policy::All { max: Some(max) }, 0, now, every(10)).expect("a skip");
+            let newest = (now / 10) * 10;
+            assert_eq!(skip.kept, Some(newest - 10 * (max as i64 - 1)), "max {max}");
+            assert_eq!(skip.logged.len(), LOGGED_MAX);
+        }
+        // Fewer than the maximum after the bound: the count is exact.
+        let now = 10 * (STEPS_MAX as i64 + 2);
+        let skip = plan_skip(Policy::All { max: Some(10) }, 0, now, every(10)).expect("a skip");
+        assert_eq!(skip.kept, Some(now - 90));
+        assert!(skip.exact);
+        assert_eq!(skip.total, STEPS_MAX as i64 + 3 - 10);
+    }
+}
