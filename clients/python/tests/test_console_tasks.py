@@ -187,6 +187,23 @@ def test_a_zoned_task_page_shows_its_times_on_the_zones_wall_clock(db: Db) -> No
     assert text_of(page, "task-next-run") == moment(next_local) + " Europe/Berlin"  # type: ignore[arg-type]
 
 
+def test_a_task_page_shows_its_missed_run_policy_and_its_skipped_slots(db: Db) -> None:
+    task = int(db.value(  # type: ignore[arg-type]
+        "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at, missed_runs,"
+        " missed_runs_grace) VALUES ('late-report', 'test', 'every 10 minutes',"
+        " distlock.cron_next('every 10 minutes', now() - interval '1 hour'), 'skip', interval '15 minutes') RETURNING id"))
+    fetched = db.value("SELECT task_id FROM distlock.worker_fetch_and_execute_task('w1') WHERE acquired")
+    assert fetched == task
+    with console(db.dsn) as (client, _token):
+        page = client.get(f"/tasks/{task}").text
+    assert text_of(page, "task-missed-runs") == "skipped when older than 15m 00s (missed_runs skip)"
+    skipped = db.value("SELECT runs_skipped FROM distlock.task_schedule WHERE task_id = %s", task)
+    assert skipped is not None and int(skipped) >= 4  # type: ignore[call-overload]
+    assert text_of(page, "task-runs-skipped") == f"{skipped} slots skipped"
+    rows = re.findall(r'<tr data-run="\d+" class="skipped">', page)
+    assert len(rows) == skipped, "each skipped slot is a row of the run history"
+
+
 def test_the_task_pages_buttons_disable_enable_and_run_the_task(db: Db) -> None:
     task = db.add_tasks(1, "report")[0]
     db.admin.execute("UPDATE distlock.scheduled_tasks SET next_run_at = now() + interval '1 day' WHERE id = %s",

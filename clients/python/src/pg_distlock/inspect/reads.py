@@ -126,6 +126,14 @@ HOLDER_STATE = """
 TASK_ZONE = """
     CROSS JOIN LATERAL (SELECT COALESCE(pg_catalog.to_jsonb(s) ->> 'schedule_timezone', 'UTC') AS timezone) z"""
 
+# What the task does with missed slots, and how many it skipped (0.4.0; a
+# server before it has neither: 'once', as it behaves, and no count).
+TASK_MISSED = """
+    CROSS JOIN LATERAL (SELECT COALESCE(pg_catalog.to_jsonb(s) ->> 'missed_runs', 'once') AS missed_runs,
+                               (pg_catalog.to_jsonb(s) ->> 'missed_runs_grace')::interval AS missed_runs_grace,
+                               (pg_catalog.to_jsonb(s) ->> 'missed_runs_max')::integer AS missed_runs_max,
+                               (pg_catalog.to_jsonb(s) ->> 'runs_skipped')::bigint AS runs_skipped) m"""
+
 
 def tasks(conn: psycopg.Connection[Any]) -> Optional[Rows]:
     """Each task with its running claims; its next run also on the wall clock
@@ -280,8 +288,9 @@ def task_definition(conn: psycopg.Connection[Any], task_id: int) -> Optional[Row
                s.last_run_at, s.last_status, s.consecutive_failures, s.timeout, s.is_running, s.runs_completed,
                s.runs_failed, s.runs_timed_out, s.runs_abandoned, """ + OVERDUE + """ AS overdue, z.timezone,
                pg_catalog.timezone(z.timezone, s.next_run_at) AS next_run_local,
-               pg_catalog.timezone(z.timezone, s.last_run_at) AS last_run_local
-          FROM distlock.task_schedule s""" + TASK_ZONE + """ WHERE s.task_id = %s::integer""", (task_id,))
+               pg_catalog.timezone(z.timezone, s.last_run_at) AS last_run_local,
+               m.missed_runs, m.missed_runs_grace, m.missed_runs_max, m.runs_skipped
+          FROM distlock.task_schedule s""" + TASK_ZONE + TASK_MISSED + """ WHERE s.task_id = %s::integer""", (task_id,))
 
 
 def task_list(conn: psycopg.Connection[Any], after: Optional[int], limit: int) -> Optional[Rows]:
@@ -350,7 +359,7 @@ TASK_LOG_WINDOW = 20_000
 
 TASK_RUNS_SQL = """
         SELECT id, started_at, completed_at, coalesce(completed_at, pg_catalog.now()) - started_at AS duration,
-               status::text AS status, worker_id, fencing_token, attempt, error_message
+               status::text AS status, worker_id, fencing_token, attempt, error_message, scheduled_for
           FROM distlock.task_execution_log
          WHERE task_id = %(task)s::integer AND id < %(top)s::bigint AND id >= %(floor)s::bigint
          ORDER BY id DESC LIMIT %(limit)s"""
