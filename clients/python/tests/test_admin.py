@@ -98,3 +98,42 @@ def test_an_admin_runs_a_task_now_without_changing_its_schedule(db: Db) -> None:
         admin.run_task_now(2147483647)
     with pytest.raises(pg_distlock.InvalidArgument):
         admin.run_task_now("1")  # type: ignore[arg-type]
+
+
+def test_an_admin_defines_a_task_in_a_zone_with_a_missed_run_policy_and_redefines_it(db: Db) -> None:
+    admin = pg_distlock.Admin(db.dsn)
+    task = admin.define_task("berlin-report", "report", "0 3 * * *", timezone="Europe/Berlin",
+                             missed_runs="skip", missed_runs_grace=600)
+    (row,) = db.rows("SELECT task_type, schedule_timezone, missed_runs, missed_runs_grace, missed_runs_max, is_enabled,"
+                 " to_char(timezone('Europe/Berlin', next_run_at), 'HH24:MI')"
+                 " FROM distlock.scheduled_tasks WHERE id = %s", task)
+    assert row[:2] == ("report", "Europe/Berlin") and row[2] == "skip" and row[3].total_seconds() == 600
+    assert row[4:] == (None, True, "03:00"), "the first slot at 03:00 on Berlin's wall clock"
+    # The same name redefines the task: its id stays, the slot follows the new schedule.
+    again = admin.define_task("berlin-report", "report", "every 10 minutes", missed_runs="all", missed_runs_max=6,
+                              enabled=False)
+    assert again == task
+    (row,) = db.rows("SELECT schedule_cron, schedule_timezone, missed_runs, missed_runs_grace, missed_runs_max, is_enabled"
+                 " FROM distlock.scheduled_tasks WHERE id = %s", task)
+    assert row == ("every 10 minutes", None, "all", None, 6, False)
+    assert db.value("SELECT count(*) FROM distlock.scheduled_tasks") == 1
+    for bad in (dict(timezone="Mars/Olympus_Mons"), dict(missed_runs="skip"), dict(missed_runs_max=0),
+                dict(missed_runs="sometimes")):
+        with pytest.raises(pg_distlock.InvalidArgument):
+            admin.define_task("bad", "report", "@hourly", **bad)  # type: ignore[arg-type]
+    with pytest.raises(pg_distlock.InvalidArgument):
+        admin.define_task("bad", "report", "61 * * * *")
+    with pytest.raises(pg_distlock.InvalidArgument):
+        admin.define_task("bad", 7)  # type: ignore[arg-type]
+    assert db.value("SELECT count(*) FROM distlock.scheduled_tasks") == 1
+
+
+def test_a_monitor_role_may_not_define_tasks(db: Db, monitor_role: str) -> None:
+    with pytest.raises(pg_distlock.PermissionDenied):
+        pg_distlock.Admin(f"{db.dsn} user={monitor_role}").define_task("x", "report", "@hourly")
+
+
+async def test_the_asyncio_admin_defines_a_task(db: Db) -> None:
+    async with aio.Client(db.dsn) as client:
+        task = await client.admin().define_task("tick", "ping", "every 5 seconds")
+    assert db.value("SELECT schedule_cron FROM distlock.scheduled_tasks WHERE id = %s", task) == "every 5 seconds"

@@ -19,7 +19,7 @@ from psycopg.rows import tuple_row
 from . import snowflake
 from ._core.base import HandsOut, check_pool_size
 from ._core.telemetry import Event as TelemetryEvent, add_hook as add_telemetry_hook
-from ._core.admin import AdminLogic
+from ._core.admin import AdminLogic, MissedRuns
 from ._core.election import LeaderLogic
 from ._core.features import Features, detect_op
 from ._core.holds import LeaseLogic, SemaphoreLogic
@@ -341,6 +341,21 @@ class Admin(AdminLogic[Source]):
         False when a claim runs it or it is due already. NotFound for an unknown task, DistlockError
         (55000) for a disabled one."""
         return self._rt.run(self._run_task_now_op(task_id))
+
+    def define_task(
+        self, name: str, task_type: str, schedule: str | None = None, *, timezone: str | None = None,
+        missed_runs: MissedRuns = "once", missed_runs_grace: Seconds | None = None,
+        missed_runs_max: int | None = None, enabled: bool = True,
+    ) -> int:
+        """Creates scheduled task `name`, or redefines the one of that name; its id (pg_distlock 0.4.0).
+        `schedule` is a cron expression or `every N seconds|minutes`, on the wall clock of `timezone`
+        (None: the server's distlock.timezone); `missed_runs` says what a fetch does with slots
+        missed while no worker claimed them ("once", "skip" older than `missed_runs_grace`, "all",
+        at most the newest `missed_runs_max`); docs/tasks.md. InvalidArgument for a value the server
+        refuses (an unknown zone, a bad expression, "skip" without a grace)."""
+        return self._rt.run(self._define_task_op(
+            name, task_type, schedule, timezone, missed_runs, missed_runs_grace, missed_runs_max, enabled,
+        ))
 
     def close(self) -> None:
         self._rt.close()

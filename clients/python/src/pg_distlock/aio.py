@@ -19,7 +19,7 @@ from ._sync import connect_kwargs
 from ._core import effects as fx
 from ._core.base import HandsOut, check_pool_size
 from ._core.telemetry import Event as TelemetryEvent, add_hook as add_telemetry_hook
-from ._core.admin import AdminLogic
+from ._core.admin import AdminLogic, MissedRuns
 from ._core.election import LeaderLogic
 from ._core.features import Features, detect_op
 from ._core.holds import LeaseLogic, SemaphoreLogic
@@ -310,6 +310,15 @@ class Admin(AdminLogic[AsyncSource]):
 
     async def run_task_now(self, task_id: int) -> bool:
         return await self._rt.run(self._run_task_now_op(task_id))
+
+    async def define_task(
+        self, name: str, task_type: str, schedule: str | None = None, *, timezone: str | None = None,
+        missed_runs: MissedRuns = "once", missed_runs_grace: Seconds | None = None,
+        missed_runs_max: int | None = None, enabled: bool = True,
+    ) -> int:
+        return await self._rt.run(self._define_task_op(
+            name, task_type, schedule, timezone, missed_runs, missed_runs_grace, missed_runs_max, enabled,
+        ))
 
     async def close(self) -> None:
         await self._rt.close()

@@ -1,15 +1,16 @@
 """The admin calls (the admin capability, docs/privileges.md): pause, resume
 and limit queues; retry, delete or take back jobs; force-release a lease;
-run a task now.
-Each is one server function; the names and return values are its."""
+run a task now; define a scheduled task.
+Each is one server statement; the names and return values are its."""
 
 from __future__ import annotations
 
-from typing import Sequence, TypeVar
+from typing import Literal, Sequence, TypeVar
 
 from . import effects as fx
 from .base import Bound
 from ..errors import InvalidArgument
+from .keeper import Seconds, interval
 
 S = TypeVar("S")
 
@@ -26,6 +27,22 @@ JOBS_SQL = {
 }
 RELEASE_LEASE_SQL = "SELECT distlock.force_release_lease(%s::text)"
 RUN_NOW_SQL = "SELECT distlock.run_task_now(%s::integer)"
+# A task by name, created or redefined (pg_distlock 0.4.0's columns). The
+# table's trigger checks every value (22023 naming it) and recomputes the
+# next slot when the schedule or its zone changed; a redefinition keeps the
+# task's id, its slot otherwise, its runs and its counters.
+DEFINE_TASK_SQL = """
+    INSERT INTO distlock.scheduled_tasks AS t
+           (task_name, task_type, schedule_cron, schedule_timezone, missed_runs, missed_runs_grace, missed_runs_max,
+            is_enabled)
+    VALUES (%s::text, %s::text, %s::text, %s::text, %s::text, %s::interval, %s::integer, %s::boolean)
+    ON CONFLICT (task_name) DO UPDATE
+       SET task_type = excluded.task_type, schedule_cron = excluded.schedule_cron,
+           schedule_timezone = excluded.schedule_timezone, missed_runs = excluded.missed_runs,
+           missed_runs_grace = excluded.missed_runs_grace, missed_runs_max = excluded.missed_runs_max,
+           is_enabled = excluded.is_enabled
+    RETURNING t.id"""
+MissedRuns = Literal["once", "skip", "all"]
 
 
 def _ids(ids: Sequence[int] | None) -> list[int] | None:
@@ -55,6 +72,24 @@ class AdminLogic(Bound[S]):
         if isinstance(task_id, bool) or not isinstance(task_id, int):
             raise InvalidArgument(f"task_id must be an int, got {task_id!r}")
         return bool((yield from fx.first(RUN_NOW_SQL, (task_id,))))
+
+    def _define_task_op(
+        self, name: str, task_type: str, schedule: str | None, timezone: str | None, missed_runs: MissedRuns,
+        missed_runs_grace: Seconds | None, missed_runs_max: int | None, enabled: bool,
+    ) -> fx.Gen[int]:
+        required: tuple[tuple[object, str], ...] = ((name, "name"), (task_type, "task_type"), (missed_runs, "missed_runs"))
+        optional: tuple[tuple[object, str], ...] = ((schedule, "schedule"), (timezone, "timezone"))
+        for value, what in required + tuple(pair for pair in optional if pair[0] is not None):
+            if not isinstance(value, str):
+                raise InvalidArgument(f"{what} must be a str, got {value!r}")
+        if missed_runs_max is not None and (isinstance(missed_runs_max, bool) or not isinstance(missed_runs_max, int)):
+            raise InvalidArgument(f"missed_runs_max must be an int or None, got {missed_runs_max!r}")
+        grace = None if missed_runs_grace is None else interval(missed_runs_grace)
+        row = yield from fx.first(
+            DEFINE_TASK_SQL,
+            (name, task_type, schedule, timezone, missed_runs, grace, missed_runs_max, bool(enabled)),
+        )
+        return int(row)
 
     def _release_lease_op(self, name: str) -> fx.Gen[bool]:
         return bool((yield from fx.first(RELEASE_LEASE_SQL, (name,))))
