@@ -25,6 +25,7 @@ mod lease_claims;
 mod library_guard;
 mod liveness;
 mod missed_runs;
+mod review_missed;
 mod lock_tags;
 mod lock_owner_view;
 mod locks;
