@@ -175,3 +175,39 @@ fn review_missed_all_a_pruned_first_attempt_drops_the_slots_after_it() {
     );
     assert_eq!(next.as_deref(), Some("00:10:00"), "the slot after the first attempt's is next, not one after the retry");
 }
+
+/// docs/tasks.md, "Missed runs": "At most 1,000 skipped slots are logged one
+/// by one per fetch ... Slots are counted one by one up to 20,000 per
+/// fetch", which is what keeps a fetch bounded after a long outage. The
+/// bounds are per task (src/tasks/missed.rs LOGGED_MAX, STEPS_MAX, applied
+/// in `plan_skip` for each task the fetch tries): a fetch that passes over
+/// many stale tasks whose kept slot is in the future (src/tasks/fetch.rs
+/// goes on to the next due task) logs 1,000 rows and steps 20,000 slots for
+/// each, all in one transaction holding every such task's row (about 0.3 s
+/// a task here: a server-wide outage of a year with 1,000 per-minute tasks
+/// makes one fetch of five minutes writing a million log rows, while every
+/// other worker's fetch waits on those rows).
+#[test]
+fn review_missed_a_fetch_is_not_bounded_by_the_documented_per_fetch_limits() {
+    let db = fresh_db("review_missed_per_fetch");
+    let mut c = connect(&db);
+    c.batch_execute(
+        "INSERT INTO distlock.scheduled_tasks
+               (task_name, task_type, schedule_cron, next_run_at, missed_runs, missed_runs_grace, schedule_timezone)
+         SELECT 'minutely-' || g, 'report', '* * * * *', now() - interval '1 year', 'skip', interval '0', 'Europe/Berlin'
+           FROM generate_series(1, 10) g",
+    )
+    .expect("ten per-minute tasks after a year's outage");
+    let started = std::time::Instant::now();
+    c.query_opt(FETCH, &[&"w"]).expect("one fetch");
+    let took = started.elapsed();
+    let logged = count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'skipped'");
+    let counted: i64 = c
+        .query_one("SELECT sum(runs_skipped)::bigint FROM distlock.scheduled_tasks", &[])
+        .expect("counted")
+        .get(0);
+    assert!(
+        logged <= 1000 && counted <= 20_000,
+        "one fetch logged {logged} skipped slots and counted {counted} (docs: at most 1,000 and 20,000 per fetch); it took {took:?}"
+    );
+}
