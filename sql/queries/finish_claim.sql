@@ -65,10 +65,14 @@ task AS (
                -- missed_runs 'all': the slot after the one this run served,
                -- so that each slot missed meanwhile runs in turn; a retry
                -- served the slot of its first attempt. Otherwise the first
-               -- slot after the run ended: missed slots make one run.
+               -- slot after the run ended: missed slots make one run. A slot
+               -- before year 1 (next_run_at set by hand to -infinity) is no
+               -- slot of the schedule: from the run's end then.
                ELSE distlock.cron_next(
                    t.schedule_cron,
-                   CASE WHEN t.missed_runs OPERATOR(pg_catalog.<>) 'all' OR f.scheduled_for IS NULL THEN r.at
+                   CASE WHEN t.missed_runs OPERATOR(pg_catalog.<>) 'all' OR f.scheduled_for IS NULL
+                             OR f.scheduled_for OPERATOR(pg_catalog.<) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
+                            THEN r.at
                         WHEN f.attempt OPERATOR(pg_catalog.=) 1 THEN f.scheduled_for
                         ELSE COALESCE((SELECT o.scheduled_for
                                          FROM distlock.task_execution_log o
@@ -76,6 +80,7 @@ task AS (
                                           AND o.id OPERATOR(pg_catalog.<) f.id
                                           AND o.attempt OPERATOR(pg_catalog.=) 1
                                           AND o.status OPERATOR(pg_catalog.<>) 'skipped'
+                                          AND o.scheduled_for OPERATOR(pg_catalog.>=) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
                                         ORDER BY o.id DESC
                                         LIMIT 1),
                                       f.scheduled_for)

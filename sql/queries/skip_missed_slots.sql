@@ -7,20 +7,29 @@
 -- worker, $8 its role. A slot skipped is a new start: the task's failures
 -- so far (a skipped retry's) count no more.
 -- Not while a lease-mode claim's lease lasts: that claim serves the slot.
--- Returns one row when it skipped.
+-- The row is locked first, SKIP LOCKED: another transaction holding it (a
+-- skip it has not committed) is not waited for, and the answer, whether
+-- the row was free, tells the caller to pass the task over (its claim would
+-- wait on the row just the same).
 WITH skipped_at AS (
     SELECT pg_catalog.clock_timestamp() AS at
+),
+locked AS (
+    SELECT t.id, t.next_run_at, t.is_enabled, t.lease_expires_at
+      FROM distlock.scheduled_tasks t
+     WHERE t.id OPERATOR(pg_catalog.=) $1
+       FOR NO KEY UPDATE SKIP LOCKED
 ),
 task AS (
     UPDATE distlock.scheduled_tasks t
        SET next_run_at = $3,
            consecutive_failures = 0,
            runs_skipped = t.runs_skipped OPERATOR(pg_catalog.+) $5
-      FROM skipped_at s
-     WHERE t.id OPERATOR(pg_catalog.=) $1
-       AND t.next_run_at OPERATOR(pg_catalog.=) $2
-       AND t.is_enabled
-       AND (t.lease_expires_at IS NULL OR t.lease_expires_at OPERATOR(pg_catalog.<=) s.at)
+      FROM skipped_at s, locked l
+     WHERE t.id OPERATOR(pg_catalog.=) l.id
+       AND l.next_run_at OPERATOR(pg_catalog.=) $2
+       AND l.is_enabled
+       AND (l.lease_expires_at IS NULL OR l.lease_expires_at OPERATOR(pg_catalog.<=) s.at)
     RETURNING t.id
 ),
 logged AS (
@@ -38,4 +47,4 @@ logged AS (
       FROM task t, skipped_at s, pg_catalog.unnest($4) WITH ORDINALITY AS slot (at, n)
     RETURNING 1
 )
-SELECT t.id, (SELECT pg_catalog.count(*) FROM logged) FROM task t
+SELECT EXISTS (SELECT FROM locked), (SELECT pg_catalog.count(*) FROM logged)

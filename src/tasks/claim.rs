@@ -6,7 +6,7 @@ use pgrx::spi::SpiClient;
 use pgrx::PgSqlErrorCode;
 
 use crate::errors::{raise, require_primary, required, OrRaise};
-use super::missed::Pending;
+use super::missed::{Budget, Outcome, Pending};
 use crate::lock_keys::{try_lock_task, unlock_task, TryLock};
 use crate::plans::{first_two, plan, types};
 use crate::xact;
@@ -40,7 +40,8 @@ pub enum Mode {
 /// The lock is taken before the task row is read again, and that read
 /// follows the row to its latest committed version, so a claim can never
 /// act on a due slot that a just-committed release has already finished.
-pub fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, due: Option<&Pending>) -> Claim {
+pub fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, due: Option<(&Pending, &mut Budget)>)
+    -> Claim {
     let only_if_due = due.is_some();
     match try_lock_task(task_id) {
         TryLock::Busy => return Claim::Busy,
@@ -58,8 +59,12 @@ pub fn claim_for_session(client: &SpiClient<'_>, task_id: i32, worker: &Text, du
         crate::session_locks::raise_full(format!("cannot claim task {task_id}"));
     }
     xact::claimed_in_this_transaction(task_id);
-    if let Some(due) = due {
-        super::missed::skip_missed(client, task_id, due, worker);
+    if let Some((pending, budget)) = due {
+        if super::missed::skip_missed(client, task_id, pending, budget, worker) == Outcome::PassOver {
+            xact::forget_claim(task_id);
+            unlock_task(task_id);
+            return Claim::Busy;
+        }
     }
     let stmt = plan(
         client,

@@ -6,7 +6,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use super::claim::{claim_for_session, Claim, Mode};
-use super::missed::{Pending, Policy};
+use super::missed::{Budget, Pending, Policy};
 use crate::errors::{int_in_range, require_primary, OrRaise};
 use crate::plans::{plan, types};
 
@@ -23,8 +23,9 @@ pub struct Claimed {
 
 /// Claims `task_id` in `mode`, only while it is due, once the slots it
 /// missed that its `missed_runs` skips are skipped.
-fn claim_due(client: &SpiClient<'_>, task_id: i32, worker: &Text, mode: Mode, pending: &Pending) -> Claim {
-    let before = Some(pending);
+fn claim_due(client: &SpiClient<'_>, task_id: i32, worker: &Text, mode: Mode, pending: &Pending, budget: &mut Budget)
+    -> Claim {
+    let before = Some((pending, budget));
     match mode {
         Mode::Session => claim_for_session(client, task_id, worker, before),
         Mode::Lease(lease) => super::lease::claim(client, task_id, worker, before, lease),
@@ -75,6 +76,7 @@ fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize, mode: Mode
     let stmt = plan(client, statement, &[types::TIMESTAMPTZ, types::INT4]);
     let scope = crate::scopes::of_caller(crate::scopes::Capability::Worker);
     let mut claimed = Vec::new();
+    let mut budget = Budget::per_fetch();
     let mut from = (TimestampWithTimeZone::negative_infinity(), i32::MIN);
     loop {
         let page: Vec<DueTask> = client
@@ -89,7 +91,7 @@ fn claim_due_tasks(client: &SpiClient<'_>, worker: &Text, max: usize, mode: Mode
             if !crate::scopes::task_admitted(&scope, &task_name, &task_type) {
                 continue;
             }
-            if let Claim::Claimed { fencing_token } = claim_due(client, task_id, worker, mode, &pending) {
+            if let Claim::Claimed { fencing_token } = claim_due(client, task_id, worker, mode, &pending, &mut budget) {
                 claimed.push(Claimed { task_id, task_name, task_type, fencing_token });
                 if claimed.len() == max {
                     return claimed;

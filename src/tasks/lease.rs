@@ -21,8 +21,13 @@ use crate::plans::{first_two, plan, types};
 /// live session claim; the lease itself lives in the task row.
 /// With `due` (what a fetch read of it), only while it is due, once the
 /// missed slots its policy skips are skipped.
-pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, due: Option<&super::missed::Pending>, lease: Interval)
-    -> Claim {
+pub fn claim(
+    client: &SpiClient<'_>,
+    task_id: i32,
+    worker: &Text,
+    due: Option<(&super::missed::Pending, &mut super::missed::Budget)>,
+    lease: Interval,
+) -> Claim {
     let only_if_due = due.is_some();
     match try_lock_task_for_transaction(task_id) {
         TryLock::Busy => return Claim::Busy,
@@ -33,8 +38,11 @@ pub fn claim(client: &SpiClient<'_>, task_id: i32, worker: &Text, due: Option<&s
         unlock_task_for_transaction(task_id);
         return Claim::Busy;
     }
-    if let Some(due) = due {
-        super::missed::skip_missed(client, task_id, due, worker);
+    if let Some((pending, budget)) = due {
+        if super::missed::skip_missed(client, task_id, pending, budget, worker) == super::missed::Outcome::PassOver {
+            unlock_task_for_transaction(task_id);
+            return Claim::Busy;
+        }
     }
     let mut arguments: Vec<pgrx::datum::DatumWithOid> =
         vec![task_id.into(), only_if_due.into(), worker.into(), lease.into(), crate::access::caller().into()];

@@ -19,13 +19,48 @@ use crate::errors::{interval_micros, OrRaise};
 use crate::plans::{plan, types};
 use crate::text::Text;
 
-/// Skipped slots logged one by one per skip, the oldest; the last row says
-/// how many more (a per-second schedule misses 86,400 in a day).
+/// Skipped slots logged one by one per fetch, the oldest of each task; the
+/// last row of a task says how many more (a per-second schedule misses
+/// 86,400 in a day).
 const LOGGED_MAX: usize = 1000;
-/// Slots stepped through one by one, to count them and to find the newest
-/// `missed_runs_max`; past it the newest are found by bisection and the
-/// count is a lower bound.
+/// Slots of one task stepped through one by one, to count them and to find
+/// the newest `missed_runs_max`; past it the newest are found by bisection
+/// and the count is a lower bound.
 const STEPS_MAX: usize = 20_000;
+/// Bisection probes at most (microsecond timestamps span less than 2^64).
+const PROBES_MAX: usize = 64;
+/// Slots one fetch steps through at most, over all the tasks it skips for:
+/// the first task always fits (STEPS_MAX + PROBES_MAX * 1000), and a task
+/// that does not fit what is left is passed over for a later fetch. A fetch
+/// holds each skipped task's row until it commits.
+const FETCH_STEPS_MAX: usize = 100_000;
+/// The earliest slot a schedule is stepped from: cron_next refuses a start
+/// whose wall clock is before year 1 in the zone (a slot set by hand to
+/// '-infinity' is not a slot of the schedule, see `plan_skip`).
+const EARLIEST_STEP: i64 = -63_082_281_600_000_000 + 3 * 86_400_000_000;
+
+/// What one fetch may still spend on skipping missed slots.
+#[derive(Debug)]
+pub struct Budget {
+    steps: usize,
+    logged: usize,
+}
+
+impl Budget {
+    pub fn per_fetch() -> Budget {
+        Budget { steps: FETCH_STEPS_MAX, logged: LOGGED_MAX }
+    }
+}
+
+/// What a fetch does with a due task before its claim.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Claim its due slot.
+    Run,
+    Skip(Skip),
+    /// Pass it over: this fetch cannot afford the skip; a later one will.
+    Later,
+}
 
 /// A task's `missed_runs` with its grace or maximum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,38 +107,72 @@ pub struct Skip {
     pub exact: bool,
 }
 
-/// The slots to skip of a task whose due slot is `slot`, at `now`, under
-/// `policy`; `next(t)` is its first slot strictly after `t` (None without
-/// one). None when the slot is to run.
-pub fn plan_skip(policy: Policy, slot: i64, now: i64, mut next: impl FnMut(i64) -> Option<i64>) -> Option<Skip> {
-    match policy {
-        Policy::Once => None,
-        Policy::Skip { grace } => {
-            let oldest_kept = now.saturating_sub(grace);
-            if slot >= oldest_kept {
-                return None;
-            }
-            let kept = next(oldest_kept.saturating_sub(1));
-            let mut skip = Skip { kept, logged: vec![slot], total: 1, exact: true };
-            let mut at = slot;
-            while let Some(later) = next(at).filter(|later| kept.is_some_and(|kept| *later < kept)) {
-                if skip.total as usize >= STEPS_MAX {
-                    skip.exact = false;
-                    break;
-                }
-                skip.note(later);
-                at = later;
-            }
-            Some(skip)
+/// What a fetch does with a task whose due slot is `slot`, at `now`, under
+/// `policy`, within `budget`; `next(t)` is its first slot strictly after `t`
+/// (None without one). Only a slot of the schedule is ever skipped: a due
+/// time the schedule did not make (run_task_now's, a retry's, one set by
+/// hand) runs however late.
+pub fn plan_skip(
+    policy: Policy,
+    slot: i64,
+    now: i64,
+    budget: &mut Budget,
+    mut next: impl FnMut(i64) -> Option<i64>,
+) -> Plan {
+    let worst = match policy {
+        Policy::Once | Policy::All { max: None } => return Plan::Run,
+        Policy::Skip { grace } if slot >= now.saturating_sub(grace) => return Plan::Run,
+        Policy::Skip { .. } => STEPS_MAX + 2,
+        Policy::All { max: Some(max) } => STEPS_MAX + PROBES_MAX * (max + 1) + 2,
+    };
+    let mut steps = 0;
+    let mut next = |after: i64| {
+        steps += 1;
+        next(after.max(EARLIEST_STEP))
+    };
+    if slot < EARLIEST_STEP || next(slot - 1) != Some(slot) {
+        return Plan::Run;
+    }
+    if budget.steps < worst || budget.logged == 0 {
+        return Plan::Later;
+    }
+    let log_max = budget.logged;
+    let planned = match policy {
+        Policy::Skip { grace } => Some(plan_late(grace, slot, now, log_max, &mut next)),
+        Policy::All { max: Some(max) } => plan_newest(max, slot, now, log_max, &mut next),
+        _ => None,
+    };
+    budget.steps = budget.steps.saturating_sub(steps);
+    match planned {
+        Some(skip) => {
+            budget.logged -= skip.logged.len().min(budget.logged);
+            Plan::Skip(skip)
         }
-        Policy::All { max: None } => None,
-        Policy::All { max: Some(max) } => plan_newest(max, slot, now, next),
+        None => Plan::Run,
     }
 }
 
+/// `skip`: the slots older than `grace` at `now`, from `slot` on.
+fn plan_late(grace: i64, slot: i64, now: i64, log_max: usize, next: &mut impl FnMut(i64) -> Option<i64>) -> Skip {
+    let oldest_kept = now.saturating_sub(grace);
+    let kept = next(oldest_kept.saturating_sub(1));
+    let mut skip = Skip { kept, logged: Vec::new(), total: 0, exact: true };
+    skip.note(slot, log_max);
+    let mut at = slot;
+    while let Some(later) = next(at).filter(|later| kept.is_some_and(|kept| *later < kept)) {
+        if skip.total as usize >= STEPS_MAX {
+            skip.exact = false;
+            break;
+        }
+        skip.note(later, log_max);
+        at = later;
+    }
+    skip
+}
+
 impl Skip {
-    fn note(&mut self, slot: i64) {
-        if self.logged.len() < LOGGED_MAX {
+    fn note(&mut self, slot: i64, log_max: usize) {
+        if self.logged.len() < log_max {
             self.logged.push(slot);
         }
         self.total += 1;
@@ -113,7 +182,13 @@ impl Skip {
 /// `all` with a maximum: the due slots from `slot` to `now` are stepped
 /// through; when more than `max` are due, all but the newest `max` are
 /// skipped.
-fn plan_newest(max: usize, slot: i64, now: i64, mut next: impl FnMut(i64) -> Option<i64>) -> Option<Skip> {
+fn plan_newest(
+    max: usize,
+    slot: i64,
+    now: i64,
+    log_max: usize,
+    next: &mut impl FnMut(i64) -> Option<i64>,
+) -> Option<Skip> {
     // The newest `max` slots stepped through, oldest first.
     let mut newest = std::collections::VecDeque::with_capacity(max + 1);
     let mut skip = Skip { kept: None, logged: Vec::new(), total: 0, exact: true };
@@ -123,7 +198,7 @@ fn plan_newest(max: usize, slot: i64, now: i64, mut next: impl FnMut(i64) -> Opt
         newest.push_back(due);
         if newest.len() > max {
             let older = newest.pop_front().unwrap_or(due);
-            skip.note(older);
+            skip.note(older, log_max);
         }
         steps += 1;
         if steps >= STEPS_MAX {
@@ -132,7 +207,7 @@ fn plan_newest(max: usize, slot: i64, now: i64, mut next: impl FnMut(i64) -> Opt
         at = next(due);
     }
     let last = *newest.back()?;
-    let unread = if steps >= STEPS_MAX { count_due_after(last, now, max, &mut next) } else { 0 };
+    let unread = if steps >= STEPS_MAX { count_due_after(last, now, max, next) } else { 0 };
     if unread < max {
         // The newest `max` lie among those read and the `unread` after them.
         let from_read = max - unread;
@@ -141,7 +216,7 @@ fn plan_newest(max: usize, slot: i64, now: i64, mut next: impl FnMut(i64) -> Opt
         }
         while newest.len() > from_read {
             if let Some(older) = newest.pop_front() {
-                skip.note(older);
+                skip.note(older, log_max);
             }
         }
         if skip.total == 0 {
@@ -154,13 +229,13 @@ fn plan_newest(max: usize, slot: i64, now: i64, mut next: impl FnMut(i64) -> Opt
     // the newest `max` begin after the latest point with `max` slots due
     // after it, found by bisection (each probe counts at most `max`).
     for older in newest.drain(..) {
-        skip.note(older);
+        skip.note(older, log_max);
     }
     skip.exact = false;
     let (mut low, mut high) = (last, now);
     while high - low > 1 {
         let middle = low + (high - low) / 2;
-        if count_due_after(middle, now, max, &mut next) >= max {
+        if count_due_after(middle, now, max, next) >= max {
             low = middle;
         } else {
             high = middle;
@@ -186,13 +261,24 @@ fn count_due_after(after: i64, now: i64, cap: usize, next: &mut impl FnMut(i64) 
     count
 }
 
+/// Whether the claim after `skip_missed` may go on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Claim,
+    /// Pass the task over: another transaction holds its row (a skip it has
+    /// not committed: its claim would wait for it), or this fetch cannot
+    /// afford its skip.
+    PassOver,
+}
+
 /// Skips the missed slots of task `task_id` that `pending` calls for, under
 /// the task's lock (taken by the caller), before the claim: the claim that
 /// follows then takes the kept slot if it is due. Skips nothing when the
 /// task's due slot is no longer the one the fetch read.
-pub fn skip_missed(client: &SpiClient<'_>, task_id: i32, pending: &Pending, worker: &Text) {
+pub fn skip_missed(client: &SpiClient<'_>, task_id: i32, pending: &Pending, budget: &mut Budget, worker: &Text)
+    -> Outcome {
     if pending.policy == Policy::Once {
-        return;
+        return Outcome::Claim;
     }
     let now = unsafe { pg_sys::GetCurrentTimestamp() };
     let next = |after: i64| -> Option<i64> {
@@ -201,7 +287,11 @@ pub fn skip_missed(client: &SpiClient<'_>, task_id: i32, pending: &Pending, work
         let slot = crate::schedule::next_occurrence_in_zone(expression, after, zone, "schedule_timezone");
         Some(slot.into_inner())
     };
-    let Some(skip) = plan_skip(pending.policy, pending.slot, now, next) else { return };
+    let skip = match plan_skip(pending.policy, pending.slot, now, budget, next) {
+        Plan::Run => return Outcome::Claim,
+        Plan::Later => return Outcome::PassOver,
+        Plan::Skip(skip) => skip,
+    };
     let reason = match pending.policy {
         Policy::Skip { .. } => "missed: older than missed_runs_grace when a worker fetched it",
         _ => "missed: more than missed_runs_max slots were due when a worker fetched them",
@@ -223,7 +313,7 @@ pub fn skip_missed(client: &SpiClient<'_>, task_id: i32, pending: &Pending, work
             types::OID,
         ],
     );
-    client
+    let row_free = client
         .select(
             &*stmt,
             None,
@@ -238,8 +328,13 @@ pub fn skip_missed(client: &SpiClient<'_>, task_id: i32, pending: &Pending, work
                 crate::access::caller().into(),
             ],
         )
-        .map(|_| ())
+        .and_then(|rows| rows.first().get_one::<bool>())
         .or_raise();
+    if row_free == Some(true) {
+        Outcome::Claim
+    } else {
+        Outcome::PassOver
+    }
 }
 
 #[cfg(test)]
@@ -251,29 +346,60 @@ mod plan_tests {
         move |after| Some((after.div_euclid(period) + 1) * period)
     }
 
+    fn plan(policy: Policy, slot: i64, now: i64, next: impl FnMut(i64) -> Option<i64>) -> Option<Skip> {
+        match plan_skip(policy, slot, now, &mut Budget::per_fetch(), next) {
+            Plan::Skip(skip) => Some(skip),
+            Plan::Run => None,
+            Plan::Later => panic!("a fresh budget passes nothing over"),
+        }
+    }
+
     #[test]
     fn once_and_all_without_a_maximum_skip_nothing() {
-        assert_eq!(plan_skip(Policy::Once, 0, 1_000, every(10)), None);
-        assert_eq!(plan_skip(Policy::All { max: None }, 0, 1_000, every(10)), None);
+        assert_eq!(plan(Policy::Once, 0, 1_000, every(10)), None);
+        assert_eq!(plan(Policy::All { max: None }, 0, 1_000, every(10)), None);
+    }
+
+    #[test]
+    fn a_due_time_the_schedule_did_not_make_runs_however_late() {
+        // run_task_now's, a retry's, one set by hand (even -infinity).
+        assert_eq!(plan(Policy::Skip { grace: 5 }, 903, 1_000, every(10)), None);
+        assert_eq!(plan(Policy::All { max: Some(1) }, 903, 1_000, every(10)), None);
+        assert_eq!(plan(Policy::Skip { grace: 5 }, i64::MIN, 1_000, every(10)), None);
+        // Without a cron, no slot is the schedule's.
+        assert_eq!(plan(Policy::Skip { grace: 5 }, 900, 1_000, |_| None), None);
+    }
+
+    #[test]
+    fn a_fetch_spends_one_budget_over_its_tasks() {
+        let mut budget = Budget::per_fetch();
+        let mut skipped = 0;
+        let mut later = 0;
+        for _ in 0..10 {
+            match plan_skip(Policy::Skip { grace: 0 }, 0, 10 * 1_000_000, &mut budget, every(10)) {
+                Plan::Skip(skip) => skipped += skip.logged.len(),
+                Plan::Later => later += 1,
+                Plan::Run => panic!("a stale slot of the schedule"),
+            }
+        }
+        assert_eq!(skipped, LOGGED_MAX, "at most LOGGED_MAX rows a fetch");
+        assert!(later >= 5, "tasks past the budget wait for a later fetch: {later}");
     }
 
     #[test]
     fn skip_keeps_a_slot_within_the_grace() {
-        assert_eq!(plan_skip(Policy::Skip { grace: 50 }, 960, 1_000, every(10)), None);
-        let skip = plan_skip(Policy::Skip { grace: 35 }, 900, 1_000, every(10)).expect("a skip");
+        assert_eq!(plan(Policy::Skip { grace: 50 }, 960, 1_000, every(10)), None);
+        let skip = plan(Policy::Skip { grace: 35 }, 900, 1_000, every(10)).expect("a skip");
         assert_eq!(skip, Skip { kept: Some(970), logged: vec![900, 910, 920, 930, 940, 950, 960], total: 7, exact: true });
         // With every slot older than the grace, the next one after now.
-        let skip = plan_skip(Policy::Skip { grace: 0 }, 990, 1_005, every(10)).expect("a skip");
+        let skip = plan(Policy::Skip { grace: 0 }, 990, 1_005, every(10)).expect("a skip");
         assert_eq!(skip.kept, Some(1_010));
         assert_eq!(skip.logged, vec![990, 1_000]);
-        // Without a cron, the slot goes and nothing is left.
-        let skip = plan_skip(Policy::Skip { grace: 5 }, 900, 1_000, |_| None).expect("a skip");
-        assert_eq!(skip, Skip { kept: None, logged: vec![900], total: 1, exact: true });
     }
 
     #[test]
     fn skip_logs_the_oldest_and_counts_up_to_the_step_bound() {
-        let skip = plan_skip(Policy::Skip { grace: 0 }, 0, 5_000_000, every(10)).expect("a skip");
+        let skip = plan(Policy::Skip { grace: 0 }, 0, 5_000_000, every(10)).expect("a skip");
         // The slot at the grace's very edge is within it.
         assert_eq!(skip.kept, Some(5_000_000));
         assert_eq!(skip.logged.len(), LOGGED_MAX);
@@ -283,8 +409,8 @@ mod plan_tests {
 
     #[test]
     fn all_keeps_the_newest_maximum() {
-        assert_eq!(plan_skip(Policy::All { max: Some(3) }, 980, 1_000, every(10)), None);
-        let skip = plan_skip(Policy::All { max: Some(3) }, 950, 1_000, every(10)).expect("a skip");
+        assert_eq!(plan(Policy::All { max: Some(3) }, 980, 1_000, every(10)), None);
+        let skip = plan(Policy::All { max: Some(3) }, 950, 1_000, every(10)).expect("a skip");
         assert_eq!(skip, Skip { kept: Some(980), logged: vec![950, 960, 970], total: 3, exact: true });
     }
 
@@ -292,14 +418,14 @@ mod plan_tests {
     fn all_finds_the_newest_past_the_step_bound() {
         let now = 10 * (STEPS_MAX as i64 + 500) + 3;
         for max in [1, 7, 600] {
-            let skip = plan_skip(Policy::All { max: Some(max) }, 0, now, every(10)).expect("a skip");
+            let skip = plan(Policy::All { max: Some(max) }, 0, now, every(10)).expect("a skip");
             let newest = (now / 10) * 10;
             assert_eq!(skip.kept, Some(newest - 10 * (max as i64 - 1)), "max {max}");
             assert_eq!(skip.logged.len(), LOGGED_MAX);
         }
         // Fewer than the maximum after the bound: the count is exact.
         let now = 10 * (STEPS_MAX as i64 + 2);
-        let skip = plan_skip(Policy::All { max: Some(10) }, 0, now, every(10)).expect("a skip");
+        let skip = plan(Policy::All { max: Some(10) }, 0, now, every(10)).expect("a skip");
         assert_eq!(skip.kept, Some(now - 90));
         assert!(skip.exact);
         assert_eq!(skip.total, STEPS_MAX as i64 + 3 - 10);
