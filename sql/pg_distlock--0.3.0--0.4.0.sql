@@ -388,7 +388,8 @@ ALTER TABLE distlock.scheduled_tasks
     ADD COLUMN missed_runs text NOT NULL DEFAULT 'once',
     ADD COLUMN missed_runs_grace interval,
     ADD COLUMN missed_runs_max int,
-    ADD COLUMN runs_skipped bigint NOT NULL DEFAULT 0;
+    ADD COLUMN runs_skipped bigint NOT NULL DEFAULT 0,
+    ADD COLUMN retry_slot timestamptz;
 -- A skipped slot is logged with status skipped. (Re-adding the constraint
 -- checks the log's rows against it, all of which pass.)
 ALTER DOMAIN distlock.run_status DROP CONSTRAINT run_status_known;

@@ -53,7 +53,11 @@ CREATE TABLE distlock.scheduled_tasks (
     missed_runs_grace    interval,
     missed_runs_max      int,
     -- Slots skipped under missed_runs, counted as the runs_ counters are.
-    runs_skipped         bigint NOT NULL DEFAULT 0
+    runs_skipped         bigint NOT NULL DEFAULT 0,
+    -- While a failed run's retries are pending: the slot they serve (the
+    -- first attempt's), from which missed_runs 'all' schedules the next.
+    -- Kept here rather than looked up in the log, which may be pruned.
+    retry_slot           timestamptz
     -- Validated by the trigger below rather than CHECK constraints: PostgreSQL
     -- re-reads every CHECK on each claim's and release's UPDATE, which made
     -- them a fifth of a claim's cost; the trigger runs only when a user edits

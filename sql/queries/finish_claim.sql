@@ -36,7 +36,7 @@ finished AS (
        -- than scanning the running-claims index, which fills with dead
        -- entries between vacuums.
        AND l.completed_at IS NULL
- RETURNING l.id, l.task_id, l.fencing_token, l.attempt, l.scheduled_for
+ RETURNING l.task_id, l.fencing_token, l.scheduled_for
 ),
 task AS (
     UPDATE distlock.scheduled_tasks t
@@ -63,29 +63,31 @@ task AS (
                WHEN t.schedule_cron IS NULL THEN NULL
                -- On the wall clock of the task's zone, or of distlock.timezone.
                -- missed_runs 'all': the slot after the one this run served,
-               -- so that each slot missed meanwhile runs in turn; a retry
-               -- served the slot of its first attempt. Otherwise the first
-               -- slot after the run ended: missed slots make one run. A slot
-               -- before year 1 (next_run_at set by hand to -infinity) is no
-               -- slot of the schedule: from the run's end then.
+               -- so that each slot missed meanwhile runs in turn (a retry
+               -- serves its first attempt's, kept in retry_slot). Otherwise
+               -- the first slot after the run ended: missed slots make one
+               -- run. A slot before year 1 (next_run_at set by hand to
+               -- -infinity) is no slot of the schedule: from the run's end.
                ELSE distlock.cron_next(
                    t.schedule_cron,
-                   CASE WHEN t.missed_runs OPERATOR(pg_catalog.<>) 'all' OR f.scheduled_for IS NULL
-                             OR f.scheduled_for OPERATOR(pg_catalog.<) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
-                            THEN r.at
-                        WHEN f.attempt OPERATOR(pg_catalog.=) 1 THEN f.scheduled_for
-                        ELSE COALESCE((SELECT o.scheduled_for
-                                         FROM distlock.task_execution_log o
-                                        WHERE o.task_id OPERATOR(pg_catalog.=) f.task_id
-                                          AND o.id OPERATOR(pg_catalog.<) f.id
-                                          AND o.attempt OPERATOR(pg_catalog.=) 1
-                                          AND o.status OPERATOR(pg_catalog.<>) 'skipped'
-                                          AND o.scheduled_for OPERATOR(pg_catalog.>=) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
-                                        ORDER BY o.id DESC
-                                        LIMIT 1),
-                                      f.scheduled_for)
+                   CASE WHEN t.missed_runs OPERATOR(pg_catalog.<>) 'all' THEN r.at
+                        ELSE (SELECT CASE WHEN s.slot IS NULL
+                                               OR s.slot OPERATOR(pg_catalog.<) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
+                                          THEN r.at ELSE s.slot END
+                                FROM (SELECT CASE WHEN t.consecutive_failures OPERATOR(pg_catalog.>) 0
+                                                  THEN COALESCE(t.retry_slot, f.scheduled_for)
+                                                  ELSE f.scheduled_for END AS slot) s)
                    END,
                    COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
+           END,
+           -- The slot the retries of a failed run serve: its own, or, for a
+           -- retry, the one its chain serves; none once the chain ends.
+           retry_slot = CASE
+               WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.retry_slot
+               WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
+                    AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries THEN
+                   CASE WHEN t.consecutive_failures OPERATOR(pg_catalog.>) 0
+                        THEN COALESCE(t.retry_slot, f.scheduled_for) ELSE f.scheduled_for END
            END,
            runs_completed = t.runs_completed OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'completed')::int,
            runs_failed    = t.runs_failed    OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'failed')::int,

@@ -5,7 +5,7 @@
 -- skipped, served by no run; $5 slots were skipped in all, of which $4 lists
 -- the oldest (the last row says how many more). $6 is why, $7 the fetching
 -- worker, $8 its role. A slot skipped is a new start: the task's failures
--- so far (a skipped retry's) count no more.
+-- so far count no more.
 -- Not while a lease-mode claim's lease lasts: that claim serves the slot.
 -- The row is locked first, SKIP LOCKED: another transaction holding it (a
 -- skip it has not committed) is not waited for, and the answer, whether
@@ -24,6 +24,7 @@ task AS (
     UPDATE distlock.scheduled_tasks t
        SET next_run_at = $3,
            consecutive_failures = 0,
+           retry_slot = NULL,
            runs_skipped = t.runs_skipped OPERATOR(pg_catalog.+) $5
       FROM skipped_at s, locked l
      WHERE t.id OPERATOR(pg_catalog.=) l.id

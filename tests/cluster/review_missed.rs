@@ -143,7 +143,6 @@ fn review_missed_skip_drops_a_run_task_now_request() {
 /// dropped without a run or a `skipped` row, against "each missed slot
 /// runs as its own claim".
 #[test]
-#[ignore = "open: the slot a retry chain serves is looked up in the log, which prune_execution_log may have pruned (issue 48; needs the slot kept in the task row)"]
 fn review_missed_all_a_pruned_first_attempt_drops_the_slots_after_it() {
     let db = fresh_db("review_missed_pruned");
     let mut c = connect(&db);
