@@ -116,6 +116,14 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'run_task_now_wrapper';
 REVOKE ALL ON FUNCTION distlock.run_task_now(integer) FROM PUBLIC;
 
+-- How long an idle worker may sleep until a task it may claim is due
+-- (issue 48: a worker polling every second ran per-second slots late).
+CREATE FUNCTION distlock.next_task_wait() RETURNS interval
+STRICT
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'next_task_wait_wrapper';
+REVOKE ALL ON FUNCTION distlock.next_task_wait() FROM PUBLIC;
+
 -- A schedule evaluated on the wall clock of a named time zone (issue 48).
 CREATE FUNCTION distlock.cron_next(
     p_expr text,
@@ -850,6 +858,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('worker',   'EXECUTE', 'FUNCTION distlock.release_task_lease(integer, bigint, text, text)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.release_and_fetch_task(integer, text, text, text)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.release_and_fetch_task(integer, bigint, text, text, interval, text)'),
+    ('worker',   'EXECUTE', 'FUNCTION distlock.next_task_wait()'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.lock(bigint, interval, boolean, boolean)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.lock(text, interval, boolean, boolean)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.try_lock(bigint, boolean, boolean)'),
@@ -956,7 +965,8 @@ BEGIN
                    'distlock.lease_backend_alive(integer)', 'distlock.queue_counters()',
                    'distlock.reset_queue_counters(text)', 'distlock.lock_owner_published(integer)',
                    'distlock.lock_owner(integer)', 'distlock.forget_truncated_attempts()',
-                   'distlock.cron_next(text, timestamptz, text)']::pg_catalog.regprocedure[]::pg_catalog.oid[])
+                   'distlock.cron_next(text, timestamptz, text)',
+                   'distlock.next_task_wait()']::pg_catalog.regprocedure[]::pg_catalog.oid[])
            AND a.grantee OPERATOR(pg_catalog.<>) ALL (ARRAY[0, p.proowner]::pg_catalog.oid[])
         UNION
         SELECT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass), a.grantee

@@ -9,6 +9,7 @@ mod held;
 mod lease;
 mod legacy;
 mod missed;
+mod next_wait;
 mod prune;
 mod release;
 mod run_now;

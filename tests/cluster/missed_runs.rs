@@ -208,3 +208,38 @@ fn missed_runs_settings_are_checked() {
     c.batch_execute("UPDATE distlock.scheduled_tasks SET missed_runs = 'skip', missed_runs_grace = '5 minutes'")
         .expect("skip with a grace");
 }
+
+/// next_task_wait: how long an idle worker may sleep. 0 for a due task, the
+/// time to the earliest next_run_at otherwise, tasks a claim runs left out,
+/// NULL with none scheduled, and a scoped worker is told only of its tasks.
+#[test]
+fn next_task_wait_tells_an_idle_worker_when_its_next_task_is_due() {
+    let db = fresh_db("next_task_wait");
+    let mut c = connect(&db);
+    let wait = |c: &mut Client| scalar(c, "SELECT round(extract(epoch FROM distlock.next_task_wait()))::text");
+    assert_eq!(wait(&mut c), None, "no task");
+    c.batch_execute(
+        "INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) VALUES
+           ('in-an-hour', 'report', now() + interval '1 hour'), ('in-a-minute', 'etl', now() + interval '1 minute');",
+    )
+    .expect("tasks");
+    assert_eq!(wait(&mut c).as_deref(), Some("60"));
+    c.batch_execute(
+        "INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at) VALUES ('due', 'report', now() - interval '1 minute')",
+    )
+    .expect("a due task");
+    assert_eq!(wait(&mut c).as_deref(), Some("0"), "one is due now");
+    let mut worker = connect(&db);
+    let claimed = scalar(&mut worker, "SELECT task_name FROM distlock.worker_fetch_and_execute_task('w') WHERE acquired");
+    assert_eq!(claimed.as_deref(), Some("due"));
+    assert_eq!(wait(&mut c).as_deref(), Some("60"), "a task a claim runs is left out");
+    // A worker scoped to the report type is told of its task only.
+    c.batch_execute(
+        "DROP ROLE IF EXISTS next_wait_worker; CREATE ROLE next_wait_worker LOGIN;
+         SELECT distlock.grant_capability('next_wait_worker', 'worker', 'report');",
+    )
+    .expect("a scoped worker");
+    c.batch_execute("SET ROLE next_wait_worker").expect("as the scoped worker");
+    assert_eq!(wait(&mut c).as_deref(), Some("3600"), "the scoped worker's next task is in an hour");
+    c.batch_execute("RESET ROLE").expect("reset");
+}

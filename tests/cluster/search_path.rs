@@ -454,6 +454,7 @@ const CALLS: &[(&str, &str)] = &[
     ("distlock.worker_fetch_and_execute_task(text,interval)", "SELECT * FROM distlock.worker_fetch_and_execute_task('h', '1 hour')"),
     ("distlock.try_acquire_multiple_tasks(text,integer,interval)", "SELECT * FROM distlock.try_acquire_multiple_tasks('h', 5, '1 hour')"),
     ("distlock.prune_execution_log(interval)", "SELECT distlock.prune_execution_log('0 seconds')"),
+    ("distlock.next_task_wait()", "SELECT distlock.next_task_wait()"),
     ("distlock.run_task_now(integer)",
      "UPDATE distlock.scheduled_tasks SET is_enabled = true, next_run_at = '2100-01-01' WHERE id OPERATOR(pg_catalog.=) 1; \
       SELECT distlock.run_task_now(1), distlock.run_task_now(1)"),

@@ -203,3 +203,19 @@ def test_a_session_worker_reconnects_after_its_connection_is_killed(db: Db) -> N
     assert (stats.claimed, stats.completed, stats.lost, stats.reconnects) == (3, 2, 1, 1)
     assert [r[0] for r in db.rows("SELECT task_id FROM distlock.check_and_recover_timeout_tasks()")] == [first]
     assert sorted((r[0], r[1]) for r in runs(db)) == [(first, "abandoned"), (first, "completed"), (second, "completed")]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_idle_worker_wakes_when_the_next_task_comes_due_not_at_its_poll_interval(db: Db, mode: str) -> None:
+    # Due in 1.5 s; the worker polls every 8 s at most: it sleeps until the task is due.
+    task = db.value("INSERT INTO distlock.scheduled_tasks (task_name, task_type, next_run_at)"
+                    " VALUES ('soon', 'test', clock_timestamp() + interval '1.5 seconds') RETURNING id")
+    worker = pg_distlock.TaskWorker(db.dsn, lambda claim: None, worker_id="w1", mode=mode, poll_interval=8.0,
+                                    max_tasks=1)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    late = db.value("SELECT extract(epoch FROM l.started_at - l.scheduled_for)::float8"
+                    " FROM distlock.task_execution_log l WHERE l.task_id = %s", task)
+    assert isinstance(late, float) and 0 <= late < 1.5, f"claimed {late} s after it was due"

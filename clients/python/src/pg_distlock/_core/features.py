@@ -15,7 +15,7 @@ SELECT p.proname::text, coalesce(p.proargnames, '{}'::text[])
   JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = 'distlock'
    AND p.proname = ANY ('{consume_task,consume_tasks,complete_tasks,settle_and_consume_tasks,try_acquire_task_lease,
-                          release_and_fetch_task,queue_counters}'::text[])
+                          release_and_fetch_task,queue_counters,next_task_wait}'::text[])
 """
 
 
@@ -33,6 +33,8 @@ class Features:
     """settle_and_consume_tasks (0.3.0): settles finished jobs and claims in one call."""
     release_and_fetch: bool = False
     """release_and_fetch_task (0.3.0), both forms: releases a task's claim and claims the next due one."""
+    next_task_wait: bool = False
+    """next_task_wait (0.4.0): how long until the next task this caller may claim is due."""
     lock_owner: bool = False
     """distlock.owner (0.4.0, told by its queue_counters): a lock carries its owner, and a deadlock
     across connections raises 40P01."""
@@ -53,6 +55,7 @@ def parse(rows: Iterable[tuple[Any, ...]]) -> Features:
         release_and_fetch=has("release_and_fetch_task", "p_worker_id", "p_status")
         and has("release_and_fetch_task", "p_fencing_token", "p_lease"),
         lock_owner=has("queue_counters"),
+        next_task_wait=has("next_task_wait"),
     )
 
 

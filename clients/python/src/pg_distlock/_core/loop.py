@@ -132,12 +132,14 @@ class Loop:
         fetch: Callable[[fx.Session], fx.Gen[list[T]]],
         handle: Callable[[fx.Session, list[T], float], fx.Gen[None]],
         limit: int | None,
-        poll_interval: float,
+        poll_interval: float | Callable[[], float],
         claimed_ahead: Callable[[], bool] = lambda: False,
     ) -> fx.Gen[WorkerStats]:
         """Fetches work on the loop's connection and handles it until stopped,
         idle (with exit_when_idle) or `limit` items were claimed; a connection
-        failure while fetching reconnects, with backoff. While
+        failure while fetching reconnects, with backoff. After a fetch that
+        found nothing it sleeps `poll_interval` (or what it returns, asked
+        after that fetch). While
         `claimed_ahead()`, work the last handling claimed is still to run, so
         a stop waits for it."""
         self.started = True
@@ -163,7 +165,8 @@ class Loop:
                 finally:
                     self.waiting = False
                 if not work:
-                    if not (yield from self.idle(poll_interval)):
+                    pause = poll_interval() if callable(poll_interval) else poll_interval
+                    if not (yield from self.idle(pause)):
                         break
                     continue
                 self.stats.claimed += len(work)

@@ -33,6 +33,8 @@ FETCH_LEASE = (
     "SELECT task_id, task_name, task_type, acquired, fencing_token"
     " FROM distlock.worker_fetch_and_execute_task(%s, %s)"
 )
+# Seconds until the next task this caller may claim is due (0.4.0).
+NEXT_WAIT_SQL = "SELECT EXTRACT(epoch FROM distlock.next_task_wait())::float8"
 # Ends a run and claims the next due task in one call, one commit per run.
 RELEASE_AND_FETCH_SESSION = (
     "SELECT task_id, task_name, task_type, acquired, fencing_token"
@@ -102,20 +104,39 @@ class TaskWorkerLogic(Bound[S], Worker):
         self._ahead: list[TaskClaim] | None = None
         """What the last run's release claimed to run next (empty: it found
         nothing due); None when it did not look."""
+        self._pause = self.poll_interval
+        """How long to sleep after the last fetch found nothing."""
 
     def _run_op(self) -> fx.Gen[WorkerStats]:
         return (yield from self._loop.run(
-            self._fetch, self._execute, self.max_tasks, self.poll_interval, lambda: bool(self._ahead),
+            self._fetch, self._execute, self.max_tasks, lambda: self._pause, lambda: bool(self._ahead),
         ))
 
     def _fetch(self, session: fx.Session) -> fx.Gen[list[TaskClaim]]:
         ahead, self._ahead = self._ahead, None
-        if ahead is not None and all(claim.mode == "lease" or claim._session is session for claim in ahead):
+        if ahead and all(claim.mode == "lease" or claim._session is session for claim in ahead):
             return ahead
-        # Not looked yet, or a session claim whose connection was lost (it went with it).
-        mode = yield from self._mode(session)
-        claim = yield from self._claim(session, mode)
-        return [] if claim is None else [claim]
+        if ahead is None or ahead:
+            # Not looked yet, or a session claim whose connection was lost (it went with it).
+            mode = yield from self._mode(session)
+            claim = yield from self._claim(session, mode)
+            if claim is not None:
+                return [claim]
+        self._pause = yield from self._idle_pause(session)
+        return []
+
+    def _idle_pause(self, session: fx.Session) -> fx.Gen[float]:
+        """After finding nothing: until the next task this worker may claim is
+        due (a server that tells, 0.4.0), never longer than poll_interval; a
+        task due now that it could not take (another worker's, in flight)
+        waits the whole poll_interval rather than poll without pause."""
+        found = yield fx.Detect(session)
+        if not found.next_task_wait:
+            return self.poll_interval
+        wait = yield from fx.first(NEXT_WAIT_SQL, on=session)
+        if wait is None or wait <= 0:
+            return self.poll_interval
+        return min(float(wait), self.poll_interval)
 
     def _mode(self, session: fx.Session) -> fx.Gen[str]:
         if self.mode != "auto":
