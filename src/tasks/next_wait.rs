@@ -9,8 +9,9 @@ use crate::errors::OrRaise;
 use crate::plans::{plan, types};
 use crate::text::Text;
 
-/// Pages read at most before the answer is a lower bound: a scoped worker
-/// whose tasks are far behind many others' wakes early and asks again.
+/// Pages read at most: a scoped worker whose tasks lie behind more than
+/// that many others' is told nothing (NULL, and it polls), not a time
+/// taken from tasks outside its scope.
 const PAGES_MAX: usize = 10;
 /// The LIMIT of sql/queries/next_task_wait.sql.
 const PAGE: usize = 8;
@@ -26,7 +27,6 @@ fn next_task_wait() -> Option<Interval> {
     crate::access::connect(|client| {
         let stmt = plan(client, include_str!("../../sql/queries/next_task_wait.sql"), &[types::TIMESTAMPTZ, types::INT4]);
         let mut from = (TimestampWithTimeZone::negative_infinity(), i32::MIN);
-        let mut last = None;
         for _ in 0..PAGES_MAX {
             let page: Vec<(i32, Text, Text, Option<TimestampWithTimeZone>, Option<Interval>)> = client
                 .select(&*stmt, None, &[from.0.into(), from.1.into()])
@@ -49,14 +49,11 @@ fn next_task_wait() -> Option<Interval> {
                     return wait;
                 }
                 from = (next_run_at.unwrap_or_else(TimestampWithTimeZone::positive_infinity), task_id.saturating_add(1));
-                last = wait;
             }
             if !full {
                 return None;
             }
         }
-        // Nothing this caller may claim among the first pages: none of its
-        // tasks is due before the last one read.
-        last
+        None
     })
 }
