@@ -26,6 +26,7 @@ mod library_guard;
 mod liveness;
 mod missed_runs;
 mod review_missed;
+mod review_missed2;
 mod lock_tags;
 mod lock_owner_view;
 mod locks;
