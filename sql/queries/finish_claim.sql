@@ -64,7 +64,9 @@ task AS (
                -- On the wall clock of the task's zone, or of distlock.timezone.
                -- missed_runs 'all': the slot after the one this run served,
                -- so that each slot missed meanwhile runs in turn (a retry
-               -- serves its first attempt's, kept in retry_slot). Otherwise
+               -- serves its first attempt's, kept in retry_slot: a run of a
+               -- slot of the schedule, one the admin set or a new schedule
+               -- made mid-chain, serves its own). Otherwise
                -- the first slot after the run ended: missed slots make one
                -- run. A slot before year 1 (next_run_at set by hand to
                -- -infinity) is no slot of the schedule: from the run's end.
@@ -74,9 +76,15 @@ task AS (
                         ELSE (SELECT CASE WHEN s.slot IS NULL
                                                OR s.slot OPERATOR(pg_catalog.<) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
                                           THEN r.at ELSE s.slot END
-                                FROM (SELECT CASE WHEN t.consecutive_failures OPERATOR(pg_catalog.>) 0
-                                                  THEN COALESCE(t.retry_slot, f.scheduled_for)
-                                                  ELSE f.scheduled_for END AS slot) s)
+                                FROM (SELECT CASE WHEN t.consecutive_failures OPERATOR(pg_catalog.>) 0 AND t.retry_slot IS NOT NULL
+                                                 AND f.scheduled_for OPERATOR(pg_catalog.>=) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
+                                            THEN CASE WHEN distlock.cron_next(
+                                                               t.schedule_cron,
+                                                               f.scheduled_for OPERATOR(pg_catalog.-) interval '1 microsecond',
+                                                               COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
+                                                           OPERATOR(pg_catalog.=) f.scheduled_for
+                                                      THEN f.scheduled_for ELSE t.retry_slot END
+                                            ELSE f.scheduled_for END AS slot) s)
                    END,
                    COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
            END,
@@ -85,9 +93,17 @@ task AS (
            retry_slot = CASE
                WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.retry_slot
                WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
-                    AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries THEN
-                   CASE WHEN t.consecutive_failures OPERATOR(pg_catalog.>) 0
-                        THEN COALESCE(t.retry_slot, f.scheduled_for) ELSE f.scheduled_for END
+                    AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries
+                    AND t.missed_runs OPERATOR(pg_catalog.=) 'all' AND t.schedule_cron IS NOT NULL THEN
+                   CASE WHEN t.consecutive_failures OPERATOR(pg_catalog.>) 0 AND t.retry_slot IS NOT NULL
+                        AND f.scheduled_for OPERATOR(pg_catalog.>=) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
+                   THEN CASE WHEN distlock.cron_next(
+                                      t.schedule_cron,
+                                      f.scheduled_for OPERATOR(pg_catalog.-) interval '1 microsecond',
+                                      COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
+                                  OPERATOR(pg_catalog.=) f.scheduled_for
+                             THEN f.scheduled_for ELSE t.retry_slot END
+                   ELSE f.scheduled_for END
            END,
            runs_completed = t.runs_completed OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'completed')::int,
            runs_failed    = t.runs_failed    OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'failed')::int,

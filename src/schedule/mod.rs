@@ -120,12 +120,51 @@ const PASSED_SLOTS_MAX: usize = 10_000;
 ///   next search starts after the gap, so they run once between them.
 pub fn next_occurrence_in_zone(expression: &str, after: TimestampWithTimeZone, zone_name: &str, what: &str)
     -> TimestampWithTimeZone {
-    let zone = zone::Zone::named(zone_name, what);
-    // Elapsed time: the zone does not move its slots (interval.rs).
-    if let Some(period) = interval::period_seconds(expression) {
-        return next_interval_slot(period, after, expression);
+    ZonedSchedule::new(expression, zone_name, what).next_after(after)
+}
+
+/// A schedule parsed once and its zone looked up once, for stepping through
+/// many of its slots (src/tasks/missed.rs): parsing was most of a step.
+pub struct ZonedSchedule<'a> {
+    expression: &'a str,
+    zone: zone::Zone<'a>,
+    zone_name: &'a str,
+    kind: Kind,
+}
+
+enum Kind {
+    /// `every N seconds|minutes`: elapsed time, which the zone does not move.
+    Interval(i64),
+    Cron(Box<Cron>),
+}
+
+impl<'a> ZonedSchedule<'a> {
+    /// ERROR 22023 for a bad expression or zone, as cron_next's.
+    pub fn new(expression: &'a str, zone_name: &'a str, what: &str) -> ZonedSchedule<'a> {
+        let zone = zone::Zone::named(zone_name, what);
+        let kind = match interval::period_seconds(expression) {
+            Some(period) => Kind::Interval(period),
+            None => Kind::Cron(Box::new(parse(expression))),
+        };
+        ZonedSchedule { expression, zone, zone_name, kind }
     }
-    let cron = parse(expression);
+
+    /// Its first slot strictly after `after` (next_occurrence_in_zone).
+    pub fn next_after(&self, after: TimestampWithTimeZone) -> TimestampWithTimeZone {
+        match &self.kind {
+            Kind::Interval(period) => next_interval_slot(*period, after, self.expression),
+            Kind::Cron(cron) => self.next_cron(cron, after),
+        }
+    }
+
+    fn next_cron(&self, cron: &Cron, after: TimestampWithTimeZone) -> TimestampWithTimeZone {
+        let (expression, zone, zone_name) = (self.expression, &self.zone, self.zone_name);
+        cron_next_in(cron, expression, zone, zone_name, after)
+    }
+}
+
+fn cron_next_in(cron: &Cron, expression: &str, zone: &zone::Zone<'_>, zone_name: &str, after: TimestampWithTimeZone)
+    -> TimestampWithTimeZone {
     let start = start_of(after);
     let after_micros = start.timestamp_micros();
     let after_second = after_micros.div_euclid(1_000_000);
@@ -148,7 +187,7 @@ pub fn next_occurrence_in_zone(expression: &str, after: TimestampWithTimeZone, z
         );
     }
     for _ in 0..PASSED_SLOTS_MAX {
-        let slot = next_match(&cron, expression, &wall);
+        let slot = next_match(cron, expression, &wall);
         let instant = match zone.resolve(slot.timestamp()) {
             zone::Local::Exact(instant) | zone::Local::Twice(instant, _) | zone::Local::Skipped(instant) => instant,
         };

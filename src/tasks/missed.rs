@@ -26,14 +26,18 @@ const LOGGED_MAX: usize = 1000;
 /// Slots of one task stepped through one by one, to count them and to find
 /// the newest `missed_runs_max`; past it the newest are found by bisection
 /// and the count is a lower bound.
-const STEPS_MAX: usize = 20_000;
-/// Bisection probes at most (microsecond timestamps span less than 2^64).
-const PROBES_MAX: usize = 64;
+const STEPS_MAX: usize = 10_000;
+/// Bisection probes at most: the bisection ends at a second (no two slots
+/// of a schedule are closer), and the seconds from year 1 to 2100 are
+/// fewer than 2^37.
+const PROBES_MAX: usize = 40;
 /// Slots one fetch steps through at most, over all the tasks it skips for:
-/// the first task always fits (STEPS_MAX + PROBES_MAX * 1000), and a task
+/// the first task always fits (STEPS_MAX + (PROBES_MAX + 2) * 1001 + 4), and a task
 /// that does not fit what is left is passed over for a later fetch. A fetch
-/// holds each skipped task's row until it commits.
-const FETCH_STEPS_MAX: usize = 100_000;
+/// holds each skipped task's row until it commits (about 4 us a step, so
+/// 0.25 s at most; review helper-85 timed 2 s fetches at 20 us a step and
+/// twice the bound).
+const FETCH_STEPS_MAX: usize = 60_000;
 /// The earliest slot a schedule is stepped from: cron_next refuses a start
 /// whose wall clock is before year 1 in the zone (a slot set by hand to
 /// '-infinity' is not a slot of the schedule, see `plan_skip`).
@@ -122,8 +126,8 @@ pub fn plan_skip(
     let worst = match policy {
         Policy::Once | Policy::All { max: None } => return Plan::Run,
         Policy::Skip { grace } if slot >= now.saturating_sub(grace) => return Plan::Run,
-        Policy::Skip { .. } => STEPS_MAX + 2,
-        Policy::All { max: Some(max) } => STEPS_MAX + PROBES_MAX * (max + 1) + 2,
+        Policy::Skip { .. } => STEPS_MAX + 4,
+        Policy::All { max: Some(max) } => STEPS_MAX + (PROBES_MAX + 2) * (max + 1) + 4,
     };
     let mut steps = 0;
     let mut next = |after: i64| {
@@ -232,8 +236,10 @@ fn plan_newest(
         skip.note(older, log_max);
     }
     skip.exact = false;
+    // Slots are at least a second apart: within a second of each other,
+    // `low` has exactly `max` slots after it, the first of them next(low).
     let (mut low, mut high) = (last, now);
-    while high - low > 1 {
+    while high - low > 1_000_000 {
         let middle = low + (high - low) / 2;
         if count_due_after(middle, now, max, next) >= max {
             low = middle;
@@ -281,11 +287,13 @@ pub fn skip_missed(client: &SpiClient<'_>, task_id: i32, pending: &Pending, budg
         return Outcome::Claim;
     }
     let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    let schedule = pending
+        .schedule
+        .as_ref()
+        .map(|(expression, zone)| crate::schedule::ZonedSchedule::new(expression, zone, "schedule_timezone"));
     let next = |after: i64| -> Option<i64> {
-        let (expression, zone) = pending.schedule.as_ref()?;
         let after = TimestampWithTimeZone::try_from(after).ok()?;
-        let slot = crate::schedule::next_occurrence_in_zone(expression, after, zone, "schedule_timezone");
-        Some(slot.into_inner())
+        Some(schedule.as_ref()?.next_after(after).into_inner())
     };
     let skip = match plan_skip(pending.policy, pending.slot, now, budget, next) {
         Plan::Run => return Outcome::Claim,
@@ -416,11 +424,13 @@ mod plan_tests {
 
     #[test]
     fn all_finds_the_newest_past_the_step_bound() {
-        let now = 10 * (STEPS_MAX as i64 + 500) + 3;
-        for max in [1, 7, 600] {
-            let skip = plan(Policy::All { max: Some(max) }, 0, now, every(10)).expect("a skip");
-            let newest = (now / 10) * 10;
-            assert_eq!(skip.kept, Some(newest - 10 * (max as i64 - 1)), "max {max}");
+        // Slots every 10 s, in microseconds as the server's.
+        let period = 10_000_000;
+        for (max, late) in [(1, 3), (7, 3), (600, 3), (1000, 9_999_999), (2, 0)] {
+            let now = period * (STEPS_MAX as i64 + 5_000) + late;
+            let skip = plan(Policy::All { max: Some(max) }, 0, now, every(period)).expect("a skip");
+            let newest = (now / period) * period;
+            assert_eq!(skip.kept, Some(newest - period * (max as i64 - 1)), "max {max}");
             assert_eq!(skip.logged.len(), LOGGED_MAX);
         }
         // Fewer than the maximum after the bound: the count is exact.

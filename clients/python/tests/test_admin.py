@@ -117,6 +117,9 @@ def test_an_admin_defines_a_task_in_a_zone_with_a_missed_run_policy_and_redefine
                  " FROM distlock.scheduled_tasks WHERE id = %s", task)
     assert row == ("every 10 minutes", None, "all", None, 6, False)
     assert db.value("SELECT count(*) FROM distlock.scheduled_tasks") == 1
+    # Defined again without `enabled` (an application at its start): the operator's disable stays.
+    admin.define_task("berlin-report", "report", "every 10 minutes", missed_runs="all", missed_runs_max=6)
+    assert db.value("SELECT is_enabled FROM distlock.scheduled_tasks WHERE id = %s", task) is False
     for bad in (dict(timezone="Mars/Olympus_Mons"), dict(missed_runs="skip"), dict(missed_runs_max=0),
                 dict(missed_runs="sometimes")):
         with pytest.raises(pg_distlock.InvalidArgument):

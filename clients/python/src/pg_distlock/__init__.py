@@ -345,14 +345,16 @@ class Admin(AdminLogic[Source]):
     def define_task(
         self, name: str, task_type: str, schedule: str | None = None, *, timezone: str | None = None,
         missed_runs: MissedRuns = "once", missed_runs_grace: Seconds | None = None,
-        missed_runs_max: int | None = None, enabled: bool = True,
+        missed_runs_max: int | None = None, enabled: bool | None = None,
     ) -> int:
         """Creates scheduled task `name`, or redefines the one of that name; its id (pg_distlock 0.4.0).
         `schedule` is a cron expression or `every N seconds|minutes`, on the wall clock of `timezone`
         (None: the server's distlock.timezone); `missed_runs` says what a fetch does with slots
         missed while no worker claimed them ("once", "skip" older than `missed_runs_grace`, "all",
-        at most the newest `missed_runs_max`); docs/tasks.md. InvalidArgument for a value the server
-        refuses (an unknown zone, a bad expression, "skip" without a grace)."""
+        at most the newest `missed_runs_max`); docs/tasks.md. `enabled` None: a new task is enabled,
+        a redefined one keeps its state (an application that defines its tasks at every start does
+        not undo an operator's disable). InvalidArgument for a value the server refuses (an unknown
+        zone, a bad expression, "skip" without a grace)."""
         return self._rt.run(self._define_task_op(
             name, task_type, schedule, timezone, missed_runs, missed_runs_grace, missed_runs_max, enabled,
         ))

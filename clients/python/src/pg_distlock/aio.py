@@ -314,7 +314,7 @@ class Admin(AdminLogic[AsyncSource]):
     async def define_task(
         self, name: str, task_type: str, schedule: str | None = None, *, timezone: str | None = None,
         missed_runs: MissedRuns = "once", missed_runs_grace: Seconds | None = None,
-        missed_runs_max: int | None = None, enabled: bool = True,
+        missed_runs_max: int | None = None, enabled: bool | None = None,
     ) -> int:
         return await self._rt.run(self._define_task_op(
             name, task_type, schedule, timezone, missed_runs, missed_runs_grace, missed_runs_max, enabled,

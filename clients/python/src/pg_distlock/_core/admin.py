@@ -40,7 +40,7 @@ DEFINE_TASK_SQL = """
        SET task_type = excluded.task_type, schedule_cron = excluded.schedule_cron,
            schedule_timezone = excluded.schedule_timezone, missed_runs = excluded.missed_runs,
            missed_runs_grace = excluded.missed_runs_grace, missed_runs_max = excluded.missed_runs_max,
-           is_enabled = excluded.is_enabled
+           is_enabled = COALESCE(%s::boolean, t.is_enabled)
     RETURNING t.id"""
 MissedRuns = Literal["once", "skip", "all"]
 
@@ -75,7 +75,7 @@ class AdminLogic(Bound[S]):
 
     def _define_task_op(
         self, name: str, task_type: str, schedule: str | None, timezone: str | None, missed_runs: MissedRuns,
-        missed_runs_grace: Seconds | None, missed_runs_max: int | None, enabled: bool,
+        missed_runs_grace: Seconds | None, missed_runs_max: int | None, enabled: bool | None,
     ) -> fx.Gen[int]:
         required: tuple[tuple[object, str], ...] = ((name, "name"), (task_type, "task_type"), (missed_runs, "missed_runs"))
         optional: tuple[tuple[object, str], ...] = ((schedule, "schedule"), (timezone, "timezone"))
@@ -87,7 +87,10 @@ class AdminLogic(Bound[S]):
         grace = None if missed_runs_grace is None else interval(missed_runs_grace)
         row = yield from fx.first(
             DEFINE_TASK_SQL,
-            (name, task_type, schedule, timezone, missed_runs, grace, missed_runs_max, bool(enabled)),
+            # A new task is enabled unless told; a redefinition keeps an
+            # operator's disable unless `enabled` says otherwise.
+            (name, task_type, schedule, timezone, missed_runs, grace, missed_runs_max,
+             True if enabled is None else bool(enabled), None if enabled is None else bool(enabled)),
         )
         return int(row)
 
