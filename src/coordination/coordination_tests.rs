@@ -8,7 +8,7 @@ mod tests {
     use crate::test_sql::{one, run};
 
     fn expire() {
-        Spi::run("SELECT pg_sleep(0.02)").expect("let a 10 ms lease expire");
+        Spi::run("SELECT pg_sleep(1.05)").expect("let a 1-second lease expire");
     }
 
     /// A lease, slot or leadership longer than distlock.max_hold_ttl (a day
@@ -51,9 +51,9 @@ mod tests {
 
     #[pg_test]
     fn coordination_lease_owner_renewal_and_fencing() {
-        let t1 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '10 ms')").expect("token");
-        assert_eq!(one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '10 ms')"), Some(t1), "renewal keeps the token");
-        assert_eq!(one::<i64>("SELECT distlock.acquire_lease('db-migration', 'b', '10 ms')"), None, "held by a");
+        let t1 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '1 second')").expect("token");
+        assert_eq!(one::<i64>("SELECT distlock.acquire_lease('db-migration', 'a', '1 second')"), Some(t1), "renewal keeps the token");
+        assert_eq!(one::<i64>("SELECT distlock.acquire_lease('db-migration', 'b', '1 second')"), None, "held by a");
         assert_eq!(one::<bool>(&format!("SELECT distlock.check_lease_token('db-migration', {t1})")), Some(true));
         expire();
         let t2 = one::<i64>("SELECT distlock.acquire_lease('db-migration', 'b', '1 hour')").expect("b takes over");
@@ -76,7 +76,7 @@ mod tests {
 
     #[pg_test]
     fn coordination_semaphore_admits_at_most_max() {
-        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'a', '10 ms')"), Some(true));
+        assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'a', '1 second')"), Some(true));
         assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'b', '1 hour')"), Some(true));
         assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'c', '1 hour')"), Some(false));
         assert_eq!(one::<bool>("SELECT distlock.acquire_semaphore('gpu', 2, 'b', '1 hour')"), Some(true), "a holder renews");
@@ -89,13 +89,13 @@ mod tests {
 
     #[pg_test]
     fn coordination_election_terms_increase_with_each_new_leader() {
-        let first = Spi::get_three::<bool, i64, String>("SELECT is_leader, term, leader FROM distlock.try_become_leader('scheduler', 'n1', '10 ms')")
+        let first = Spi::get_three::<bool, i64, String>("SELECT is_leader, term, leader FROM distlock.try_become_leader('scheduler', 'n1', '1 second')")
             .expect("campaign");
         assert_eq!((first.0, first.2.as_deref()), (Some(true), Some("n1")));
-        let other = Spi::get_three::<bool, i64, String>("SELECT is_leader, term, leader FROM distlock.try_become_leader('scheduler', 'n2', '10 ms')")
+        let other = Spi::get_three::<bool, i64, String>("SELECT is_leader, term, leader FROM distlock.try_become_leader('scheduler', 'n2', '1 second')")
             .expect("campaign");
         assert_eq!(other, (Some(false), first.1, Some("n1".into())), "n2 sees n1 and its term");
-        let renewed = one::<i64>("SELECT term FROM distlock.try_become_leader('scheduler', 'n1', '10 ms')");
+        let renewed = one::<i64>("SELECT term FROM distlock.try_become_leader('scheduler', 'n1', '1 second')");
         assert_eq!(renewed, first.1, "renewal keeps the term");
         expire();
         let next = Spi::get_three::<bool, i64, String>("SELECT is_leader, term, leader FROM distlock.try_become_leader('scheduler', 'n2', '1 hour')")
