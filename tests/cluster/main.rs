@@ -27,6 +27,7 @@ mod liveness;
 mod missed_runs;
 mod review_missed;
 mod review_missed2;
+mod review_missed3;
 mod lock_tags;
 mod lock_owner_view;
 mod locks;
