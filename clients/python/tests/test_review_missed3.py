@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import pg_distlock
-from conftest import Db
+from conftest import PRIMARY, Db, dsn
 
 MODES = ["session", "lease"]
 
@@ -68,3 +68,35 @@ def test_review_missed3_after_an_empty_fused_fetch_a_due_task_waits_the_whole_po
         worker.stop()
         thread.join(timeout=30)
         holder.close()
+
+
+def test_review_missed3_a_worker_without_execute_on_next_task_wait_dies_when_idle(db: Db) -> None:
+    """docs/privileges.md: a database made with 0.3.0 keeps the grants made
+    by hand, and the update to 0.4.0 re-grants only capabilities. A worker
+    role granted 0.3.0's worker functions by hand works on 0.4.0 as before,
+    until its first fetch that finds nothing: `_idle_pause` (clients/python/
+    src/pg_distlock/_core/tasks.py) calls distlock.next_task_wait() because
+    `Features.next_task_wait` (features.py) only asks whether the function
+    exists, not whether the caller may execute it; PermissionDenied ends
+    `TaskWorker.run()`, and every idle worker of the fleet dies after the
+    server update. Fix: detect with has_function_privilege, or fall back to
+    poll_interval on PermissionDenied (42501)."""
+    role = f"review_missed3_hand_{db.name[-8:]}"
+    db.admin.execute(f"DROP ROLE IF EXISTS {role}")
+    db.admin.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        # What a 0.3.0-era script granted by hand: the worker functions, not the new one.
+        for (privilege, obj) in db.rows(
+                "SELECT privilege, object FROM distlock.capability_privileges('worker')"
+                " WHERE object <> 'FUNCTION distlock.next_task_wait()'"):
+            db.admin.execute(f"GRANT {privilege} ON {obj} TO {role}")
+        worker = pg_distlock.TaskWorker(dsn(PRIMARY, db.name, user=role), lambda claim: None, worker_id="hand",
+                                        exit_when_idle=True)
+        try:
+            stats = worker.run()
+        except pg_distlock.errors.PermissionDenied as exc:
+            pytest.fail(f"an idle worker that could fetch dies: {exc}")
+        assert stats.claimed == 0
+    finally:
+        db.admin.execute(f"DROP OWNED BY {role}")
+        db.admin.execute(f"DROP ROLE {role}")
