@@ -1,15 +1,40 @@
--- params: timestamptz, integer
--- The next 8 enabled tasks that no claim runs, earliest next_run_at first,
--- from ($1, $2) on (inclusive), each with how long until it is due (0 once
--- it is), by this statement's clock. A task a claim runs (current_token
--- set) is left out: it comes due again only when the claim ends, and an
--- idle worker told "due now" for it would poll without pause.
-SELECT id, task_name, task_type, next_run_at,
-       GREATEST(next_run_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(), interval '0')
-  FROM distlock.scheduled_tasks
- WHERE is_enabled
-   AND current_token IS NULL
-   AND next_run_at IS NOT NULL
-   AND (next_run_at, id) OPERATOR(pg_catalog.>=) ($1, $2)
- ORDER BY next_run_at, id
- LIMIT 8
+-- params: text[]
+-- How long until the earliest enabled task within scope $1 (name or type
+-- starting with one of the prefixes; NULL: every task) may be claimed: 0
+-- once one may, NULL when none has a next run. By this statement's clock.
+-- A task no claim runs may be claimed at its next_run_at; one a lease-mode
+-- claim holds, once that lease runs out (a dead worker's task comes due so);
+-- one a session claim holds is left out: it comes due again when the claim
+-- ends (or the sweep ends it), and an idle worker told "due now" for it
+-- would poll without pause. The scope is applied here, so the answer tells
+-- nothing of tasks outside it.
+WITH in_scope AS NOT MATERIALIZED (
+    SELECT t.next_run_at, t.current_token, t.lease_expires_at
+      FROM distlock.scheduled_tasks t
+     WHERE t.is_enabled
+       AND ($1::pg_catalog.text[] IS NULL
+            OR EXISTS (SELECT FROM pg_catalog.unnest($1::pg_catalog.text[]) AS p (prefix)
+                        WHERE pg_catalog.starts_with(t.task_name, p.prefix)
+                           OR pg_catalog.starts_with(t.task_type, p.prefix)))
+),
+unclaimed AS (
+    SELECT s.next_run_at AS at
+      FROM in_scope s
+     WHERE s.current_token IS NULL
+       AND s.next_run_at IS NOT NULL
+     ORDER BY s.next_run_at
+     LIMIT 1
+),
+leased AS (
+    -- Due and held: only such a task's lease can make it claimable sooner
+    -- than the first unclaimed one.
+    SELECT pg_catalog.min(GREATEST(s.next_run_at, s.lease_expires_at)) AS at
+      FROM in_scope s
+     WHERE s.next_run_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+       AND s.current_token IS NOT NULL
+       AND s.lease_expires_at IS NOT NULL
+)
+SELECT CASE WHEN x.at IS NOT NULL
+            THEN GREATEST(x.at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(), interval '0')
+       END
+  FROM (SELECT LEAST((SELECT u.at FROM unclaimed u), (SELECT l.at FROM leased l)) AS at OFFSET 0) x

@@ -18,7 +18,7 @@ from . import telemetry
 from .base import Bound
 from .keeper import Keeper, Lost, LostCallback, Seconds, interval, non_negative, positive
 from .loop import Loop, Worker, WorkerStats, default_worker_id, error_text
-from ..errors import LeaseLost, Unavailable
+from ..errors import LeaseLost, PermissionDenied, Unavailable
 
 log = telemetry.logger("task_worker")
 
@@ -106,6 +106,8 @@ class TaskWorkerLogic(Bound[S], Worker):
         nothing due); None when it did not look."""
         self._pause = self.poll_interval
         """How long to sleep after the last fetch found nothing."""
+        self._wait_refused = False
+        """Whether the server refused this role next_task_wait."""
 
     def _run_op(self) -> fx.Gen[WorkerStats]:
         return (yield from self._loop.run(
@@ -116,12 +118,14 @@ class TaskWorkerLogic(Bound[S], Worker):
         ahead, self._ahead = self._ahead, None
         if ahead and all(claim.mode == "lease" or claim._session is session for claim in ahead):
             return ahead
-        if ahead is None or ahead:
-            # Not looked yet, or a session claim whose connection was lost (it went with it).
-            mode = yield from self._mode(session)
-            claim = yield from self._claim(session, mode)
-            if claim is not None:
-                return [claim]
+        # Not looked yet, a session claim whose connection was lost (it went
+        # with it), or the last release found nothing: by its statement's
+        # start, so a task that came due while it ran is looked for again
+        # before the worker sleeps.
+        mode = yield from self._mode(session)
+        claim = yield from self._claim(session, mode)
+        if claim is not None:
+            return [claim]
         self._pause = yield from self._idle_pause(session)
         return []
 
@@ -131,9 +135,15 @@ class TaskWorkerLogic(Bound[S], Worker):
         task due now that it could not take (another worker's, in flight)
         waits the whole poll_interval rather than poll without pause."""
         found = yield fx.Detect(session)
-        if not found.next_task_wait:
+        if not found.next_task_wait or self._wait_refused:
             return self.poll_interval
-        wait = yield from fx.first(NEXT_WAIT_SQL, on=session)
+        try:
+            wait = yield from fx.first(NEXT_WAIT_SQL, on=session)
+        except PermissionDenied:
+            # A role given the worker's functions by hand before 0.4.0 (the
+            # update grants next_task_wait to capabilities only): poll.
+            self._wait_refused = True
+            return self.poll_interval
         if wait is None or wait <= 0:
             return self.poll_interval
         return min(float(wait), self.poll_interval)
