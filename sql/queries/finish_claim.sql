@@ -50,61 +50,55 @@ task AS (
                    THEN t.consecutive_failures OPERATOR(pg_catalog.+) 1
                ELSE 0
            END,
-           next_run_at = CASE
-               WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.next_run_at
-               WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
-                    AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries THEN
-                   r.at
-                   OPERATOR(pg_catalog.+)
-                   (LEAST(LEAST(t.retry_delay, interval '1 hour')
-                          OPERATOR(pg_catalog.*) pg_catalog.power(2, LEAST(t.consecutive_failures, 20)),
-                          interval '1 hour')
-                    OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog./) 2)))
-               WHEN t.schedule_cron IS NULL THEN NULL
-               -- On the wall clock of the task's zone, or of distlock.timezone.
-               -- missed_runs 'all': the slot after the one this run served,
-               -- so that each slot missed meanwhile runs in turn (a retry
-               -- serves its first attempt's, kept in retry_slot: a run of a
-               -- slot of the schedule, one the admin set or a new schedule
-               -- made mid-chain, serves its own). Otherwise
-               -- the first slot after the run ended: missed slots make one
-               -- run. A slot before year 1 (next_run_at set by hand to
-               -- -infinity) is no slot of the schedule: from the run's end.
-               ELSE distlock.cron_next(
-                   t.schedule_cron,
-                   CASE WHEN t.missed_runs OPERATOR(pg_catalog.<>) 'all' THEN r.at
-                        ELSE (SELECT CASE WHEN s.slot IS NULL
-                                               OR s.slot OPERATOR(pg_catalog.<) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
-                                          THEN r.at ELSE s.slot END
-                                FROM (SELECT CASE WHEN t.consecutive_failures OPERATOR(pg_catalog.>) 0 AND t.retry_slot IS NOT NULL
-                                                 AND f.scheduled_for OPERATOR(pg_catalog.>=) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
-                                            THEN CASE WHEN distlock.cron_next(
-                                                               t.schedule_cron,
-                                                               f.scheduled_for OPERATOR(pg_catalog.-) interval '1 microsecond',
-                                                               COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
-                                                           OPERATOR(pg_catalog.=) f.scheduled_for
-                                                      THEN f.scheduled_for ELSE t.retry_slot END
-                                            ELSE f.scheduled_for END AS slot) s)
-                   END,
-                   COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
-           END,
-           -- The slot the retries of a failed run serve: its own, or, for a
-           -- retry, the one its chain serves; none once the chain ends.
-           retry_slot = CASE
-               WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.retry_slot
-               WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
-                    AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries
-                    AND t.missed_runs OPERATOR(pg_catalog.=) 'all' AND t.schedule_cron IS NOT NULL THEN
-                   CASE WHEN t.consecutive_failures OPERATOR(pg_catalog.>) 0 AND t.retry_slot IS NOT NULL
-                        AND f.scheduled_for OPERATOR(pg_catalog.>=) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
-                   THEN CASE WHEN distlock.cron_next(
-                                      t.schedule_cron,
-                                      f.scheduled_for OPERATOR(pg_catalog.-) interval '1 microsecond',
-                                      COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
-                                  OPERATOR(pg_catalog.=) f.scheduled_for
-                             THEN f.scheduled_for ELSE t.retry_slot END
-                   ELSE f.scheduled_for END
-           END,
+           -- The next run, and the slot the retries of a failed run serve
+           -- (retry_slot: its own, or, for a retry, the one its chain serves;
+           -- none once the chain ends), from the slot this run served.
+           (next_run_at, retry_slot) = (
+               SELECT CASE
+                          WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.next_run_at
+                          WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
+                               AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries THEN
+                              r.at
+                              OPERATOR(pg_catalog.+)
+                              (LEAST(LEAST(t.retry_delay, interval '1 hour')
+                                     OPERATOR(pg_catalog.*) pg_catalog.power(2, LEAST(t.consecutive_failures, 20)),
+                                     interval '1 hour')
+                               OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog./) 2)))
+                          WHEN t.schedule_cron IS NULL THEN NULL
+                          -- On the wall clock of the task's zone, or of
+                          -- distlock.timezone. missed_runs 'all': the slot
+                          -- after the one this run served, so that each slot
+                          -- missed meanwhile runs in turn. Otherwise the first
+                          -- slot after the run ended: missed slots make one
+                          -- run. A slot before year 1 (next_run_at set by hand
+                          -- to -infinity) is no slot of the schedule: from the
+                          -- run's end.
+                          ELSE distlock.cron_next(
+                              t.schedule_cron,
+                              CASE WHEN t.missed_runs OPERATOR(pg_catalog.<>) 'all' OR s.served IS NULL
+                                        OR s.served OPERATOR(pg_catalog.<) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
+                                   THEN r.at ELSE s.served END,
+                              COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
+                      END,
+                      CASE
+                          WHEN $2 OPERATOR(pg_catalog.=) 'abandoned' THEN t.retry_slot
+                          WHEN $2 OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'timed_out'])
+                               AND t.consecutive_failures OPERATOR(pg_catalog.<) t.max_retries
+                               AND t.missed_runs OPERATOR(pg_catalog.=) 'all' AND t.schedule_cron IS NOT NULL
+                              THEN s.served
+                      END
+                 -- The slot this run served: a retry (its due time no slot of
+                 -- the schedule) serves its chain's, kept in retry_slot; a run
+                 -- of a slot, one the admin set or a new schedule made
+                 -- mid-chain included, serves its own.
+                 FROM (SELECT CASE WHEN t.consecutive_failures OPERATOR(pg_catalog.>) 0 AND t.retry_slot IS NOT NULL
+                                        AND f.scheduled_for OPERATOR(pg_catalog.>=) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
+                                        AND distlock.cron_next(
+                                                t.schedule_cron,
+                                                f.scheduled_for OPERATOR(pg_catalog.-) interval '1 microsecond',
+                                                COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
+                                            OPERATOR(pg_catalog.<>) f.scheduled_for
+                                   THEN t.retry_slot ELSE f.scheduled_for END AS served) s),
            runs_completed = t.runs_completed OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'completed')::int,
            runs_failed    = t.runs_failed    OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'failed')::int,
            runs_timed_out = t.runs_timed_out OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'timed_out')::int,

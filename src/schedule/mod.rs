@@ -159,48 +159,43 @@ impl<'a> ZonedSchedule<'a> {
 
     fn next_cron(&self, cron: &Cron, after: TimestampWithTimeZone) -> TimestampWithTimeZone {
         let (expression, zone, zone_name) = (self.expression, &self.zone, self.zone_name);
-        cron_next_in(cron, expression, zone, zone_name, after)
-    }
-}
-
-fn cron_next_in(cron: &Cron, expression: &str, zone: &zone::Zone<'_>, zone_name: &str, after: TimestampWithTimeZone)
-    -> TimestampWithTimeZone {
-    let start = start_of(after);
-    let after_micros = start.timestamp_micros();
-    let after_second = after_micros.div_euclid(1_000_000);
-    let Some(mut wall) = start.checked_add_signed(chrono::Duration::seconds(zone.offset_at(after_second))) else {
-        raise(
-            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
-            format!("cron_next needs a start whose wall clock in time zone \"{zone_name}\" is in range, got {after}"),
-        )
-    };
-    // croner finds nothing before year 1 and answers with year 1's first
-    // match instead: a start whose wall clock is still in 1 BC (west of
-    // Greenwich at the first instant of year 1) is out of range too
-    // (review helper-80).
-    if wall.timestamp_micros() < EARLIEST_PG_MICROS + PG_EPOCH_UNIX_MICROS {
-        raise(
-            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
-            format!(
-                "cron_next needs a start whose wall clock in time zone \"{zone_name}\" is from 0001-01-01 00:00:00 on, got {after}"
-            ),
-        );
-    }
-    for _ in 0..PASSED_SLOTS_MAX {
-        let slot = next_match(cron, expression, &wall);
-        let instant = match zone.resolve(slot.timestamp()) {
-            zone::Local::Exact(instant) | zone::Local::Twice(instant, _) | zone::Local::Skipped(instant) => instant,
+        let start = start_of(after);
+        let after_micros = start.timestamp_micros();
+        let after_second = after_micros.div_euclid(1_000_000);
+        let Some(mut wall) = start.checked_add_signed(chrono::Duration::seconds(zone.offset_at(after_second))) else {
+            raise(
+                PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+                format!("cron_next needs a start whose wall clock in time zone \"{zone_name}\" is in range, got {after}"),
+            )
         };
-        if instant.saturating_mul(1_000_000) > after_micros {
-            return to_timestamptz(instant.saturating_mul(1_000_000), expression);
+        // croner finds nothing before year 1 and answers with year 1's first
+        // match instead: a start whose wall clock is still in 1 BC (west of
+        // Greenwich at the first instant of year 1) is out of range too
+        // (review helper-80).
+        if wall.timestamp_micros() < EARLIEST_PG_MICROS + PG_EPOCH_UNIX_MICROS {
+            raise(
+                PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+                format!(
+                    "cron_next needs a start whose wall clock in time zone \"{zone_name}\" is from 0001-01-01 00:00:00 on, got {after}"
+                ),
+            );
         }
-        // The slot's only (or first) occurrence has passed: it was served.
-        wall = slot;
+        for _ in 0..PASSED_SLOTS_MAX {
+            let slot = next_match(cron, expression, &wall);
+            let instant = match zone.resolve(slot.timestamp()) {
+                zone::Local::Exact(instant) | zone::Local::Twice(instant, _) | zone::Local::Skipped(instant) => instant,
+            };
+            if instant.saturating_mul(1_000_000) > after_micros {
+                return to_timestamptz(instant.saturating_mul(1_000_000), expression);
+            }
+            // The slot's only (or first) occurrence has passed: it was served.
+            wall = slot;
+        }
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("cron expression \"{expression}\" has no occurrence after {start} in time zone \"{zone_name}\""),
+        )
     }
-    raise(
-        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-        format!("cron expression \"{expression}\" has no occurrence after {start} in time zone \"{zone_name}\""),
-    )
 }
 
 /// The first time after `p_after` that matches the cron expression `p_expr` (UTC).
