@@ -1,0 +1,121 @@
+//! Fifteenth whole review (ea92dab): schedules in zones, missed-run policies,
+//! next_task_wait. Each test fails until its break is fixed.
+
+use crate::support::*;
+
+const FETCH: &str = "SELECT task_id, fencing_token FROM distlock.worker_fetch_and_execute_task($1) WHERE acquired";
+
+/// Under `all`, the release of a run schedules the slot after the slot the
+/// run served (sql/queries/finish_claim.sql, the `ELSE f.scheduled_for`
+/// branch for a run that is no retry), with the task's *current* schedule.
+/// When an admin changes the schedule while the run is under way, the
+/// trigger (sql/schema.sql `scheduled_tasks_check`) moves `next_run_at` to
+/// the new schedule's next slot, and the release then overwrites it with
+/// the new schedule's first slot after the *old* slot: here an hourly task
+/// moved to `every 2 seconds` mid-run replays up to 1,800 runs of a
+/// schedule that did not exist then, oldest first. The fix for the retry
+/// chain (review_missed2) checks whether the served slot is one of the
+/// current schedule; a plain run needs the same check (and then the slot
+/// after the run's end, or the trigger's slot).
+#[test]
+fn review_whole15_a_schedule_change_during_a_run_replays_from_its_slot_under_all() {
+    let db = fresh_db("review_whole15_schedule_change_mid_run");
+    let mut c = connect(&db);
+    let task_id: i32 = c
+        .query_one(
+            "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, missed_runs, next_run_at)
+             VALUES ('etl', 'etl', '0 * * * *', 'all', date_trunc('hour', now())) RETURNING id",
+            &[],
+        )
+        .expect("an hourly 'all' task, its slot this hour's")
+        .get(0);
+    c.query_one(FETCH, &[&"w"]).expect("its slot is claimed");
+    // While the run is under way, the admin moves the task to a new schedule.
+    c.batch_execute("UPDATE distlock.scheduled_tasks SET schedule_cron = 'every 2 seconds'").expect("new schedule");
+    let first: String = c
+        .query_one("SELECT next_run_at::text FROM distlock.scheduled_tasks", &[])
+        .expect("the new schedule's first slot")
+        .get(0);
+    c.execute("SELECT distlock.release_task_lock($1, 'w', 'completed')", &[&task_id]).expect("the run completes");
+    let next = scalar(&mut c, "SELECT next_run_at::text FROM distlock.scheduled_tasks");
+    let stale = scalar(&mut c, &format!("SELECT next_run_at < '{first}'::timestamptz FROM distlock.scheduled_tasks"));
+    assert_eq!(
+        stale.as_deref(),
+        Some("f"),
+        "the next slot is at or after the new schedule's first, {first}, not {next:?}: slots of the new schedule \
+         since the old slot (this hour's start) are replayed"
+    );
+}
+
+/// docs/tasks.md, "Missed runs": "at most 100,000 slots stepped through per
+/// fetch, 20,000 per task: past that ... a task's count is a lower bound and
+/// its message says so". The code counts a task's slots up to 10,000
+/// (src/tasks/missed.rs STEPS_MAX) and a fetch's up to 60,000
+/// (FETCH_STEPS_MAX): a per-second `skip` task 15,000 slots behind is
+/// counted as 10,000 (`runs_skipped` and the log say 10,000, "counted up to
+/// 10000 slots"), where the docs promise an exact count. Fix: the docs'
+/// numbers, or the constants.
+#[test]
+fn review_whole15_the_documented_per_task_step_bound_is_not_the_code_s() {
+    let db = fresh_db("review_whole15_step_bound");
+    let mut c = connect(&db);
+    c.batch_execute(
+        "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, missed_runs, missed_runs_grace, next_run_at)
+         VALUES ('tick', 'tick', 'every 1 seconds', 'skip', '0', date_trunc('second', now()) - interval '15000 seconds')",
+    )
+    .expect("a per-second 'skip' task 15,000 slots behind");
+    c.query(FETCH, &[&"w"]).expect("a fetch skips its missed slots");
+    let skipped: i64 = c
+        .query_one("SELECT runs_skipped FROM distlock.scheduled_tasks", &[])
+        .expect("runs_skipped")
+        .get(0);
+    let message = scalar(
+        &mut c,
+        "SELECT error_message FROM distlock.task_execution_log WHERE status = 'skipped' ORDER BY id DESC LIMIT 1",
+    );
+    assert!(
+        skipped >= 15_000,
+        "15,000 slots, under the documented 20,000 per task, are counted one by one: runs_skipped {skipped}, \
+         message {message:?}"
+    );
+}
+
+/// next_task_wait leaves out every task whose `current_token` is set and
+/// that has no lease (sql/queries/next_task_wait.sql, `unclaimed`: "one a
+/// session claim holds is left out: it comes due again when the claim ends
+/// (or the sweep ends it)"). But a session claim whose holder died has
+/// ended: its lock went with the backend, and the next fetch claims the
+/// task at once (sql/queries/claim_task.sql does not look at
+/// `current_token`; src/tasks/claim.rs takes the free lock). Until a sweep
+/// runs, next_task_wait answers the wait of some later task (here an hour)
+/// or NULL, so an idle TaskWorker sleeps its whole poll interval while a
+/// dead worker's task is due and claimable. (review_missed3 fixed the same
+/// for an expired lease.) Fix: count a session-claimed task whose lock is
+/// free (no live holder in task_lock_holders) as unclaimed.
+#[test]
+fn review_whole15_next_task_wait_misses_a_dead_session_holder_s_task() {
+    let db = fresh_db("review_whole15_wait_dead_session");
+    let mut c = connect(&db);
+    c.batch_execute(
+        "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at)
+         VALUES ('a', 'a', '0 0 * * *', now() - interval '1 minute'),
+                ('b', 'b', '0 0 * * *', now() + interval '1 hour')",
+    )
+    .expect("a task due now, another in an hour");
+    {
+        let mut dead = connect(&db);
+        let claimed = dead.query(FETCH, &[&"dead"]).expect("a worker claims 'a' in session mode");
+        assert_eq!(claimed.len(), 1);
+    } // its connection closes: the holder is gone, its lock with it.
+    eventually("the dead worker's backend ends", std::time::Duration::from_secs(10), || {
+        count(&mut c, "SELECT 1 FROM distlock.task_lock_holders") == 0
+    });
+    let wait = scalar(&mut c, "SELECT distlock.next_task_wait()::text");
+    let claimable = count(&mut c, "SELECT 1 FROM distlock.worker_fetch_and_execute_task('w') WHERE acquired");
+    assert_eq!(claimable, 1, "a fetch claims the dead worker's task at once");
+    assert_eq!(
+        wait.as_deref(),
+        Some("00:00:00"),
+        "next_task_wait says a task may be claimed now, not {wait:?}"
+    );
+}
