@@ -119,3 +119,45 @@ fn review_whole15_next_task_wait_misses_a_dead_session_holder_s_task() {
         "next_task_wait says a task may be claimed now, not {wait:?}"
     );
 }
+
+/// A task in a retry chain when the database is updated from 0.3.0 (or
+/// when an admin switches a task from `once` to `all` mid-chain) has
+/// `consecutive_failures > 0` and no `retry_slot` (the update adds it NULL;
+/// under `once` nothing sets it). An admin then sets `missed_runs = 'all'`,
+/// as docs/tasks.md suggests for a backfill. The retry's release takes
+/// `f.scheduled_for`, the retry time, as the slot served
+/// (sql/queries/finish_claim.sql: `retry_slot IS NOT NULL` is required for
+/// the chain's slot, and the fallback is the run's own `scheduled_for`), so
+/// the next slot is the first after the retry, and every slot between the
+/// failed first attempt's (3 hours back) and now is dropped: neither run
+/// nor logged `skipped`, against "each missed slot runs as its own claim"
+/// and "the retries of a failed run serve its slot". Fix: with
+/// consecutive_failures > 0 and no retry_slot, take the chain's slot from
+/// its first attempt's log row (attempt 1), or have the update and the
+/// trigger's switch to `all` fill retry_slot.
+#[test]
+fn review_whole15_all_after_the_update_drops_the_slots_of_a_0_3_0_retry_chain() {
+    let mut c = fresh_db_at_version("review_whole15_upgrade_chain", "0.3.0");
+    let task_id: i32 = c
+        .query_one(
+            "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at, retry_delay)
+             VALUES ('etl', 'etl', '0 * * * *', date_trunc('hour', now()) - interval '3 hours', '1 second') RETURNING id",
+            &[],
+        )
+        .expect("an hourly task, its slot 3 hours back")
+        .get(0);
+    c.query_one(FETCH, &[&"w"]).expect("its slot is claimed under 0.3.0");
+    c.execute("SELECT distlock.release_task_lock($1, 'w', 'failed', 'boom')", &[&task_id]).expect("and fails");
+    c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("the update");
+    c.batch_execute("UPDATE distlock.scheduled_tasks SET missed_runs = 'all'").expect("a backfill from now on");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    c.query_one(FETCH, &[&"w"]).expect("the retry is claimed");
+    c.execute("SELECT distlock.release_task_lock($1, 'w', 'completed')", &[&task_id]).expect("and completes");
+    let next = scalar(&mut c, "SELECT next_run_at::text FROM distlock.scheduled_tasks");
+    let expected = scalar(&mut c, "SELECT (date_trunc('hour', now()) - interval '2 hours')::text");
+    let skipped = count(&mut c, "SELECT 1 FROM distlock.task_execution_log WHERE status = 'skipped'");
+    assert_eq!(
+        next, expected,
+        "the slot after the chain's (3 hours back) is next; the slots since are dropped ({skipped} logged skipped)"
+    );
+}
