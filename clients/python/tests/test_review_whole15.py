@@ -67,3 +67,22 @@ def test_review_whole15_a_task_due_during_an_empty_plain_fetch_waits_the_whole_p
         worker.stop()
         thread.join(timeout=30)
         admin.close()
+
+
+@pytest.mark.parametrize("grace", [float("nan"), float("inf"), 1e18, "10 minutes"])
+def test_review_whole15_define_task_raises_a_bare_python_error_for_a_bad_grace(db: Db, grace: object) -> None:
+    """Admin.define_task checks each argument and raises InvalidArgument
+    (its docstring: "InvalidArgument for a value the server refuses"), but
+    passes `missed_runs_grace` unchecked to keeper.interval
+    (clients/python/src/pg_distlock/_core/admin.py `_define_task_op`), which
+    is `timedelta(seconds=value)`: NaN raises ValueError, infinity and 1e18
+    OverflowError, a string TypeError, none of them the library's errors,
+    unlike every other duration the library takes (keeper.non_negative).
+    Fix: `non_negative(missed_runs_grace, "missed_runs_grace")` first."""
+    admin = pg_distlock.Admin(db.dsn)
+    try:
+        with pytest.raises(pg_distlock.InvalidArgument):
+            admin.define_task("report", "report", "@hourly", missed_runs="skip",
+                              missed_runs_grace=grace)  # type: ignore[arg-type]
+    finally:
+        admin.close()
