@@ -161,3 +161,46 @@ fn review_whole15_all_after_the_update_drops_the_slots_of_a_0_3_0_retry_chain() 
         "the slot after the chain's (3 hours back) is next; the slots since are dropped ({skipped} logged skipped)"
     );
 }
+
+/// Under `all`, the release schedules the slot after the one the run
+/// served, `f.scheduled_for` (sql/queries/finish_claim.sql), which is the
+/// task's `next_run_at` when it was claimed. The `-infinity` case was fixed
+/// (review_missed: a slot before year 1 is "no slot of the schedule"), but
+/// not `infinity`: a task an admin parked with `next_run_at = 'infinity'`
+/// and then ran by hand (try_acquire_task_lock claims whatever the slot)
+/// cannot be released: cron_next raises 22008 for an infinite start, on
+/// every try. With `max_retries = 0` and a timeout, the sweep's
+/// `timed_out` takes the same branch, and check_and_recover_timeout_tasks,
+/// which ends every task's overdue claims in one transaction, fails on it
+/// each time: no claim in the database is recovered, no job lease reaped.
+/// Under `once` both work (from the run's end). Fix: treat a slot past
+/// cron_next's range like one before year 1 (from the run's end).
+#[test]
+fn review_whole15_all_a_run_for_infinity_cannot_be_released_and_stops_the_sweep() {
+    let db = fresh_db("review_whole15_all_infinity");
+    let mut c = connect(&db);
+    let task_id: i32 = c
+        .query_one(
+            "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, missed_runs, next_run_at,
+                                                   max_retries, timeout)
+             VALUES ('parked', 'etl', '0 * * * *', 'all', 'infinity', 0, '1 second') RETURNING id",
+            &[],
+        )
+        .expect("an 'all' task parked at infinity")
+        .get(0);
+    let mut holder = connect(&db);
+    let claimed: bool = holder
+        .query_one("SELECT distlock.try_acquire_task_lock($1, 'w')", &[&task_id])
+        .expect("run by hand")
+        .get(0);
+    assert!(claimed);
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let swept = c.batch_execute("SELECT * FROM distlock.check_and_recover_timeout_tasks()");
+    let released = holder.batch_execute(&format!("SELECT distlock.release_task_lock({task_id}, 'w', 'completed')"));
+    assert!(
+        swept.is_ok() && released.is_ok(),
+        "the sweep ends the overdue claim ({:?}); a release is accepted or refused, never an error ({:?})",
+        swept.map_err(described),
+        released.map_err(described)
+    );
+}
