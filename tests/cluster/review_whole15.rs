@@ -204,3 +204,37 @@ fn review_whole15_all_a_run_for_infinity_cannot_be_released_and_stops_the_sweep(
         released.map_err(described)
     );
 }
+
+/// try_acquire_task_lock "claims a task now whatever its slot" (docs/tasks.md,
+/// "Missed runs": `skip` and `all` do not apply to it). But the claim logs
+/// the task's *next* slot, still in the future, as its `scheduled_for`
+/// (sql/queries/claim_task.sql), and under `all` the release schedules the
+/// slot after the one the run served (sql/queries/finish_claim.sql): an
+/// operator who runs a daily task by hand at 09:00 silently drops the next
+/// midnight run (no run, no `skipped` row) and the task next runs a day
+/// later. Under `once` the midnight run stays. Fix: a run that starts
+/// before its `scheduled_for` serves no slot of the schedule (schedule from
+/// the run's end, or from the start of the run), or log the claim's
+/// scheduled_for as the time it was claimed for.
+#[test]
+fn review_whole15_all_a_run_by_hand_before_its_slot_drops_that_slot() {
+    let db = fresh_db("review_whole15_all_early_run");
+    let mut c = connect(&db);
+    let task_id: i32 = c
+        .query_one(
+            "INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, missed_runs)
+             VALUES ('nightly', 'etl', '0 0 * * *', 'all') RETURNING id",
+            &[],
+        )
+        .expect("a daily 'all' task")
+        .get(0);
+    let slot = scalar(&mut c, "SELECT next_run_at::text FROM distlock.scheduled_tasks");
+    let claimed: bool = c
+        .query_one("SELECT distlock.try_acquire_task_lock($1, 'w')", &[&task_id])
+        .expect("run by hand")
+        .get(0);
+    assert!(claimed);
+    c.execute("SELECT distlock.release_task_lock($1, 'w', 'completed')", &[&task_id]).expect("and completed");
+    let next = scalar(&mut c, "SELECT next_run_at::text FROM distlock.scheduled_tasks");
+    assert_eq!(next, slot, "the next midnight still runs after a run by hand");
+}
