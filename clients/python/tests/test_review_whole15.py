@@ -86,3 +86,42 @@ def test_review_whole15_define_task_raises_a_bare_python_error_for_a_bad_grace(d
                               missed_runs_grace=grace)  # type: ignore[arg-type]
     finally:
         admin.close()
+
+
+def test_review_whole15_a_task_parked_at_infinity_stops_every_idle_worker(db: Db) -> None:
+    """next_task_wait computes `next_run_at - clock_timestamp()` for the
+    earliest unclaimed task in scope (sql/queries/next_task_wait.sql), and
+    PostgreSQL raises "cannot subtract infinite timestamps" (22008) when
+    that is `infinity`: a task an admin parked with next_run_at =
+    'infinity' (as review_missed's tests and docs treat `-infinity`, a
+    value the column takes) while no other task is scheduled. Every idle
+    TaskWorker in scope then gets the error from `_idle_pause` (clients/
+    python/src/pg_distlock/_core/tasks.py; only PermissionDenied is caught)
+    after each empty fetch, and a task defined later is not run. Fix: in
+    SQL, leave out infinite next_run_at (or answer NULL for it); in the
+    worker, poll on any error of next_task_wait."""
+    db.value("INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at)"
+             " VALUES ('parked', 'test', '0 0 * * *', 'infinity') RETURNING id")
+    worker = pg_distlock.TaskWorker(db.dsn, lambda claim: None, worker_id="w1", poll_interval=0.5, max_tasks=1)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:  # noqa: BLE001 - what the worker raised
+            failure.append(exc)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.5)
+        later = db.value("INSERT INTO distlock.scheduled_tasks (task_name, task_type, schedule_cron, next_run_at)"
+                         " VALUES ('later', 'test', '0 0 * * *', now()) RETURNING id")
+        deadline = time.monotonic() + 8
+        ran = None
+        while time.monotonic() < deadline and ran is None:
+            ran = db.value("SELECT 1 FROM distlock.task_execution_log WHERE task_id = %s LIMIT 1", later)
+            time.sleep(0.1)
+        assert ran is not None and not failure, f"the task defined later runs; the worker raised {failure!r}"
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
