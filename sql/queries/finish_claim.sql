@@ -36,7 +36,7 @@ finished AS (
        -- than scanning the running-claims index, which fills with dead
        -- entries between vacuums.
        AND l.completed_at IS NULL
- RETURNING l.task_id, l.fencing_token, l.scheduled_for
+ RETURNING l.task_id, l.fencing_token, l.scheduled_for, l.started_at
 ),
 task AS (
     UPDATE distlock.scheduled_tasks t
@@ -75,9 +75,7 @@ task AS (
                           -- run's end.
                           ELSE distlock.cron_next(
                               t.schedule_cron,
-                              CASE WHEN t.missed_runs OPERATOR(pg_catalog.<>) 'all' OR s.served IS NULL
-                                        OR s.served OPERATOR(pg_catalog.<) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
-                                   THEN r.at ELSE s.served END,
+                              COALESCE(s.served, r.at),
                               COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
                       END,
                       CASE
@@ -87,18 +85,44 @@ task AS (
                                AND t.missed_runs OPERATOR(pg_catalog.=) 'all' AND t.schedule_cron IS NOT NULL
                               THEN s.served
                       END
-                 -- The slot this run served: a retry (its due time no slot of
-                 -- the schedule) serves its chain's, kept in retry_slot; a run
-                 -- of a slot, one the admin set or a new schedule made
-                 -- mid-chain included, serves its own.
-                 FROM (SELECT CASE WHEN t.consecutive_failures OPERATOR(pg_catalog.>) 0 AND t.retry_slot IS NOT NULL
-                                        AND f.scheduled_for OPERATOR(pg_catalog.>=) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
-                                        AND distlock.cron_next(
+                 -- The slot this run served under 'all' (NULL: none; the next is
+                 -- then the first after the run ended): its own due time when
+                 -- that is a slot of the schedule as it is now and the run did
+                 -- not start before it; for a retry, the slot its chain serves
+                 -- (retry_slot, or for a chain begun before 0.4.0 or under
+                 -- another policy, its first attempt's in the log), when that
+                 -- is such a slot. A slot of a schedule changed meanwhile, a
+                 -- run by hand ahead of its slot, and a due time out of
+                 -- cron_next's range serve none.
+                 -- A next_run_at changed while the run ran (a new schedule, an
+                 -- admin's) is the slot the run's own gave way to: none served.
+                 FROM (SELECT CASE WHEN t.missed_runs OPERATOR(pg_catalog.=) 'all' AND t.schedule_cron IS NOT NULL
+                                        AND t.next_run_at OPERATOR(pg_catalog.=) f.scheduled_for THEN
+                          (SELECT c.slot
+                             FROM (VALUES (1, CASE WHEN f.scheduled_for OPERATOR(pg_catalog.<=) f.started_at
+                                                   THEN f.scheduled_for END),
+                                          (2, CASE WHEN t.consecutive_failures OPERATOR(pg_catalog.>) 0 THEN
+                                                  COALESCE(t.retry_slot,
+                                                           (SELECT o.scheduled_for
+                                                              FROM distlock.task_execution_log o
+                                                             WHERE o.task_id OPERATOR(pg_catalog.=) f.task_id
+                                                               AND o.attempt OPERATOR(pg_catalog.=) 1
+                                                               AND o.status OPERATOR(pg_catalog.<>) 'skipped'
+                                                             ORDER BY o.id DESC
+                                                             LIMIT 1))
+                                              END)) AS c (rank, slot)
+                            WHERE CASE WHEN c.slot OPERATOR(pg_catalog.>=) '0001-01-03 00:00:00+00'::pg_catalog.timestamptz
+                                            AND c.slot OPERATOR(pg_catalog.<) '100000-01-01 00:00:00+00'::pg_catalog.timestamptz
+                                       THEN distlock.cron_next(
                                                 t.schedule_cron,
-                                                f.scheduled_for OPERATOR(pg_catalog.-) interval '1 microsecond',
+                                                c.slot OPERATOR(pg_catalog.-) interval '1 microsecond',
                                                 COALESCE(t.schedule_timezone, pg_catalog.current_setting('distlock.timezone')))
-                                            OPERATOR(pg_catalog.<>) f.scheduled_for
-                                   THEN t.retry_slot ELSE f.scheduled_for END AS served) s),
+                                            OPERATOR(pg_catalog.=) c.slot
+                                       ELSE false
+                                  END
+                            ORDER BY c.rank
+                            LIMIT 1)
+                       END AS served) s),
            runs_completed = t.runs_completed OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'completed')::int,
            runs_failed    = t.runs_failed    OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'failed')::int,
            runs_timed_out = t.runs_timed_out OPERATOR(pg_catalog.+) ($2 OPERATOR(pg_catalog.=) 'timed_out')::int,

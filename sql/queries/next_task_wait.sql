@@ -4,12 +4,13 @@
 -- once one may, NULL when none has a next run. By this statement's clock.
 -- A task no claim runs may be claimed at its next_run_at; one a lease-mode
 -- claim holds, once that lease runs out (a dead worker's task comes due so);
--- one a session claim holds is left out: it comes due again when the claim
--- ends (or the sweep ends it), and an idle worker told "due now" for it
--- would poll without pause. The scope is applied here, so the answer tells
--- nothing of tasks outside it.
+-- one a session claim holds, at once if no backend holds its lock any more
+-- (its worker died: a fetch takes it over), else it is left out: it comes
+-- due again when the claim ends, and an idle worker told "due now" for it
+-- would poll without pause. A task parked at 'infinity' is never due. The
+-- scope is applied here, so the answer tells nothing of tasks outside it.
 WITH in_scope AS NOT MATERIALIZED (
-    SELECT t.next_run_at, t.current_token, t.lease_expires_at
+    SELECT t.id, t.next_run_at, t.current_token, t.lease_expires_at
       FROM distlock.scheduled_tasks t
      WHERE t.is_enabled
        AND ($1::pg_catalog.text[] IS NULL
@@ -21,7 +22,7 @@ unclaimed AS (
     SELECT s.next_run_at AS at
       FROM in_scope s
      WHERE s.current_token IS NULL
-       AND s.next_run_at IS NOT NULL
+       AND s.next_run_at OPERATOR(pg_catalog.<) 'infinity'::pg_catalog.timestamptz
      ORDER BY s.next_run_at
      LIMIT 1
 ),
@@ -33,8 +34,20 @@ leased AS (
      WHERE s.next_run_at OPERATOR(pg_catalog.<=) pg_catalog.now()
        AND s.current_token IS NOT NULL
        AND s.lease_expires_at IS NOT NULL
+),
+orphaned AS (
+    -- Due, held by a session claim whose backend holds the task's lock no
+    -- more (task_lock_holders reads pg_locks once).
+    SELECT pg_catalog.min(s.next_run_at) AS at
+      FROM in_scope s
+     WHERE s.next_run_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+       AND s.current_token IS NOT NULL
+       AND s.lease_expires_at IS NULL
+       AND NOT EXISTS (SELECT FROM distlock.task_lock_holders h WHERE h.task_id OPERATOR(pg_catalog.=) s.id)
 )
-SELECT CASE WHEN x.at IS NOT NULL
-            THEN GREATEST(x.at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(), interval '0')
+SELECT CASE WHEN x.at IS NULL THEN NULL
+            WHEN x.at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN interval '0'
+            ELSE x.at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()
        END
-  FROM (SELECT LEAST((SELECT u.at FROM unclaimed u), (SELECT l.at FROM leased l)) AS at OFFSET 0) x
+  FROM (SELECT LEAST((SELECT u.at FROM unclaimed u), (SELECT l.at FROM leased l), (SELECT o.at FROM orphaned o)) AS at
+        OFFSET 0) x

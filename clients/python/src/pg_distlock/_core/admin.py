@@ -10,7 +10,7 @@ from typing import Literal, Sequence, TypeVar
 from . import effects as fx
 from .base import Bound
 from ..errors import InvalidArgument
-from .keeper import Seconds, interval
+from .keeper import Seconds, interval, non_negative
 
 S = TypeVar("S")
 
@@ -84,7 +84,10 @@ class AdminLogic(Bound[S]):
                 raise InvalidArgument(f"{what} must be a str, got {value!r}")
         if missed_runs_max is not None and (isinstance(missed_runs_max, bool) or not isinstance(missed_runs_max, int)):
             raise InvalidArgument(f"missed_runs_max must be an int or None, got {missed_runs_max!r}")
-        grace = None if missed_runs_grace is None else interval(missed_runs_grace)
+        try:
+            grace = None if missed_runs_grace is None else interval(non_negative(missed_runs_grace, "missed_runs_grace"))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidArgument(f"missed_runs_grace must be a number of seconds or a timedelta, got {missed_runs_grace!r}") from exc
         row = yield from fx.first(
             DEFINE_TASK_SQL,
             # A new task is enabled unless told; a redefinition keeps an

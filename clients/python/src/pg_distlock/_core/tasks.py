@@ -18,7 +18,7 @@ from . import telemetry
 from .base import Bound
 from .keeper import Keeper, Lost, LostCallback, Seconds, interval, non_negative, positive
 from .loop import Loop, Worker, WorkerStats, default_worker_id, error_text
-from ..errors import LeaseLost, PermissionDenied, Unavailable
+from ..errors import Cancelled, DistlockError, LeaseLost, PermissionDenied, Unavailable
 
 log = telemetry.logger("task_worker")
 
@@ -108,6 +108,8 @@ class TaskWorkerLogic(Bound[S], Worker):
         """How long to sleep after the last fetch found nothing."""
         self._wait_refused = False
         """Whether the server refused this role next_task_wait."""
+        self._looked_again = False
+        """Whether the last fetch was the look again after "due now"."""
 
     def _run_op(self) -> fx.Gen[WorkerStats]:
         return (yield from self._loop.run(
@@ -125,15 +127,18 @@ class TaskWorkerLogic(Bound[S], Worker):
         mode = yield from self._mode(session)
         claim = yield from self._claim(session, mode)
         if claim is not None:
+            self._looked_again = False
             return [claim]
         self._pause = yield from self._idle_pause(session)
         return []
 
     def _idle_pause(self, session: fx.Session) -> fx.Gen[float]:
         """After finding nothing: until the next task this worker may claim is
-        due (a server that tells, 0.4.0), never longer than poll_interval; a
-        task due now that it could not take (another worker's, in flight)
-        waits the whole poll_interval rather than poll without pause."""
+        due (a server that tells, 0.4.0), never longer than poll_interval. Told
+        one is due now, it looks once more at once (the fetch judged by its
+        statement's start: a task may have come due while it ran); told so
+        again, the task is one it cannot take (another worker's, in flight),
+        and it waits the whole poll_interval rather than poll without pause."""
         found = yield fx.Detect(session)
         if not found.next_task_wait or self._wait_refused:
             return self.poll_interval
@@ -144,9 +149,19 @@ class TaskWorkerLogic(Bound[S], Worker):
             # update grants next_task_wait to capabilities only): poll.
             self._wait_refused = True
             return self.poll_interval
-        if wait is None or wait <= 0:
+        except (Unavailable, Cancelled):
+            raise
+        except DistlockError as exc:
+            # Whatever the server says, an idle worker polls on rather than end.
+            log.warning("pg_distlock: next_task_wait failed (%s); polling", exc)
             return self.poll_interval
-        return min(float(wait), self.poll_interval)
+        if wait is None or wait > 0:
+            self._looked_again = False
+            return self.poll_interval if wait is None else min(float(wait), self.poll_interval)
+        if not self._looked_again:
+            self._looked_again = True
+            return 0.0
+        return self.poll_interval
 
     def _mode(self, session: fx.Session) -> fx.Gen[str]:
         if self.mode != "auto":
