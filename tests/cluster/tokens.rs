@@ -6,6 +6,9 @@
 //! it holds (the bigserial `seq` is drawn during the hold): ordering by
 //! `seq` orders the grants in time, and the tokens must rise in that order.
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -13,27 +16,45 @@ use crate::support::*;
 
 const CONTENDERS: usize = 16;
 
-/// Runs CONTENDERS connections for `run_for`; each loops: `acquire` (its
-/// first column is the token, NULL when not granted), record, `release`.
-/// `$me` in the statements is the contender's name.
+/// Runs CONTENDERS connections for at least `run_for`; each loops:
+/// `acquire` (its first column is the token, NULL when not granted), record,
+/// `release`. `$me` in the statements is the contender's name. A slow or busy
+/// machine grants less in `run_for`, so the race goes on (up to a minute)
+/// until it has the grants `assert_tokens_rise` needs to mean something.
 fn race(db: &str, run_for: Duration, acquire: &'static str, release: &'static str) {
     connect(db)
         .batch_execute("CREATE TABLE grants (seq bigserial PRIMARY KEY, holder text, token bigint)")
         .expect("grants table");
-    let until = Instant::now() + run_for;
+    let started = Instant::now();
+    let at_least_until = started + run_for;
+    let at_most_until = started + Duration::from_secs(60);
+    let grants = Arc::new(AtomicUsize::new(0));
+    let holders = Arc::new(Mutex::new(HashSet::new()));
     let contenders: Vec<_> = (0..CONTENDERS)
         .map(|i| {
             let db = db.to_string();
+            let grants = Arc::clone(&grants);
+            let holders = Arc::clone(&holders);
             thread::spawn(move || {
                 let me = format!("contender-{i}");
                 let mut c = connect_to(primary_port(), &db, &me);
-                while Instant::now() < until {
+                let enough = || {
+                    grants.load(Ordering::SeqCst) >= 2 * ENOUGH_GRANTS as usize
+                        && holders.lock().expect("holders").len() >= ENOUGH_HOLDERS
+                };
+                loop {
+                    let now = Instant::now();
+                    if now >= at_most_until || (now >= at_least_until && enough()) {
+                        break;
+                    }
                     let Some(token) = scalar(&mut c, &acquire.replace("$me", &me)) else {
                         continue;
                     };
                     c.batch_execute(&format!("INSERT INTO grants (holder, token) VALUES ('{me}', {token})"))
                         .expect("record the grant");
                     c.batch_execute(&release.replace("$me", &me).replace("$token", &token)).expect("release");
+                    grants.fetch_add(1, Ordering::SeqCst);
+                    holders.lock().expect("holders").insert(i);
                 }
             })
         })
@@ -43,11 +64,14 @@ fn race(db: &str, run_for: Duration, acquire: &'static str, release: &'static st
     }
 }
 
+const ENOUGH_GRANTS: i64 = 100;
+const ENOUGH_HOLDERS: usize = 4;
+
 fn assert_tokens_rise(db: &str) {
     let mut c = connect(db);
     let grants = count(&mut c, "SELECT 1 FROM grants");
     let holders = count(&mut c, "SELECT DISTINCT holder FROM grants");
-    assert!(grants >= 100 && holders >= 4, "enough contended grants to mean something ({grants} by {holders})");
+    assert!(grants >= ENOUGH_GRANTS && holders >= ENOUGH_HOLDERS as i64, "enough contended grants to mean something ({grants} by {holders})");
     let backwards = scalar(
         &mut c,
         "SELECT string_agg(format('%s then %s', prev, token), ', ') FROM ( \
