@@ -626,12 +626,31 @@ SELECT r.id AS log_id,
 COMMENT ON VIEW distlock.running_tasks IS
     'Running claims, whether their holder (backend, or lease for a lease-mode claim) is alive, whether a lease-mode claim''s backend is still connected, and whether they are past their timeout.';
 
+-- Jobs carry a group within their queue (issue 49, item 1): enqueue_task
+-- and enqueue_tasks take it as p_group, the last parameter, so that every
+-- call of 0.3.0 means what it meant. Added as the last column of both job
+-- tables and of distlock.jobs, as a fresh install has it.
+ALTER TABLE distlock.task_queue ADD COLUMN group_key text;
+ALTER TABLE distlock.completed_jobs ADD COLUMN group_key text;
+CREATE OR REPLACE VIEW distlock.jobs AS
+SELECT id, queue, task_name, payload, status, worker_id, created_at, started_at,
+       completed_at, attempts, max_attempts, run_after, priority, lease_expires_at, last_error,
+       holder_role, producer_role, unique_key, group_key
+  FROM distlock.task_queue
+UNION ALL
+SELECT id, queue, task_name, payload, 'completed'::varchar(20), worker_id, created_at, started_at,
+       completed_at, attempts, max_attempts, run_after, priority, NULL, last_error,
+       holder_role, producer_role, unique_key, group_key
+  FROM distlock.completed_jobs;
+
 -- Consumers learn each claimed job's queue (issue 47, item 6): consume_task,
--- consume_tasks and settle_and_consume_tasks return it as their last column.
--- CREATE OR REPLACE cannot change a result type, and DROP would pull the
--- functions from under the consumers waiting in them right now (their call
+-- consume_tasks and settle_and_consume_tasks return it as their last column;
+-- producers give a job's group (above) to enqueue_task and enqueue_tasks.
+-- CREATE OR REPLACE cannot change a result type (nor add a parameter: that
+-- makes another function, and every call of the old one ambiguous), and DROP
+-- would pull the functions from under the consumers waiting in them right now (their call
 -- fails to build its result row, XX000, review 41) and make this update fail
--- for a view of the user over one of them. So 0.3.0's three are renamed
+-- for a view of the user over one of them. So 0.3.0's five are renamed
 -- (*_0_3_0, bound to 0.3.0's C symbols in src/compat/v0_3_0.rs): a call
 -- running in one ends as it began; the next release drops them. An object
 -- of the user over one (a view, a BEGIN ATOMIC function) stops the update,
@@ -654,11 +673,13 @@ BEGIN
        AND d.refobjid OPERATOR(pg_catalog.=) ANY (ARRAY[
                'distlock.consume_task(text, interval, interval, text[])',
                'distlock.consume_tasks(integer, text, interval, interval, text[])',
-               'distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])'
+               'distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])',
+               'distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text)',
+               'distlock.enqueue_tasks(text, jsonb[], timestamptz, integer, integer, text)'
            ]::pg_catalog.regprocedure[]::pg_catalog.oid[])
        AND d.deptype OPERATOR(pg_catalog.=) 'n';
     IF dependents IS NOT NULL THEN
-        RAISE EXCEPTION 'pg_distlock 0.4.0 adds a queue column to consume_task, consume_tasks and settle_and_consume_tasks, which % depends on', dependents
+        RAISE EXCEPTION 'pg_distlock 0.4.0 adds a queue column to consume_task, consume_tasks and settle_and_consume_tasks and a group parameter to enqueue_task and enqueue_tasks, which % depends on', dependents
             USING ERRCODE = 'dependent_objects_still_exist',
                   HINT = 'Drop it, run ALTER EXTENSION pg_distlock UPDATE, then create it again (docs/upgrading.md).';
     END IF;
@@ -674,6 +695,39 @@ COMMENT ON FUNCTION distlock.consume_tasks_0_3_0(integer, text, interval, interv
     '0.3.0''s consume_tasks (no queue column), kept by the update to 0.4.0 for calls running during it; dropped by the next release.';
 COMMENT ON FUNCTION distlock.settle_and_consume_tasks_0_3_0(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[]) IS
     '0.3.0''s settle_and_consume_tasks (no queue column), kept by the update to 0.4.0 for calls running during it; dropped by the next release.';
+ALTER FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text) RENAME TO enqueue_task_0_3_0;
+ALTER FUNCTION distlock.enqueue_tasks(text, jsonb[], timestamptz, integer, integer, text) RENAME TO enqueue_tasks_0_3_0;
+COMMENT ON FUNCTION distlock.enqueue_task_0_3_0(text, jsonb, timestamptz, integer, integer, text, text) IS
+    '0.3.0''s enqueue_task (no group), kept by the update to 0.4.0 for calls running during it; dropped by the next release.';
+COMMENT ON FUNCTION distlock.enqueue_tasks_0_3_0(text, jsonb[], timestamptz, integer, integer, text) IS
+    '0.3.0''s enqueue_tasks (no group), kept by the update to 0.4.0 for calls running during it; dropped by the next release.';
+
+CREATE FUNCTION distlock.enqueue_task(
+    p_task_name text,
+    p_payload jsonb DEFAULT '{}',
+    p_run_after timestamp with time zone DEFAULT now(),
+    p_priority integer DEFAULT 0,
+    p_max_attempts integer DEFAULT 5,
+    p_queue text DEFAULT 'default',
+    p_unique_key text DEFAULT NULL,
+    p_group text DEFAULT NULL
+) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_task_in_group_wrapper';
+REVOKE ALL ON FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text, text) FROM PUBLIC;
+
+CREATE FUNCTION distlock.enqueue_tasks(
+    p_task_name text,
+    p_payloads jsonb[],
+    p_run_after timestamp with time zone DEFAULT now(),
+    p_priority integer DEFAULT 0,
+    p_max_attempts integer DEFAULT 5,
+    p_queue text DEFAULT 'default',
+    p_group text DEFAULT NULL
+) RETURNS SETOF bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_tasks_in_group_wrapper';
+REVOKE ALL ON FUNCTION distlock.enqueue_tasks(text, jsonb[], timestamptz, integer, integer, text, text) FROM PUBLIC;
 
 CREATE FUNCTION distlock.consume_task(
     p_worker_id text DEFAULT NULL,
@@ -757,7 +811,11 @@ BEGIN
                 ('distlock.consume_tasks_0_3_0(integer, text, interval, interval, text[])',
                  'distlock.consume_tasks(integer, text, interval, interval, text[])'),
                 ('distlock.settle_and_consume_tasks_0_3_0(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])',
-                 'distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])'))
+                 'distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])'),
+                ('distlock.enqueue_task_0_3_0(text, jsonb, timestamptz, integer, integer, text, text)',
+                 'distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text, text)'),
+                ('distlock.enqueue_tasks_0_3_0(text, jsonb[], timestamptz, integer, integer, text)',
+                 'distlock.enqueue_tasks(text, jsonb[], timestamptz, integer, integer, text, text)'))
                AS f(old_name, new_name)
          CROSS JOIN LATERAL pg_catalog.to_regprocedure(f.old_name) o(oid)
          CROSS JOIN LATERAL pg_catalog.to_regprocedure(f.new_name) n(oid)
@@ -880,8 +938,8 @@ SELECT g.privilege, g.object FROM (VALUES
     ('worker',   'EXECUTE', 'FUNCTION distlock.generate_snowflake_id(integer)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.bump_version()'),
     -- The job queue.
-    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text)'),
-    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_tasks(text, jsonb[], timestamptz, integer, integer, text)'),
+    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text, text)'),
+    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_tasks(text, jsonb[], timestamptz, integer, integer, text, text)'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.complete_tasks(bigint[], text, integer[])'),

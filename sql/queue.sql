@@ -34,7 +34,10 @@ CREATE TABLE distlock.task_queue (
     -- Consumers name the queues they take jobs from (consume_task's p_queues).
     queue            text NOT NULL DEFAULT 'default',
     -- At most one unfinished job per (queue, unique_key) (enqueue_task's p_unique_key).
-    unique_key       text
+    unique_key       text,
+    -- The job's group within its queue (enqueue_task's p_group): a name,
+    -- tested against producers' scopes as the job's name and queue are.
+    group_key        text
 );
 
 COMMENT ON TABLE distlock.task_queue IS
@@ -98,7 +101,8 @@ CREATE TABLE distlock.completed_jobs (
     last_error    text,
     holder_role   oid,
     producer_role oid,
-    unique_key    text
+    unique_key    text,
+    group_key     text
 );
 
 COMMENT ON TABLE distlock.completed_jobs IS
@@ -205,12 +209,12 @@ ALTER TABLE distlock.completed_jobs ENABLE ALWAYS TRIGGER forget_truncated_attem
 CREATE VIEW distlock.jobs AS
 SELECT id, queue, task_name, payload, status, worker_id, created_at, started_at,
        completed_at, attempts, max_attempts, run_after, priority, lease_expires_at, last_error,
-       holder_role, producer_role, unique_key
+       holder_role, producer_role, unique_key, group_key
   FROM distlock.task_queue
 UNION ALL
 SELECT id, queue, task_name, payload, 'completed'::varchar(20), worker_id, created_at, started_at,
        completed_at, attempts, max_attempts, run_after, priority, NULL, last_error,
-       holder_role, producer_role, unique_key
+       holder_role, producer_role, unique_key, group_key
   FROM distlock.completed_jobs;
 
 COMMENT ON VIEW distlock.jobs IS

@@ -14,12 +14,12 @@ WITH done AS (
        AND ($4::int IS NULL OR attempts OPERATOR(pg_catalog.=) $4)
        AND $3::boolean IS NULL
     RETURNING id, queue, task_name, payload, worker_id, created_at, started_at, attempts, max_attempts,
-              run_after, priority, last_error, holder_role, producer_role, unique_key
+              run_after, priority, last_error, holder_role, producer_role, unique_key, group_key
 )
 INSERT INTO distlock.completed_jobs (id, queue, task_name, payload, worker_id, created_at, started_at, completed_at,
                                      attempts, max_attempts, run_after, priority, last_error, holder_role,
-                                     producer_role, unique_key)
+                                     producer_role, unique_key, group_key)
 SELECT id, queue, task_name, payload, worker_id, created_at, started_at, pg_catalog.clock_timestamp(),
-       attempts, max_attempts, run_after, priority, last_error, holder_role, producer_role, unique_key
+       attempts, max_attempts, run_after, priority, last_error, holder_role, producer_role, unique_key, group_key
   FROM done
 RETURNING id, holder_role, queue

@@ -15,12 +15,12 @@ WITH done AS (
        AND q.worker_id OPERATOR(pg_catalog.=) $2
        AND (j.attempt IS NULL OR q.attempts OPERATOR(pg_catalog.=) j.attempt)
     RETURNING q.id, q.queue, q.task_name, q.payload, q.worker_id, q.created_at, q.started_at, q.attempts,
-              q.max_attempts, q.run_after, q.priority, q.last_error, q.holder_role, q.producer_role, q.unique_key
+              q.max_attempts, q.run_after, q.priority, q.last_error, q.holder_role, q.producer_role, q.unique_key, group_key
 )
 INSERT INTO distlock.completed_jobs (id, queue, task_name, payload, worker_id, created_at, started_at, completed_at,
                                      attempts, max_attempts, run_after, priority, last_error, holder_role,
-                                     producer_role, unique_key)
+                                     producer_role, unique_key, group_key)
 SELECT id, queue, task_name, payload, worker_id, created_at, started_at, pg_catalog.clock_timestamp(),
-       attempts, max_attempts, run_after, priority, last_error, holder_role, producer_role, unique_key
+       attempts, max_attempts, run_after, priority, last_error, holder_role, producer_role, unique_key, group_key
   FROM done
 RETURNING id, holder_role, queue

@@ -129,7 +129,7 @@ WITH expired AS (
 )
 INSERT INTO distlock.task_queue AS q (id, task_name, payload, status, worker_id, created_at, started_at, completed_at,
                                       attempts, max_attempts, run_after, priority, lease_expires_at, last_error,
-                                      holder_role, producer_role, queue, unique_key)
+                                      holder_role, producer_role, queue, unique_key, group_key)
 SELECT c.id, c.task_name, c.payload,
        CASE WHEN c.dies THEN 'dead' ELSE 'processing' END,
        CASE WHEN c.dies THEN c.worker_id ELSE $2 END,
@@ -155,7 +155,7 @@ SELECT c.id, c.task_name, c.payload,
                  OPERATOR(pg_catalog.||) pg_catalog.substr(c.last_error, pg_catalog.length('lease expired (worker ') OPERATOR(pg_catalog.+) 1)
             ELSE c.last_error END,
        CASE WHEN c.dies THEN c.holder_role ELSE $4 END,
-       c.producer_role, c.queue, c.unique_key
+       c.producer_role, c.queue, c.unique_key, c.group_key
   FROM claimed c
 RETURNING q.id, q.task_name, q.payload, q.attempts, q.max_attempts, q.lease_expires_at, q.priority,
           q.status OPERATOR(pg_catalog.=) 'processing', q.run_after,

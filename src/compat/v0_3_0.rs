@@ -3,9 +3,12 @@
 //! `consume_tasks_from_queues_wrapper` and `settle_and_consume_tasks_wrapper`,
 //! with 0.3.0's result columns (without the job's queue, which 0.4.0 added
 //! as the last column). A C function must return exactly the columns its
-//! SQL declares, so 0.4.0's functions are other symbols.
+//! SQL declares, so 0.4.0's functions are other symbols. Likewise 0.3.0's
+//! `enqueue_task` and `enqueue_tasks` (`enqueue_task_in_queue_wrapper`,
+//! `enqueue_tasks_wrapper`), which take no group: a C function reads the
+//! arguments its SQL passes, and 0.4.0's take one more.
 //!
-//! The update to 0.4.0 renames 0.3.0's three to `*_0_3_0` rather than
+//! The update to 0.4.0 renames 0.3.0's five to `*_0_3_0` rather than
 //! dropping them, so that calls waiting in them when it commits end as they
 //! began (a dropped function's call fails building its result row). Renamed,
 //! they refuse new calls: their grants are whatever the DBA granted on 0.3.0's
@@ -17,8 +20,10 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::errors::{int_in_range, raise_with_hint};
-use crate::queue::{consume, route, settle_and_consume_tasks_with_queue, without_queue, Payload, MAX_BATCH};
-use crate::text::{Text, TextArray};
+use crate::queue::{
+    consume, enqueue, enqueue_many, route, settle_and_consume_tasks_with_queue, without_queue, Payload, Payloads, MAX_BATCH,
+};
+use crate::text::{self, Text, TextArray};
 
 /// Refuses a new call of one of these symbols through its renamed function.
 fn refuse_if_renamed(fcinfo: pg_sys::FunctionCallInfo) {
@@ -35,9 +40,46 @@ fn refuse_if_renamed(fcinfo: pg_sys::FunctionCallInfo) {
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!("distlock.{name} is 0.3.0's {current}, kept by the update to 0.4.0 only for calls running when it committed"),
-            &format!("Call distlock.{current}, which returns each job's queue as its last column."),
+            &format!("Call distlock.{current}, 0.4.0's {}.", if current.starts_with("enqueue") {
+                "function of that name, which also takes a group"
+            } else {
+                "function of that name, which returns each job's queue as its last column"
+            }),
         );
     }
+}
+
+#[pg_extern(sql = false)]
+#[allow(clippy::too_many_arguments)]
+fn enqueue_task_in_queue(
+    p_task_name: Option<Text>,
+    p_payload: Option<Payload>,
+    p_run_after: Option<TimestampWithTimeZone>,
+    p_priority: Option<i32>,
+    p_max_attempts: Option<i32>,
+    p_queue: Option<Text>,
+    p_unique_key: Option<Text>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> i64 {
+    refuse_if_renamed(fcinfo);
+    let queue = text::name(p_queue, "p_queue");
+    let unique_key = p_unique_key.map(|key| text::checked_name(key, "p_unique_key"));
+    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue, unique_key, None)
+}
+
+#[pg_extern(sql = false)]
+fn enqueue_tasks(
+    p_task_name: Option<Text>,
+    p_payloads: Option<Payloads>,
+    p_run_after: Option<TimestampWithTimeZone>,
+    p_priority: Option<i32>,
+    p_max_attempts: Option<i32>,
+    p_queue: Option<Text>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> SetOfIterator<'static, i64> {
+    refuse_if_renamed(fcinfo);
+    let queue = text::name(p_queue, "p_queue");
+    enqueue_many(p_task_name, p_payloads, p_run_after, p_priority, p_max_attempts, queue, None)
 }
 
 #[pg_extern(sql = false)]

@@ -9,11 +9,13 @@ use crate::errors::{raise, required, OrRaise};
 use pgrx::datum::DatumWithOid;
 use crate::plans::{first_value, plan, types};
 
-/// Queues a job in queue `p_queue`; returns its id. With `p_unique_key`,
-/// when the queue already has an unfinished (pending, failed or processing)
-/// job with that key, queues nothing and returns that job's id.
+/// Queues a job in queue `p_queue`, in group `p_group` when given; returns
+/// its id. With `p_unique_key`, when the queue already has an unfinished
+/// (pending, failed or processing) job with that key, queues nothing and
+/// returns that job's id.
 #[pg_extern(name = "enqueue_task")]
-fn enqueue_task_in_queue(
+#[allow(clippy::too_many_arguments)]
+fn enqueue_task_in_group(
     p_task_name: Option<Text>,
     p_payload: default!(Option<Payload>, "'{}'"),
     p_run_after: default!(Option<TimestampWithTimeZone>, "now()"),
@@ -21,28 +23,46 @@ fn enqueue_task_in_queue(
     p_max_attempts: default!(Option<i32>, 5),
     p_queue: default!(Option<Text>, "'default'"),
     p_unique_key: default!(Option<Text>, "NULL"),
+    p_group: default!(Option<Text>, "NULL"),
 ) -> i64 {
     let queue = text::name(p_queue, "p_queue");
     // Names' limit of 1000 bytes keeps (queue, key) within a btree entry.
     let unique_key = p_unique_key.map(|key| text::checked_name(key, "p_unique_key"));
-    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue, unique_key)
+    let group = p_group.map(|group| text::checked_name(group, "p_group"));
+    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue, unique_key, group)
 }
 
-/// Queues one job of `p_task_name` in queue `p_queue` per element of
-/// `p_payloads`, in one statement; returns their ids in the array's order.
-/// Without unique keys (enqueue_task takes one).
+/// Queues one job of `p_task_name` in queue `p_queue` (and group `p_group`
+/// when given) per element of `p_payloads`, in one statement; returns their
+/// ids in the array's order. Without unique keys (enqueue_task takes one).
 #[pg_extern(name = "enqueue_tasks")]
-fn enqueue_tasks(
+fn enqueue_tasks_in_group(
     p_task_name: Option<Text>,
     p_payloads: Option<Payloads>,
     p_run_after: default!(Option<TimestampWithTimeZone>, "now()"),
     p_priority: default!(Option<i32>, 0),
     p_max_attempts: default!(Option<i32>, 5),
     p_queue: default!(Option<Text>, "'default'"),
+    p_group: default!(Option<Text>, "NULL"),
+) -> SetOfIterator<'static, i64> {
+    let queue = text::name(p_queue, "p_queue");
+    let group = p_group.map(|group| text::checked_name(group, "p_group"));
+    enqueue_many(p_task_name, p_payloads, p_run_after, p_priority, p_max_attempts, queue, group)
+}
+
+/// `enqueue_tasks` of every release since 0.3.0: `group` only on 0.4.0's
+/// tables (0.3.0's function has no `p_group`).
+pub(crate) fn enqueue_many(
+    p_task_name: Option<Text>,
+    p_payloads: Option<Payloads>,
+    p_run_after: Option<TimestampWithTimeZone>,
+    p_priority: Option<i32>,
+    p_max_attempts: Option<i32>,
+    queue: Text,
+    group: Option<Text>,
 ) -> SetOfIterator<'static, i64> {
     let (job, payloads) = NewJob::checked(p_task_name, p_payloads, "p_payloads", p_run_after, p_priority, p_max_attempts);
-    let queue = text::name(p_queue, "p_queue");
-    job.may_produce(&queue);
+    job.may_produce(&queue, group.as_ref());
     let ids = crate::access::connect_mut(|client| {
         if payloads.contains_nulls() {
             let stmt = plan(client, include_str!("../../sql/queries/payloads_first_null.sql"), &[types::JSONB_ARRAY]);
@@ -52,9 +72,17 @@ fn enqueue_tasks(
                 format!("p_payloads must not hold NULL, got one at position {}", at.unwrap_or_default()),
             );
         }
-        let stmt = plan(client, include_str!("../../sql/queries/queue_enqueue_many.sql"), &NewJob::types(types::JSONB_ARRAY));
+        let mut arg_types = NewJob::types(types::JSONB_ARRAY).to_vec();
+        let mut values = job.args(payloads.into(), &queue);
+        let stmt = if grouped(&group) {
+            arg_types.push(types::TEXT);
+            values.push(group.as_ref().into());
+            plan(client, include_str!("../../sql/queries/queue_enqueue_many.sql"), &arg_types)
+        } else {
+            plan(client, include_str!("../../sql/queries/queue_enqueue_many_0_3_0.sql"), &arg_types)
+        };
         client
-            .update(&*stmt, None, &job.args(payloads.into(), &queue))
+            .update(&*stmt, None, &values)
             .and_then(|rows| rows.map(|row| row.get::<i64>(1).map(Option::unwrap_or_default)).collect::<Result<Vec<_>, _>>())
             .or_raise()
     });
@@ -72,25 +100,45 @@ pub(crate) fn enqueue(
     p_max_attempts: Option<i32>,
     queue: Text,
     unique_key: Option<Text>,
+    group: Option<Text>,
 ) -> i64 {
     let (job, payload) = NewJob::checked(p_task_name, p_payload, "p_payload", p_run_after, p_priority, p_max_attempts);
-    job.may_produce(&queue);
+    job.may_produce(&queue, group.as_ref());
     let (id, added) = crate::access::connect_mut(|client| {
         let mut values = job.args(payload.into(), &queue);
-        let mut arg_types = NewJob::types(types::JSONB).to_vec();
-        arg_types.push(types::TEXT);
+        let arg_types = NewJob::types(types::JSONB);
         // producer_role, queue and unique_key came with the same update.
         if !crate::version::has_column(c"task_queue", c"producer_role") {
             let stmt = plan(client, include_str!("../../sql/queries/queue_enqueue_0_2_0.sql"), &arg_types[..5]);
             return (inserted_id(client.update(&*stmt, None, &values[..5])), true);
         }
+        let grouped = grouped(&group);
+        // The statements' arguments after the first seven: the unique key
+        // (when given), then the group (on 0.4.0's tables).
+        let mut more_types = Vec::new();
+        if let Some(key) = &unique_key {
+            more_types.push(types::TEXT);
+            values.push(key.into());
+        }
+        if grouped {
+            more_types.push(types::TEXT);
+            values.push(group.as_ref().into());
+        }
+        let all_types = [&arg_types[..], &more_types[..]].concat();
         let Some(key) = &unique_key else {
-            let stmt = plan(client, include_str!("../../sql/queries/queue_enqueue.sql"), &arg_types[..7]);
+            let sql = match grouped {
+                true => include_str!("../../sql/queries/queue_enqueue.sql"),
+                false => include_str!("../../sql/queries/queue_enqueue_0_3_0.sql"),
+            };
+            let stmt = plan(client, sql, &all_types);
             return (inserted_id(client.update(&*stmt, None, &values)), true);
         };
-        let insert = plan(client, include_str!("../../sql/queries/queue_enqueue_unique.sql"), &arg_types);
+        let sql = match grouped {
+            true => include_str!("../../sql/queries/queue_enqueue_unique.sql"),
+            false => include_str!("../../sql/queries/queue_enqueue_unique_0_3_0.sql"),
+        };
+        let insert = plan(client, sql, &all_types);
         let existing = plan(client, include_str!("../../sql/queries/queue_unique_job.sql"), &[types::TEXT, types::TEXT]);
-        values.push(key.into());
         // The job that held the key may finish between the two statements
         // (each reads what committed before it): then insert again.
         loop {
@@ -146,11 +194,16 @@ impl NewJob {
         super::place::Place { priority: self.priority, run_after: self.run_after.into_inner(), id }
     }
 
-    /// Raises unless the caller's producer scope covers the job's name and
-    /// its queue (a scope names queues as it names jobs: issue 44, item 4).
-    fn may_produce(&self, queue: &Text) {
+    /// Raises unless the caller's producer scope covers the job's name, its
+    /// queue (a scope names queues as it names jobs: issue 44, item 4) and
+    /// its group: a tenant cannot put a job in another tenant's group, where
+    /// it would count against that group's limits or hold its order.
+    fn may_produce(&self, queue: &Text, group: Option<&Text>) {
         crate::scopes::require(crate::scopes::Capability::Producer, "job name", &self.task_name);
         crate::scopes::require(crate::scopes::Capability::Producer, "queue", queue);
+        if let Some(group) = group {
+            crate::scopes::require(crate::scopes::Capability::Producer, "group", group);
+        }
     }
 
     /// A unique key never answers with a job the caller could not see: when
@@ -188,6 +241,14 @@ impl NewJob {
             queue.into(),
         ]
     }
+}
+
+/// Whether the insert names the job's group: on 0.4.0's tables, which have
+/// the column (older ones are served until ALTER EXTENSION UPDATE, and
+/// their functions take no group). A group given where there is no column
+/// takes the grouped statement, which then fails with the hint to update.
+fn grouped(group: &Option<Text>) -> bool {
+    group.is_some() || crate::version::has_column(c"task_queue", c"group_key")
 }
 
 fn inserted_id(inserted: pgrx::spi::SpiResult<pgrx::spi::SpiTupleTable<'_>>) -> i64 {

@@ -28,6 +28,8 @@ mod attempt_review_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod claim_start_tests;
 #[cfg(any(test, feature = "pg_test"))]
+mod group_tests;
+#[cfg(any(test, feature = "pg_test"))]
 mod plan_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod queue_tests;
@@ -35,8 +37,8 @@ mod queue_tests;
 pub use reap::reap_expired_leases;
 pub(crate) use claim::without_queue;
 pub(crate) use consume::{consume, route, Route, MAX_BATCH};
-pub(crate) use enqueue::enqueue;
-pub(crate) use payload::Payload;
+pub(crate) use enqueue::{enqueue, enqueue_many};
+pub(crate) use payload::{Payload, Payloads};
 pub(crate) use settle_and_consume::settle_and_consume_tasks_with_queue;
 
 use crate::text::{self, Text};
@@ -73,6 +75,8 @@ fn for_completions(archived: &'static str, in_place: &'static str) -> &'static s
 /// Picks the statement for this database's tables: `recorded` when ended
 /// attempts are recorded in distlock.job_attempts (0.4.0), `unrecorded`
 /// for older tables, which this library serves until ALTER EXTENSION UPDATE.
+/// (The update that made job_attempts gave jobs their group_key: the
+/// statements that carry a job's columns along name it only in `recorded`.)
 fn for_attempts(recorded: &'static str, unrecorded: &'static str) -> &'static str {
     if crate::version::table_oid(c"job_attempts") != pgrx::pg_sys::InvalidOid {
         recorded

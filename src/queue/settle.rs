@@ -12,7 +12,7 @@ use pgrx::prelude::*;
 
 use super::place::Place;
 use crate::shared::queue_counters::Outcome;
-use super::{for_completions, raise_unknown_job, resolve_worker};
+use super::{for_attempts, for_completions, raise_unknown_job, resolve_worker};
 use crate::errors::{required, OrRaise};
 use crate::plans::{plan, types};
 
@@ -154,9 +154,12 @@ fn complete(p_task_id: Option<i64>, p_worker_id: Option<Text>, attempt: Option<i
     let job_id = required(p_task_id, "p_task_id");
     // The statement takes no extra value; pass a typed NULL to keep one shape.
     settle(
-        for_completions(
+        for_attempts(
             include_str!("../../sql/queries/queue_complete.sql"),
-            include_str!("../../sql/queries/queue_complete_0_2_0.sql"),
+            for_completions(
+                include_str!("../../sql/queries/queue_complete_0_3_0.sql"),
+                include_str!("../../sql/queries/queue_complete_0_2_0.sql"),
+            ),
         ),
         job_id,
         p_worker_id,
@@ -299,9 +302,12 @@ pub(crate) fn complete_many(
 ) -> Vec<i64> {
     let stmt = plan(
         client,
-        for_completions(
+        for_attempts(
             include_str!("../../sql/queries/queue_complete_many.sql"),
-            include_str!("../../sql/queries/queue_complete_many_0_2_0.sql"),
+            for_completions(
+                include_str!("../../sql/queries/queue_complete_many_0_3_0.sql"),
+                include_str!("../../sql/queries/queue_complete_many_0_2_0.sql"),
+            ),
         ),
         &[types::INT8_ARRAY, types::TEXT, types::INT4_ARRAY],
     );

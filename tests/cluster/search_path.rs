@@ -500,14 +500,17 @@ const CALLS: &[(&str, &str)] = &[
       INSERT INTO pg_temp.accounts (id) VALUES (1); \
       CREATE TRIGGER accounts_version BEFORE UPDATE ON pg_temp.accounts FOR EACH ROW EXECUTE FUNCTION distlock.bump_version(); \
       UPDATE pg_temp.accounts SET version = 1"),
-    ("distlock.enqueue_task(text,jsonb,timestamp with time zone,integer,integer,text,text)",
+    ("distlock.enqueue_task(text,jsonb,timestamp with time zone,integer,integer,text,text,text)",
      "SELECT distlock.enqueue_task('job', '{\"n\": 1}', '2000-01-01', 9), distlock.enqueue_task('job', '{\"n\": 2}', '2000-01-01', 5), \
              distlock.enqueue_task('job', '{\"n\": 3}', '2000-01-01', 1), distlock.enqueue_task('job', '{\"n\": 4}', '2000-01-01', 0), \
              distlock.enqueue_task('job', '{\"n\": 5}', '2000-01-01', 0, 5, 'q'), \
              distlock.enqueue_task('job', '{\"n\": 7}', '2000-01-01', 0, 5, 'q', 'key'), \
-             distlock.enqueue_task('job', '{\"n\": 7}', '2000-01-01', 0, 5, 'q', 'key')"),
-    ("distlock.enqueue_tasks(text,jsonb[],timestamp with time zone,integer,integer,text)",
-     "SELECT distlock.enqueue_tasks('job', ARRAY['{\"n\": 8}', '{\"n\": 9}']::pg_catalog.jsonb[], '2000-01-01', 0, 5, 'many')"),
+             distlock.enqueue_task('job', '{\"n\": 7}', '2000-01-01', 0, 5, 'q', 'key'), \
+             distlock.enqueue_task('job', '{\"n\": 10}', '2000-01-01', 0, 5, 'q', 'key2', 'grp'), \
+             distlock.enqueue_task('job', '{\"n\": 11}', '2000-01-01', 0, 5, 'q', NULL, 'grp')"),
+    ("distlock.enqueue_tasks(text,jsonb[],timestamp with time zone,integer,integer,text,text)",
+     "SELECT distlock.enqueue_tasks('job', ARRAY['{\"n\": 8}', '{\"n\": 9}']::pg_catalog.jsonb[], '2000-01-01', 0, 5, 'many'), \
+             distlock.enqueue_tasks('job', ARRAY['{\"n\": 12}']::pg_catalog.jsonb[], '2000-01-01', 0, 5, 'many', 'grp')"),
     ("distlock.consume_task(text,interval,interval,text[])", "SELECT * FROM distlock.consume_task('h', '1 hour')"),
     ("distlock.extend_task_lease(bigint,interval,text)", "SELECT distlock.extend_task_lease(1, '1 hour', 'h')"),
     ("distlock.extend_task_lease(bigint,interval,text,integer)", "SELECT distlock.extend_task_lease(1, '1 hour', 'h', 1)"),
@@ -524,7 +527,7 @@ const CALLS: &[(&str, &str)] = &[
     ("distlock.consume_tasks(integer,text,interval,interval,text[])",
      "SELECT * FROM distlock.consume_tasks(3, 'h', '1 hour', NULL, ARRAY['q'])"),
     // A limited queue: its claim turn, count and claim, and every queue's claim after the others'.
-    ("distlock.enqueue_task(text,jsonb,timestamp with time zone,integer,integer,text,text)",
+    ("distlock.enqueue_task(text,jsonb,timestamp with time zone,integer,integer,text,text,text)",
      "SELECT distlock.enqueue_task('job', '{\"n\": 6}', '2000-01-01', 0, 5, 'q')"),
     ("distlock.consume_tasks(integer,text,interval,interval,text[])",
      "SELECT * FROM distlock.consume_tasks(3, 'h', '1 hour', NULL, ARRAY['q'])"),

@@ -289,6 +289,25 @@ fn check_0_3_0_state(c: &mut Client) {
         one_i64(c, "SELECT distlock.enqueue_task('unique-job', '{}', now(), -20, p_unique_key => 'u-1')")
     });
     assert_eq!(again, first, "the unique key of a job queued at 0.3.0 still holds after the update");
+    // 0.4.0's enqueue functions take a group, and the producer granted at
+    // 0.3.0 may call them; 0.3.0's, renamed, refuse new calls.
+    let grouped = as_role(c, PRODUCER_ROLE, |c| {
+        // Due tomorrow, so that the claims the checks make next do not take them.
+        one_i64(c, "SELECT distlock.enqueue_task('grouped-job', p_run_after => now() + interval '1 day', p_group => 'g-1')")
+            + one_i64(
+                c,
+                "SELECT count(*) FROM distlock.enqueue_tasks('grouped-job', ARRAY['{}']::jsonb[], \
+                        now() + interval '1 day', p_group => 'g-1')",
+            )
+    });
+    assert!(grouped > 1);
+    assert_eq!(lines(c, "SELECT group_key FROM distlock.jobs WHERE task_name = 'grouped-job'"), ["g-1", "g-1"]);
+    for call in [
+        "SELECT distlock.enqueue_task_0_3_0('old', '{}', now(), 0, 5, 'default', NULL)",
+        "SELECT distlock.enqueue_tasks_0_3_0('old', ARRAY['{}']::jsonb[], now(), 0, 5, 'default')",
+    ] {
+        assert_eq!(sqlstate(c.batch_execute(call)), "55000", "{call}");
+    }
     assert_eq!(lines(c, "SELECT max_processing::text FROM distlock.queue_settings WHERE queue = 'default'"), ["5"]);
     let columns = as_role(c, CONSUMER_ROLE, claim_columns);
     assert_eq!(
@@ -507,7 +526,13 @@ fn upgrade_in_place(
     // running during it, callable by the owner alone.
     let (legacy, upgraded): (Vec<String>, Vec<String>) =
         fingerprint(&mut c).into_iter().partition(|line| line.contains("_0_3_0("));
-    for function in ["consume_task_0_3_0", "consume_tasks_0_3_0", "settle_and_consume_tasks_0_3_0"] {
+    for function in [
+        "consume_task_0_3_0",
+        "consume_tasks_0_3_0",
+        "settle_and_consume_tasks_0_3_0",
+        "enqueue_task_0_3_0",
+        "enqueue_tasks_0_3_0",
+    ] {
         assert!(
             legacy.iter().any(|line| line.starts_with("member function distlock.") && line.contains(function)),
             "{function} is no member after the update: {legacy:?}"

@@ -249,28 +249,32 @@ class Queue(QueueLogic[Source]):
 
     def enqueue(
         self, name: str, payload: object = None, *, run_after: datetime | None = None, priority: int = 0,
-        max_attempts: int = 5, queue: str | None = None, unique_key: str | None = None,
+        max_attempts: int = 5, queue: str | None = None, unique_key: str | None = None, group: str | None = None,
     ) -> int:
         """Queues a job (payload: anything JSON-serialisable) in `queue`
         (None: the server's default, 'default'); returns its id. With
         `unique_key`, when the queue has an unfinished job with that key,
         queues nothing and returns that job's id; when that job is outside
         a scoped producer's scope, raises DistlockError (23505) instead. A
-        scoped producer must name a queue in its scope: 'default' is in none."""
+        scoped producer must name a queue in its scope: 'default' is in none.
+        `group` puts the job in a group of its queue (pg_distlock 0.4.0; a
+        scoped producer's scope must admit it)."""
         return self._rt.run(self._enqueue_op(
             name, payload, run_after=run_after, priority=priority, max_attempts=max_attempts, queue=queue,
-            unique_key=unique_key,
+            unique_key=unique_key, group=group,
         ))
 
     def enqueue_many(
         self, name: str, payloads: Sequence[object], *, run_after: datetime | None = None, priority: int = 0,
-        max_attempts: int = 5, queue: str | None = None,
+        max_attempts: int = 5, queue: str | None = None, group: str | None = None,
     ) -> list[int]:
         """Queues one job of `name` per payload (None: an empty object) in
         one statement and one commit; returns their ids in the payloads'
-        order. Needs pg_distlock 0.3.0 (enqueue_tasks); no unique keys."""
+        order. Needs pg_distlock 0.3.0 (enqueue_tasks), 0.4.0 for `group`;
+        no unique keys."""
         return self._rt.run(self._enqueue_many_op(
             name, payloads, run_after=run_after, priority=priority, max_attempts=max_attempts, queue=queue,
+            group=group,
         ))
 
     def consume(self, batch: int = 1, wait: Seconds = 0.0) -> list[Job]:

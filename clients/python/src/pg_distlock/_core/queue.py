@@ -152,6 +152,7 @@ class QueueLogic(Bound[S]):
         max_attempts: int = 5,
         queue: str | None = None,
         unique_key: str | None = None,
+        group: str | None = None,
     ) -> fx.Gen[int]:
         sql = (
             "SELECT distlock.enqueue_task(p_task_name => %s, p_payload => %s,"
@@ -165,6 +166,9 @@ class QueueLogic(Bound[S]):
         if unique_key is not None:
             sql += ", p_unique_key => %s"
             params += (unique_key,)
+        if group is not None:
+            sql += ", p_group => %s"
+            params += (group,)
         job_id = yield from fx.first(sql + ")", params)
         return int(job_id)
 
@@ -177,6 +181,7 @@ class QueueLogic(Bound[S]):
         priority: int = 0,
         max_attempts: int = 5,
         queue: str | None = None,
+        group: str | None = None,
     ) -> fx.Gen[list[int]]:
         if isinstance(payloads, (str, bytes, dict)):
             raise InvalidArgument(f"payloads must be a list of payloads, got {type(payloads).__name__}")
@@ -189,6 +194,9 @@ class QueueLogic(Bound[S]):
         if queue is not None:
             sql += ", p_queue => %s"
             params += (queue,)
+        if group is not None:
+            sql += ", p_group => %s"
+            params += (group,)
         rows = yield from fx.execute(sql + ") AS id", params)
         return [int(row[0]) for row in rows]
 

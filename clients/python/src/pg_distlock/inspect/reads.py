@@ -426,8 +426,10 @@ def job_attempts(conn: psycopg.Connection[Any], job_id: int, shown: int, error_c
 
 
 def job(conn: psycopg.Connection[Any], job_id: int) -> Optional[Rows]:
-    """One job, queued or finished (admin: the payload is the caller's data)."""
+    """One job, queued or finished (admin: the payload is the caller's data).
+    Its group (0.4.0) is read through to_jsonb: servers before have none."""
     return _rows(conn, """
         SELECT id, queue, task_name, status, payload, attempts, max_attempts, priority, worker_id, created_at,
-               run_after, started_at, completed_at, lease_expires_at, last_error, unique_key
-          FROM distlock.jobs WHERE id = %s""", (job_id,))
+               run_after, started_at, completed_at, lease_expires_at, last_error, unique_key,
+               pg_catalog.to_jsonb(j) ->> 'group_key' AS group_key
+          FROM distlock.jobs j WHERE id = %s""", (job_id,))

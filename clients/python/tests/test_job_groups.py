@@ -1,0 +1,47 @@
+"""Job groups (pg_distlock 0.4.0, issue 49 item 1): Queue.enqueue and
+enqueue_many put jobs in a group of their queue; the group stays with the
+job when it completes, and the console's job page shows it, escaped."""
+
+from __future__ import annotations
+
+import pg_distlock
+import pytest
+
+from conftest import Db
+from test_console import console
+
+EVIL = "<script>alert(1)</script>"
+
+
+def group_of(db: Db, job: int) -> object:
+    return db.value("SELECT group_key FROM distlock.jobs WHERE id = %s", job)
+
+
+def test_enqueue_and_enqueue_many_put_jobs_in_a_group(db: Db) -> None:
+    queue = pg_distlock.Queue(db.dsn, worker_id="w", queues=["grouped"])
+    one = queue.enqueue("sync", {"n": 1}, queue="grouped", group="customer:7")
+    keyed = queue.enqueue("sync", {"n": 2}, queue="grouped", unique_key="k", group="customer:8")
+    many = queue.enqueue_many("sync", [{"n": 3}, {"n": 4}], queue="grouped", group="customer:9")
+    plain = queue.enqueue("sync", queue="grouped")
+    assert [group_of(db, job) for job in (one, keyed, *many, plain)] == [
+        "customer:7", "customer:8", "customer:9", "customer:9", None]
+    jobs = queue.consume(batch=10)
+    assert {job.id for job in jobs} == {one, keyed, *many, plain}
+    assert queue.complete_many(jobs) == {one, keyed, *many, plain}
+    assert db.value("SELECT group_key FROM distlock.completed_jobs WHERE id = %s", one) == "customer:7"
+
+
+def test_a_blank_group_is_refused_by_the_server(db: Db) -> None:
+    queue = pg_distlock.Queue(db.dsn)
+    with pytest.raises(pg_distlock.DistlockError) as refused:
+        queue.enqueue("sync", group=" ")
+    assert refused.value.sqlstate == "22023"
+
+
+def test_the_job_page_shows_the_group_escaped(db: Db) -> None:
+    queue = pg_distlock.Queue(db.dsn)
+    job = queue.enqueue("sync", queue="grouped-page", group=EVIL)
+    with console(db.dsn) as (client, _):
+        page = client.get(f"/jobs/{job}").text
+    assert "<dt>group</dt><dd>&lt;script&gt;alert(1)&lt;/script&gt;</dd>" in page
+    assert EVIL not in page

@@ -1,0 +1,9 @@
+-- params: text, jsonb[], timestamptz, integer, integer, oid, text
+-- queue_enqueue_many.sql for SQL older than 0.4.0, whose jobs have no group_key.
+-- queue_enqueue.sql for many payloads: one job per element of $2, inserted
+-- (and their ids returned) in the array's order.
+INSERT INTO distlock.task_queue (task_name, payload, run_after, priority, max_attempts, producer_role, queue)
+SELECT $1, p.payload, $3, $4, $5, $6, $7
+  FROM pg_catalog.unnest($2) WITH ORDINALITY AS p(payload, n)
+ ORDER BY p.n
+RETURNING id
