@@ -87,7 +87,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('worker',   'EXECUTE', 'FUNCTION distlock.generate_snowflake_id(integer)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.bump_version()'),
     -- The job queue.
-    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text, text)'),
+    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text, text, interval)'),
     ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_tasks(text, jsonb[], timestamptz, integer, integer, text, text)'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[])'),

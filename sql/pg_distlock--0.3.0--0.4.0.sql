@@ -627,11 +627,18 @@ COMMENT ON VIEW distlock.running_tasks IS
     'Running claims, whether their holder (backend, or lease for a lease-mode claim) is alive, whether a lease-mode claim''s backend is still connected, and whether they are past their timeout.';
 
 -- Jobs carry a group within their queue (issue 49, item 1): enqueue_task
--- and enqueue_tasks take it as p_group, the last parameter, so that every
--- call of 0.3.0 means what it meant. Added as the last column of both job
+-- and enqueue_tasks take it as p_group, after 0.3.0's parameters, so that
+-- every call of 0.3.0 means what it meant (enqueue_task also takes
+-- p_unique_for, last: item 6). Added as the last column of both job
 -- tables and of distlock.jobs, as a fresh install has it.
 ALTER TABLE distlock.task_queue ADD COLUMN group_key text;
 ALTER TABLE distlock.completed_jobs ADD COLUMN group_key text;
+-- enqueue_task's p_unique_for (issue 49, item 6) reads the completed holders
+-- of a key. Built under a SHARE lock on completed_jobs: completions wait for
+-- the build, which reads the archive once (docs/upgrading.md).
+CREATE INDEX completed_jobs_unique_key_idx
+    ON distlock.completed_jobs (queue, unique_key, completed_at)
+    WHERE unique_key IS NOT NULL;
 CREATE OR REPLACE VIEW distlock.jobs AS
 SELECT id, queue, task_name, payload, status, worker_id, created_at, started_at,
        completed_at, attempts, max_attempts, run_after, priority, lease_expires_at, last_error,
@@ -710,11 +717,12 @@ CREATE FUNCTION distlock.enqueue_task(
     p_max_attempts integer DEFAULT 5,
     p_queue text DEFAULT 'default',
     p_unique_key text DEFAULT NULL,
-    p_group text DEFAULT NULL
+    p_group text DEFAULT NULL,
+    p_unique_for interval DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'enqueue_task_in_group_wrapper';
-REVOKE ALL ON FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text, text, interval) FROM PUBLIC;
 
 CREATE FUNCTION distlock.enqueue_tasks(
     p_task_name text,
@@ -813,7 +821,7 @@ BEGIN
                 ('distlock.settle_and_consume_tasks_0_3_0(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])',
                  'distlock.settle_and_consume_tasks(integer, text, bigint[], integer[], bigint[], integer[], text[], interval, interval, text[])'),
                 ('distlock.enqueue_task_0_3_0(text, jsonb, timestamptz, integer, integer, text, text)',
-                 'distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text, text)'),
+                 'distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text, text, interval)'),
                 ('distlock.enqueue_tasks_0_3_0(text, jsonb[], timestamptz, integer, integer, text)',
                  'distlock.enqueue_tasks(text, jsonb[], timestamptz, integer, integer, text, text)'))
                AS f(old_name, new_name)
@@ -938,7 +946,7 @@ SELECT g.privilege, g.object FROM (VALUES
     ('worker',   'EXECUTE', 'FUNCTION distlock.generate_snowflake_id(integer)'),
     ('worker',   'EXECUTE', 'FUNCTION distlock.bump_version()'),
     -- The job queue.
-    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text, text)'),
+    ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_task(text, jsonb, timestamptz, integer, integer, text, text, text, interval)'),
     ('producer', 'EXECUTE', 'FUNCTION distlock.enqueue_tasks(text, jsonb[], timestamptz, integer, integer, text, text)'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_task(text, interval, interval, text[])'),
     ('consumer', 'EXECUTE', 'FUNCTION distlock.consume_tasks(integer, text, interval, interval, text[])'),

@@ -112,6 +112,12 @@ COMMENT ON TABLE distlock.completed_jobs IS
 -- a BRIN index summarises in a few pages.
 CREATE INDEX completed_jobs_completed_at_idx ON distlock.completed_jobs USING brin (completed_at);
 
+-- The completed holders of a unique key, newest first: enqueue_task's
+-- p_unique_for looks here. Only keyed jobs have an entry.
+CREATE INDEX completed_jobs_unique_key_idx
+    ON distlock.completed_jobs (queue, unique_key, completed_at)
+    WHERE unique_key IS NOT NULL;
+
 -- Each attempt that ended without success (issue 47, item 5): written by the
 -- statement that ended it (fail_task, fail_tasks and the fail arrays of
 -- settle_and_consume_tasks; the sweep and a limited queue's claim taking back

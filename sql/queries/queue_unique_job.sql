@@ -1,7 +1,7 @@
 -- params: text, text
--- The unfinished job of queue $1 with unique key $2, if any, and its name
--- (the caller may only be told of a job in its producer scope).
-SELECT id, task_name
+-- The unfinished job of queue $1 with unique key $2, if any, its name and
+-- its group (the caller may only be told of a job in its producer scope).
+SELECT id, task_name, group_key
   FROM distlock.task_queue
  WHERE queue OPERATOR(pg_catalog.=) $1
    AND unique_key OPERATOR(pg_catalog.=) $2

@@ -18,7 +18,7 @@ fn enqueue_task(
     p_priority: Option<i32>,
     p_max_attempts: Option<i32>,
 ) -> i64 {
-    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, "default".into(), None, None)
+    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, "default".into(), None, None, None)
 }
 
 #[pg_extern(sql = false)]

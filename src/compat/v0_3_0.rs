@@ -64,7 +64,7 @@ fn enqueue_task_in_queue(
     refuse_if_renamed(fcinfo);
     let queue = text::name(p_queue, "p_queue");
     let unique_key = p_unique_key.map(|key| text::checked_name(key, "p_unique_key"));
-    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue, unique_key, None)
+    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue, unique_key, None, None)
 }
 
 #[pg_extern(sql = false)]

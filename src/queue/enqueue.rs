@@ -5,14 +5,15 @@ use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 use super::payload::{Payload, Payloads};
-use crate::errors::{raise, required, OrRaise};
+use crate::errors::{raise, raise_with_hint, required, OrRaise};
 use pgrx::datum::DatumWithOid;
 use crate::plans::{first_value, plan, types};
 
 /// Queues a job in queue `p_queue`, in group `p_group` when given; returns
 /// its id. With `p_unique_key`, when the queue already has an unfinished
 /// (pending, failed or processing) job with that key, queues nothing and
-/// returns that job's id.
+/// returns that job's id; with `p_unique_for` too, likewise when a job with
+/// that key completed within `p_unique_for` of now.
 #[pg_extern(name = "enqueue_task")]
 #[allow(clippy::too_many_arguments)]
 fn enqueue_task_in_group(
@@ -24,12 +25,36 @@ fn enqueue_task_in_group(
     p_queue: default!(Option<Text>, "'default'"),
     p_unique_key: default!(Option<Text>, "NULL"),
     p_group: default!(Option<Text>, "NULL"),
+    p_unique_for: default!(Option<Interval>, "NULL"),
 ) -> i64 {
     let queue = text::name(p_queue, "p_queue");
     // Names' limit of 1000 bytes keeps (queue, key) within a btree entry.
     let unique_key = p_unique_key.map(|key| text::checked_name(key, "p_unique_key"));
     let group = p_group.map(|group| text::checked_name(group, "p_group"));
-    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue, unique_key, group)
+    let unique_for = p_unique_for.map(|window| unique_window(window, unique_key.is_some()));
+    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue, unique_key, group, unique_for)
+}
+
+/// `p_unique_for`: positive, with no negative part, given with a unique
+/// key, and only in READ COMMITTED: an older snapshot would not show a
+/// completion that committed after it, and the job would be queued twice.
+fn unique_window(window: Interval, keyed: bool) -> Interval {
+    if !keyed {
+        raise_with_hint(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("p_unique_for ({window}) needs p_unique_key"),
+            "Give the key that identifies the work: p_unique_for says how long a completed job keeps it.",
+        );
+    }
+    let window = crate::errors::forward_interval(Some(window), "p_unique_for");
+    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        raise_with_hint(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "p_unique_for is kept only in READ COMMITTED transactions",
+            "Enqueue in a READ COMMITTED transaction: a snapshot taken earlier would miss a completion committed since.",
+        );
+    }
+    window
 }
 
 /// Queues one job of `p_task_name` in queue `p_queue` (and group `p_group`
@@ -92,6 +117,10 @@ pub(crate) fn enqueue_many(
     SetOfIterator::new(ids)
 }
 
+/// `enqueue_task` of every release: `group` and `unique_for` (a window
+/// after completion in which a unique key stays held; checked, only with
+/// `unique_key`) only on 0.4.0's tables, whose function alone takes them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn enqueue(
     p_task_name: Option<Text>,
     p_payload: Option<Payload>,
@@ -101,6 +130,7 @@ pub(crate) fn enqueue(
     queue: Text,
     unique_key: Option<Text>,
     group: Option<Text>,
+    unique_for: Option<Interval>,
 ) -> i64 {
     let (job, payload) = NewJob::checked(p_task_name, p_payload, "p_payload", p_run_after, p_priority, p_max_attempts);
     job.may_produce(&queue, group.as_ref());
@@ -138,19 +168,45 @@ pub(crate) fn enqueue(
             false => include_str!("../../sql/queries/queue_enqueue_unique_0_3_0.sql"),
         };
         let insert = plan(client, sql, &all_types);
-        let existing = plan(client, include_str!("../../sql/queries/queue_unique_job.sql"), &[types::TEXT, types::TEXT]);
+        let existing_sql = match grouped {
+            true => include_str!("../../sql/queries/queue_unique_job.sql"),
+            false => include_str!("../../sql/queries/queue_unique_job_0_3_0.sql"),
+        };
+        let existing = plan(client, existing_sql, &[types::TEXT, types::TEXT]);
         // The job that held the key may finish between the two statements
         // (each reads what committed before it): then insert again.
         loop {
             if let Some(id) = client.update(&*insert, None, &values).and_then(first_value::<i64>).or_raise() {
-                return (id, true);
+                // Inserted first and looked for a completed holder after, in
+                // a statement of its own: a holder whose completion the
+                // insert waited for is in the archive by then. Looked for
+                // first, it could be unfinished to the look and gone to the
+                // insert, and the job would be queued twice.
+                let Some(window) = &unique_for else { return (id, true) };
+                let finished = plan(
+                    client,
+                    include_str!("../../sql/queries/queue_unique_finished.sql"),
+                    &[types::TEXT, types::TEXT, types::INTERVAL],
+                );
+                let found = client.update(&*finished, None, &[(&queue).into(), key.into(), (*window).into()]).or_raise();
+                if found.is_empty() {
+                    return (id, true);
+                }
+                let row = found.first();
+                let holder = row.get::<i64>(1).or_raise().unwrap_or_default();
+                let name = row.get::<Text>(2).or_raise().unwrap_or_default();
+                job.may_share_key_with(&name, row.get::<Text>(3).or_raise().as_ref(), &queue, key);
+                let unqueue = plan(client, include_str!("../../sql/queries/queue_unqueue_own.sql"), &[types::INT8]);
+                client.update(&*unqueue, None, &[id.into()]).or_raise();
+                return (holder, false);
             }
             let found = client.update(&*existing, None, &[(&queue).into(), key.into()]).or_raise();
             if !found.is_empty() {
                 let row = found.first();
                 let id = row.get::<i64>(1).or_raise().unwrap_or_default();
                 let name = row.get::<Text>(2).or_raise().unwrap_or_default();
-                job.may_share_key_with(&name, &queue, key);
+                let holder_group = if grouped { row.get::<Text>(3).or_raise() } else { None };
+                job.may_share_key_with(&name, holder_group.as_ref(), &queue, key);
                 return (id, false);
             }
             check_for_interrupts!();
@@ -207,15 +263,19 @@ impl NewJob {
     }
 
     /// A unique key never answers with a job the caller could not see: when
-    /// the job holding the key is outside the caller's producer scope (put
+    /// the job holding the key (unfinished, or completed within the
+    /// caller's `p_unique_for`) is outside the caller's producer scope (put
     /// there by an unscoped producer), the enqueue raises 23505 instead of
-    /// returning that job's id or dropping the caller's job.
-    fn may_share_key_with(&self, holder_name: &Text, queue: &Text, key: &Text) {
-        if !crate::scopes::of_caller(crate::scopes::Capability::Producer).admits(holder_name.bytes()) {
+    /// returning that job's id or dropping the caller's job. A holder in a
+    /// group outside the scope is one the caller could not see either.
+    fn may_share_key_with(&self, holder_name: &Text, holder_group: Option<&Text>, queue: &Text, key: &Text) {
+        let scope = crate::scopes::of_caller(crate::scopes::Capability::Producer);
+        let seen = scope.admits(holder_name.bytes()) && holder_group.is_none_or(|group| scope.admits(group.bytes()));
+        if !seen {
             crate::errors::raise_with_hint(
                 PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION,
                 format!(
-                    "queue \"{}\" already has an unfinished job with unique key \"{}\", outside the caller's producer scope",
+                    "queue \"{}\" already has a job with unique key \"{}\", outside the caller's producer scope",
                     queue.shown(),
                     key.shown()
                 ),

@@ -28,6 +28,8 @@ mod attempt_review_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod claim_start_tests;
 #[cfg(any(test, feature = "pg_test"))]
+mod dedup_tests;
+#[cfg(any(test, feature = "pg_test"))]
 mod group_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod plan_tests;

@@ -72,7 +72,18 @@ fn the_update_to_0_4_0_grants_nothing_new_through_the_owners_default_privileges(
     let before = granted_to_the_role(&mut c);
     c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
     let after = granted_to_the_role(&mut c);
-    let new: Vec<&String> = after.iter().filter(|granted| !before.contains(granted)).collect();
+    // enqueue_task and enqueue_tasks get a parameter more (p_group): the
+    // update carries what 0.3.0's had over to them, no more (their grants
+    // are tested in upgrade.rs); so a function counts by its name there.
+    let name_of = |granted: &String| granted.split('(').next().unwrap_or_default().to_string();
+    let reshaped = ["function distlock.enqueue_task", "function distlock.enqueue_tasks"];
+    let new: Vec<&String> = after
+        .iter()
+        .filter(|granted| !before.contains(granted))
+        .filter(|granted| {
+            !(reshaped.contains(&name_of(granted).as_str()) && before.iter().any(|b| name_of(b) == name_of(granted)))
+        })
+        .collect();
     assert!(new.is_empty(), "the update granted {new:?} to {ROLE}");
     assert_eq!(
         scalar(&mut c, "SELECT has_function_privilege('pg_monitor', 'distlock.rate_limit_keys()', 'EXECUTE')").as_deref(),

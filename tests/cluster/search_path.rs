@@ -500,14 +500,15 @@ const CALLS: &[(&str, &str)] = &[
       INSERT INTO pg_temp.accounts (id) VALUES (1); \
       CREATE TRIGGER accounts_version BEFORE UPDATE ON pg_temp.accounts FOR EACH ROW EXECUTE FUNCTION distlock.bump_version(); \
       UPDATE pg_temp.accounts SET version = 1"),
-    ("distlock.enqueue_task(text,jsonb,timestamp with time zone,integer,integer,text,text,text)",
+    ("distlock.enqueue_task(text,jsonb,timestamp with time zone,integer,integer,text,text,text,interval)",
      "SELECT distlock.enqueue_task('job', '{\"n\": 1}', '2000-01-01', 9), distlock.enqueue_task('job', '{\"n\": 2}', '2000-01-01', 5), \
              distlock.enqueue_task('job', '{\"n\": 3}', '2000-01-01', 1), distlock.enqueue_task('job', '{\"n\": 4}', '2000-01-01', 0), \
              distlock.enqueue_task('job', '{\"n\": 5}', '2000-01-01', 0, 5, 'q'), \
              distlock.enqueue_task('job', '{\"n\": 7}', '2000-01-01', 0, 5, 'q', 'key'), \
              distlock.enqueue_task('job', '{\"n\": 7}', '2000-01-01', 0, 5, 'q', 'key'), \
              distlock.enqueue_task('job', '{\"n\": 10}', '2000-01-01', 0, 5, 'q', 'key2', 'grp'), \
-             distlock.enqueue_task('job', '{\"n\": 11}', '2000-01-01', 0, 5, 'q', NULL, 'grp')"),
+             distlock.enqueue_task('job', '{\"n\": 11}', '2000-01-01', 0, 5, 'q', NULL, 'grp'), \
+             distlock.enqueue_task('job', '{\"n\": 13}', '2000-01-01', 0, 5, 'q', 'key3', NULL, '1 hour')"),
     ("distlock.enqueue_tasks(text,jsonb[],timestamp with time zone,integer,integer,text,text)",
      "SELECT distlock.enqueue_tasks('job', ARRAY['{\"n\": 8}', '{\"n\": 9}']::pg_catalog.jsonb[], '2000-01-01', 0, 5, 'many'), \
              distlock.enqueue_tasks('job', ARRAY['{\"n\": 12}']::pg_catalog.jsonb[], '2000-01-01', 0, 5, 'many', 'grp')"),
@@ -527,7 +528,7 @@ const CALLS: &[(&str, &str)] = &[
     ("distlock.consume_tasks(integer,text,interval,interval,text[])",
      "SELECT * FROM distlock.consume_tasks(3, 'h', '1 hour', NULL, ARRAY['q'])"),
     // A limited queue: its claim turn, count and claim, and every queue's claim after the others'.
-    ("distlock.enqueue_task(text,jsonb,timestamp with time zone,integer,integer,text,text,text)",
+    ("distlock.enqueue_task(text,jsonb,timestamp with time zone,integer,integer,text,text,text,interval)",
      "SELECT distlock.enqueue_task('job', '{\"n\": 6}', '2000-01-01', 0, 5, 'q')"),
     ("distlock.consume_tasks(integer,text,interval,interval,text[])",
      "SELECT * FROM distlock.consume_tasks(3, 'h', '1 hour', NULL, ARRAY['q'])"),

@@ -1,8 +1,11 @@
 """Job groups (pg_distlock 0.4.0, issue 49 item 1): Queue.enqueue and
 enqueue_many put jobs in a group of their queue; the group stays with the
-job when it completes, and the console's job page shows it, escaped."""
+job when it completes, and the console's job page shows it, escaped;
+unique_for keeps a completed job's unique key held for its window."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pg_distlock
 import pytest
@@ -45,3 +48,17 @@ def test_the_job_page_shows_the_group_escaped(db: Db) -> None:
         page = client.get(f"/jobs/{job}").text
     assert "<dt>group</dt><dd>&lt;script&gt;alert(1)&lt;/script&gt;</dd>" in page
     assert EVIL not in page
+
+
+def test_unique_for_keeps_a_completed_jobs_key_for_the_window(db: Db) -> None:
+    queue = pg_distlock.Queue(db.dsn, worker_id="w", queues=["dedup-py"])
+    first = queue.enqueue("sync", queue="dedup-py", unique_key="account:7", unique_for=3600)
+    [job] = queue.consume()
+    assert queue.complete(job)
+    assert queue.enqueue("sync", queue="dedup-py", unique_key="account:7", unique_for=timedelta(hours=1)) == first
+    assert queue.enqueue("sync", queue="dedup-py", unique_key="account:7") != first
+    with pytest.raises(pg_distlock.InvalidArgument):
+        queue.enqueue("sync", queue="dedup-py", unique_for=60)
+    for bad in (0, -1, float("inf")):
+        with pytest.raises(pg_distlock.InvalidArgument):
+            queue.enqueue("sync", queue="dedup-py", unique_key="k", unique_for=bad)

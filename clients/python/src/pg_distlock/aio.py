@@ -233,6 +233,7 @@ class Queue(QueueLogic[AsyncSource]):
     async def enqueue(
         self, name: str, payload: object = None, *, run_after: datetime | None = None, priority: int = 0,
         max_attempts: int = 5, queue: str | None = None, unique_key: str | None = None, group: str | None = None,
+        unique_for: Seconds | None = None,
     ) -> int:
         """Queues a job (payload: anything JSON-serialisable) in `queue`
         (None: the server's default, 'default'); returns its id. With
@@ -241,10 +242,12 @@ class Queue(QueueLogic[AsyncSource]):
         a scoped producer's scope, raises DistlockError (23505) instead. A
         scoped producer must name a queue in its scope: 'default' is in none.
         `group` puts the job in a group of its queue (pg_distlock 0.4.0; a
-        scoped producer's scope must admit it)."""
+        scoped producer's scope must admit it). `unique_for` (seconds, or a
+        timedelta; with `unique_key`, 0.4.0) keeps the key held by a job
+        completed within that long: such a job's id is returned too."""
         return await self._rt.run(self._enqueue_op(
             name, payload, run_after=run_after, priority=priority, max_attempts=max_attempts, queue=queue,
-            unique_key=unique_key, group=group,
+            unique_key=unique_key, group=group, unique_for=unique_for,
         ))
 
     async def enqueue_many(

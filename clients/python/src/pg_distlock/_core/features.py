@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from . import effects as fx
-from ..errors import NotInstalled
+from ..errors import DistlockError, NotInstalled
 
 SQL = """
 SELECT p.proname::text, coalesce(p.proargnames, '{}'::text[])
@@ -15,7 +15,7 @@ SELECT p.proname::text, coalesce(p.proargnames, '{}'::text[])
   JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = 'distlock'
    AND p.proname = ANY ('{consume_task,consume_tasks,complete_tasks,settle_and_consume_tasks,try_acquire_task_lease,
-                          release_and_fetch_task,queue_counters,next_task_wait}'::text[])
+                          release_and_fetch_task,queue_counters,next_task_wait,enqueue_task,enqueue_tasks}'::text[])
 """
 
 
@@ -35,6 +35,8 @@ class Features:
     """release_and_fetch_task (0.3.0), both forms: releases a task's claim and claims the next due one."""
     next_task_wait: bool = False
     """next_task_wait (0.4.0): how long until the next task this caller may claim is due."""
+    job_groups: bool = False
+    """enqueue_task(..., p_group, p_unique_for) and enqueue_tasks(..., p_group) (0.4.0)."""
     lock_owner: bool = False
     """distlock.owner (0.4.0, told by its queue_counters): a lock carries its owner, and a deadlock
     across connections raises 40P01."""
@@ -56,6 +58,7 @@ def parse(rows: Iterable[tuple[Any, ...]]) -> Features:
         and has("release_and_fetch_task", "p_fencing_token", "p_lease"),
         lock_owner=has("queue_counters"),
         next_task_wait=has("next_task_wait"),
+        job_groups=has("enqueue_task", "p_group", "p_unique_for") and has("enqueue_tasks", "p_group"),
     )
 
 
@@ -77,6 +80,14 @@ def not_installed(database: str) -> NotInstalled:
     return NotInstalled(
         f"pg_distlock is not installed in database {database!r}: "
         f"run CREATE EXTENSION pg_distlock in database {database!r}"
+    )
+
+
+def needs_update(what: str) -> DistlockError:
+    """What a call raises for an argument its server's pg_distlock is too old
+    for: the extension is installed, only not updated."""
+    return DistlockError(
+        f"{what} needs pg_distlock 0.4.0 in the database: run ALTER EXTENSION pg_distlock UPDATE", "55000"
     )
 
 

@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 
 from . import effects as fx
 from .base import Bound
+from .features import Features, needs_update
 from .holds import holder_token
 from .keeper import MIN_CONNECT_WAIT, Seconds, at_least, interval, non_negative, positive
 from ..errors import Cancelled, InvalidArgument, LeaseLost
@@ -48,6 +49,15 @@ class Job:
 
 
 COMPLETE_SQL = "SELECT distlock.complete_task(%s, %s, %s)"
+
+
+def require_job_groups(what: str) -> fx.Gen[None]:
+    """Raises, naming `what`, unless the server's enqueue functions take groups
+    and windows (0.4.0): an older one would refuse the call with 42883, which
+    reads as pg_distlock not being installed at all."""
+    found: Features = yield fx.Detect()
+    if not found.job_groups:
+        raise needs_update(what)
 
 
 def refuse_outside_transaction(autocommit: bool, status: Any) -> None:
@@ -153,6 +163,7 @@ class QueueLogic(Bound[S]):
         queue: str | None = None,
         unique_key: str | None = None,
         group: str | None = None,
+        unique_for: Seconds | None = None,
     ) -> fx.Gen[int]:
         sql = (
             "SELECT distlock.enqueue_task(p_task_name => %s, p_payload => %s,"
@@ -166,9 +177,18 @@ class QueueLogic(Bound[S]):
         if unique_key is not None:
             sql += ", p_unique_key => %s"
             params += (unique_key,)
+        if unique_for is not None:
+            if unique_key is None:
+                raise InvalidArgument("unique_for needs unique_key: it says how long a completed job keeps the key")
+            window = interval(positive(unique_for, "unique_for"))
+        if group is not None or unique_for is not None:
+            yield from require_job_groups("group" if group is not None else "unique_for")
         if group is not None:
             sql += ", p_group => %s"
             params += (group,)
+        if unique_for is not None:
+            sql += ", p_unique_for => %s"
+            params += (window,)
         job_id = yield from fx.first(sql + ")", params)
         return int(job_id)
 
@@ -195,6 +215,7 @@ class QueueLogic(Bound[S]):
             sql += ", p_queue => %s"
             params += (queue,)
         if group is not None:
+            yield from require_job_groups("group")
             sql += ", p_group => %s"
             params += (group,)
         rows = yield from fx.execute(sql + ") AS id", params)
