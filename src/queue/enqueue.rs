@@ -35,9 +35,14 @@ fn enqueue_task_in_group(
     enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue, unique_key, group, unique_for)
 }
 
-/// `p_unique_for`: positive, with no negative part, given with a unique
-/// key, and only in READ COMMITTED: an older snapshot would not show a
-/// completion that committed after it, and the job would be queued twice.
+/// The longest `p_unique_for`: a century (months counted as 31 days),
+/// longer than any archive is kept, and far from the timestamp range's end.
+const LONGEST_UNIQUE_WINDOW_DAYS: i128 = 36_500;
+
+/// `p_unique_for`: positive, with no negative part, at most a century,
+/// given with a unique key, and only in READ COMMITTED: an older snapshot
+/// would not show a completion that committed after it, and the job would
+/// be queued twice.
 fn unique_window(window: Interval, keyed: bool) -> Interval {
     if !keyed {
         raise_with_hint(
@@ -47,6 +52,14 @@ fn unique_window(window: Interval, keyed: bool) -> Interval {
         );
     }
     let window = crate::errors::forward_interval(Some(window), "p_unique_for");
+    let longest_days = window.months() as i128 * 31 + window.days() as i128 + window.micros() as i128 / 86_400_000_000;
+    if longest_days > LONGEST_UNIQUE_WINDOW_DAYS {
+        raise_with_hint(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("p_unique_for must be at most 100 years, got {window}"),
+            "A window reaches back only as far as the archive of completed jobs is kept (prune_jobs).",
+        );
+    }
     if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -173,40 +186,44 @@ pub(crate) fn enqueue(
             false => include_str!("../../sql/queries/queue_unique_job_0_3_0.sql"),
         };
         let existing = plan(client, existing_sql, &[types::TEXT, types::TEXT]);
+        let window = unique_for.map(|window| FinishedHolder::new(client, &queue, key, window));
         // The job that held the key may finish between the two statements
         // (each reads what committed before it): then insert again.
-        loop {
-            if let Some(id) = client.update(&*insert, None, &values).and_then(first_value::<i64>).or_raise() {
-                // Inserted first and looked for a completed holder after, in
-                // a statement of its own: a holder whose completion the
-                // insert waited for is in the archive by then. Looked for
-                // first, it could be unfinished to the look and gone to the
-                // insert, and the job would be queued twice.
-                let Some(window) = &unique_for else { return (id, true) };
-                let finished = plan(
-                    client,
-                    include_str!("../../sql/queries/queue_unique_finished.sql"),
-                    &[types::TEXT, types::TEXT, types::INTERVAL],
-                );
-                let found = client.update(&*finished, None, &[(&queue).into(), key.into(), (*window).into()]).or_raise();
-                if found.is_empty() {
-                    return (id, true);
-                }
-                let row = found.first();
-                let holder = row.get::<i64>(1).or_raise().unwrap_or_default();
-                let name = row.get::<Text>(2).or_raise().unwrap_or_default();
-                job.may_share_key_with(&name, row.get::<Text>(3).or_raise().as_ref(), &queue, key);
-                let unqueue = plan(client, include_str!("../../sql/queries/queue_unqueue_own.sql"), &[types::INT8]);
-                client.update(&*unqueue, None, &[id.into()]).or_raise();
-                return (holder, false);
-            }
+        let unfinished_holder = |client: &mut pgrx::spi::SpiClient<'_>| {
             let found = client.update(&*existing, None, &[(&queue).into(), key.into()]).or_raise();
-            if !found.is_empty() {
+            (!found.is_empty()).then(|| {
                 let row = found.first();
                 let id = row.get::<i64>(1).or_raise().unwrap_or_default();
                 let name = row.get::<Text>(2).or_raise().unwrap_or_default();
                 let holder_group = if grouped { row.get::<Text>(3).or_raise() } else { None };
                 job.may_share_key_with(&name, holder_group.as_ref(), &queue, key);
+                id
+            })
+        };
+        loop {
+            // With a window, the holders are looked for before the insert,
+            // the unfinished one first (the work still to be done), so that
+            // a merged call writes nothing: no row of its own that others
+            // enqueueing the key would wait for until its transaction ends.
+            if let Some(window) = &window {
+                if let Some(holder) = unfinished_holder(client).or_else(|| window.find(client)) {
+                    return (holder, false);
+                }
+            }
+            if let Some(id) = client.update(&*insert, None, &values).and_then(first_value::<i64>).or_raise() {
+                // A holder whose completion committed after the look above
+                // and before the insert's check: the insert did not wait for
+                // it, and the look, in a statement of its own, sees it now.
+                // Then the row just inserted goes (rare: others enqueueing
+                // the key wait for this transaction meanwhile).
+                if let Some(holder) = window.as_ref().and_then(|window| window.find(client)) {
+                    let unqueue = plan(client, include_str!("../../sql/queries/queue_unqueue_own.sql"), &[types::INT8]);
+                    client.update(&*unqueue, None, &[id.into()]).or_raise();
+                    return (holder, false);
+                }
+                return (id, true);
+            }
+            if let Some(id) = unfinished_holder(client) {
                 return (id, false);
             }
             check_for_interrupts!();
@@ -216,6 +233,40 @@ pub(crate) fn enqueue(
         super::wake::jobs_added(Some(queue.bytes()), 1, job.place(id));
     }
     id
+}
+
+/// The look for a job completed within `p_unique_for` that holds a unique
+/// key: only jobs in the caller's producer scope answer (a completed job
+/// holds no index entry, so one the caller could not see is passed over
+/// rather than reported: the caller learns nothing of it).
+struct FinishedHolder<'a> {
+    statement: std::rc::Rc<pgrx::spi::OwnedPreparedStatement>,
+    queue: &'a Text,
+    key: &'a Text,
+    window: Interval,
+    scope: Option<Vec<Text>>,
+}
+
+impl<'a> FinishedHolder<'a> {
+    fn new(client: &pgrx::spi::SpiClient<'_>, queue: &'a Text, key: &'a Text, window: Interval) -> Self {
+        let statement = plan(
+            client,
+            include_str!("../../sql/queries/queue_unique_finished.sql"),
+            &[types::TEXT, types::TEXT, types::INTERVAL, types::TEXT_ARRAY],
+        );
+        let scope = crate::scopes::of_caller(crate::scopes::Capability::Producer).as_parameter();
+        FinishedHolder { statement, queue, key, window, scope }
+    }
+
+    /// The newest such job's id, read in a statement of its own (with a
+    /// snapshot of its own: `update` takes one, `select` would not).
+    fn find(&self, client: &mut pgrx::spi::SpiClient<'_>) -> Option<i64> {
+        let arguments = [self.queue.into(), self.key.into(), self.window.into(), self.scope.clone().into()];
+        client
+            .update(&*self.statement, None, &arguments)
+            .and_then(first_value::<i64>)
+            .or_raise()
+    }
 }
 
 /// A job's settings, checked, apart from its payload and queue.

@@ -67,6 +67,7 @@ mod review_frontier;
 mod review_groups;
 mod review_frontier2;
 mod review_frontier3;
+mod review_dedup;
 mod review_frontier4;
 mod review_attempts;
 mod review_session;

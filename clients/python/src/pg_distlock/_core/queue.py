@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
 from psycopg.pq import TransactionStatus
@@ -19,7 +19,7 @@ from . import effects as fx
 from .base import Bound
 from .features import Features, needs_update
 from .holds import holder_token
-from .keeper import MIN_CONNECT_WAIT, Seconds, at_least, interval, non_negative, positive
+from .keeper import MIN_CONNECT_WAIT, Seconds, at_least, interval, non_negative, positive, seconds
 from ..errors import Cancelled, InvalidArgument, LeaseLost
 
 S = TypeVar("S")
@@ -49,6 +49,20 @@ class Job:
 
 
 COMPLETE_SQL = "SELECT distlock.complete_task(%s, %s, %s)"
+
+
+# The longest unique_for the server takes (a century: enqueue.rs).
+LONGEST_UNIQUE_FOR = timedelta(days=36_500)
+
+
+def unique_window(value: Seconds) -> timedelta:
+    """`unique_for` as the server's interval: from a microsecond (the
+    interval's unit) to a century, refused here, by its name, otherwise."""
+    s = seconds(value)
+    if not 1e-6 <= s <= LONGEST_UNIQUE_FOR.total_seconds():
+        raise InvalidArgument(f"unique_for must be from one microsecond to 100 years, got {s:g} seconds")
+    window = interval(value)
+    return max(window, timedelta(microseconds=1))
 
 
 def require_job_groups(what: str) -> fx.Gen[None]:
@@ -180,7 +194,7 @@ class QueueLogic(Bound[S]):
         if unique_for is not None:
             if unique_key is None:
                 raise InvalidArgument("unique_for needs unique_key: it says how long a completed job keeps the key")
-            window = interval(positive(unique_for, "unique_for"))
+            window = unique_window(unique_for)
         if group is not None or unique_for is not None:
             yield from require_job_groups("group" if group is not None else "unique_for")
         if group is not None:
