@@ -637,7 +637,7 @@ ALTER TABLE distlock.completed_jobs ADD COLUMN group_key text;
 -- of a key. Built under a SHARE lock on completed_jobs: completions wait for
 -- the build, which reads the archive once (docs/upgrading.md).
 CREATE INDEX completed_jobs_unique_key_idx
-    ON distlock.completed_jobs (queue, unique_key, completed_at)
+    ON distlock.completed_jobs (unique_key, queue, completed_at)
     WHERE unique_key IS NOT NULL;
 CREATE OR REPLACE VIEW distlock.jobs AS
 SELECT id, queue, task_name, payload, status, worker_id, created_at, started_at,

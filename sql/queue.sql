@@ -113,9 +113,10 @@ COMMENT ON TABLE distlock.completed_jobs IS
 CREATE INDEX completed_jobs_completed_at_idx ON distlock.completed_jobs USING brin (completed_at);
 
 -- The completed holders of a unique key, newest first: enqueue_task's
--- p_unique_for looks here. Only keyed jobs have an entry.
+-- p_unique_for looks here, and the console's search by key (which names no
+-- queue: so the key leads). Only keyed jobs have an entry.
 CREATE INDEX completed_jobs_unique_key_idx
-    ON distlock.completed_jobs (queue, unique_key, completed_at)
+    ON distlock.completed_jobs (unique_key, queue, completed_at)
     WHERE unique_key IS NOT NULL;
 
 -- Each attempt that ended without success (issue 47, item 5): written by the

@@ -342,8 +342,11 @@ def test_each_statement_reads_the_archive_of_200k_jobs_by_its_primary_key(db: Db
         assert explained is not None
         archive = [n for n in plan_nodes(explained[0][0]["Plan"]) if n.get("Relation Name") == "completed_jobs"]
         assert archive, case
+        # A key is looked up in the archive's index of keys (0.4.0, for
+        # enqueue_task's p_unique_for), where there is one.
+        indexes = {"completed_jobs_pkey"} | ({"completed_jobs_unique_key_idx"} if query.unique_key else set())
         for node in archive:
-            assert (node["Node Type"], node.get("Index Name")) == ("Index Scan", "completed_jobs_pkey"), (case, node)
+            assert node["Node Type"] == "Index Scan" and node.get("Index Name") in indexes, (case, node)
             read = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
             assert read <= most, (case, read)
     with console(db.dsn) as (client, _):
