@@ -94,11 +94,8 @@ pub fn capped_interval(
     setting: &str,
     hint: &str,
 ) -> pgrx::datum::Interval {
-    const MICROS_PER_DAY: i128 = 86_400_000_000;
     let interval = forward_interval(value, argument);
-    let longest =
-        interval.months() as i128 * 31 * MICROS_PER_DAY + interval.days() as i128 * MICROS_PER_DAY + interval.micros() as i128;
-    if longest > max_seconds as i128 * 1_000_000 {
+    if longest_micros(&interval) > max_seconds as i128 * 1_000_000 {
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("{argument} must be at most {setting} ({max_seconds} s), got {interval}"),
@@ -106,6 +103,22 @@ pub fn capped_interval(
         );
     }
     interval
+}
+
+/// The longest span of `interval` in microseconds: a month counts as 31
+/// days (what it spans depends on the timestamp it is added to).
+pub fn longest_micros(interval: &pgrx::datum::Interval) -> i128 {
+    const MICROS_PER_DAY: i128 = 86_400_000_000;
+    interval.months() as i128 * 31 * MICROS_PER_DAY + interval.days() as i128 * MICROS_PER_DAY + interval.micros() as i128
+}
+
+/// Raises 0A000 (`message`, `hint`) unless the transaction is READ
+/// COMMITTED: what needs a snapshot per statement, seeing what committed
+/// since the last one.
+pub fn require_read_committed(message: &str, hint: &str) {
+    if unsafe { pgrx::pg_sys::XactIsoLevel } >= pgrx::pg_sys::XACT_REPEATABLE_READ as i32 {
+        raise_with_hint(PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED, message, hint);
+    }
 }
 
 /// A non-NULL count within `range`, or ERROR 22004 / 22023 naming it.

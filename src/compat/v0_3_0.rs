@@ -21,9 +21,10 @@ use pgrx::prelude::*;
 
 use crate::errors::{int_in_range, raise_with_hint};
 use crate::queue::{
-    consume, enqueue, enqueue_many, route, settle_and_consume_tasks_with_queue, without_queue, Payload, Payloads, MAX_BATCH,
+    consume, enqueue_task_in_group, enqueue_tasks_in_group, route, settle_and_consume_tasks_with_queue, without_queue,
+    Payload, Payloads, MAX_BATCH,
 };
-use crate::text::{self, Text, TextArray};
+use crate::text::{Text, TextArray};
 
 /// Refuses a new call of one of these symbols through its renamed function.
 fn refuse_if_renamed(fcinfo: pg_sys::FunctionCallInfo) {
@@ -62,9 +63,7 @@ fn enqueue_task_in_queue(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> i64 {
     refuse_if_renamed(fcinfo);
-    let queue = text::name(p_queue, "p_queue");
-    let unique_key = p_unique_key.map(|key| text::checked_name(key, "p_unique_key"));
-    enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue, unique_key, None, None)
+    enqueue_task_in_group(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, p_queue, p_unique_key, None, None)
 }
 
 #[pg_extern(sql = false)]
@@ -78,8 +77,7 @@ fn enqueue_tasks(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> SetOfIterator<'static, i64> {
     refuse_if_renamed(fcinfo);
-    let queue = text::name(p_queue, "p_queue");
-    enqueue_many(p_task_name, p_payloads, p_run_after, p_priority, p_max_attempts, queue, None)
+    enqueue_tasks_in_group(p_task_name, p_payloads, p_run_after, p_priority, p_max_attempts, p_queue, None)
 }
 
 #[pg_extern(sql = false)]

@@ -277,13 +277,10 @@ fn has_transaction_id() -> bool {
 /// Each look needs a snapshot that includes what committed since the last
 /// one, which only READ COMMITTED gives.
 fn require_read_committed() {
-    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
-        raise_with_hint(
-            pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "consume_task cannot wait (p_wait) in a REPEATABLE READ or SERIALIZABLE transaction",
-            "Its snapshot would never show new jobs: wait in a READ COMMITTED transaction, or pass p_wait => NULL.",
-        );
-    }
+    crate::errors::require_read_committed(
+        "consume_task cannot wait (p_wait) in a REPEATABLE READ or SERIALIZABLE transaction",
+        "Its snapshot would never show new jobs: wait in a READ COMMITTED transaction, or pass p_wait => NULL.",
+    );
 }
 
 pub(crate) fn consume(

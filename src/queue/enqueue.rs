@@ -16,7 +16,7 @@ use crate::plans::{first_value, plan, types};
 /// that key completed within `p_unique_for` of now.
 #[pg_extern(name = "enqueue_task")]
 #[allow(clippy::too_many_arguments)]
-fn enqueue_task_in_group(
+pub(crate) fn enqueue_task_in_group(
     p_task_name: Option<Text>,
     p_payload: default!(Option<Payload>, "'{}'"),
     p_run_after: default!(Option<TimestampWithTimeZone>, "now()"),
@@ -52,21 +52,17 @@ fn unique_window(window: Interval, keyed: bool) -> Interval {
         );
     }
     let window = crate::errors::forward_interval(Some(window), "p_unique_for");
-    let longest_days = window.months() as i128 * 31 + window.days() as i128 + window.micros() as i128 / 86_400_000_000;
-    if longest_days > LONGEST_UNIQUE_WINDOW_DAYS {
+    if crate::errors::longest_micros(&window) / 86_400_000_000 > LONGEST_UNIQUE_WINDOW_DAYS {
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("p_unique_for must be at most 100 years, got {window}"),
             "A window reaches back only as far as the archive of completed jobs is kept (prune_jobs).",
         );
     }
-    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
-        raise_with_hint(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "p_unique_for is kept only in READ COMMITTED transactions",
-            "Enqueue in a READ COMMITTED transaction: a snapshot taken earlier would miss a completion committed since.",
-        );
-    }
+    crate::errors::require_read_committed(
+        "p_unique_for is kept only in READ COMMITTED transactions",
+        "Enqueue in a READ COMMITTED transaction: a snapshot taken earlier would miss a completion committed since.",
+    );
     window
 }
 
@@ -74,7 +70,7 @@ fn unique_window(window: Interval, keyed: bool) -> Interval {
 /// when given) per element of `p_payloads`, in one statement; returns their
 /// ids in the array's order. Without unique keys (enqueue_task takes one).
 #[pg_extern(name = "enqueue_tasks")]
-fn enqueue_tasks_in_group(
+pub(crate) fn enqueue_tasks_in_group(
     p_task_name: Option<Text>,
     p_payloads: Option<Payloads>,
     p_run_after: default!(Option<TimestampWithTimeZone>, "now()"),
@@ -90,7 +86,7 @@ fn enqueue_tasks_in_group(
 
 /// `enqueue_tasks` of every release since 0.3.0: `group` only on 0.4.0's
 /// tables (0.3.0's function has no `p_group`).
-pub(crate) fn enqueue_many(
+fn enqueue_many(
     p_task_name: Option<Text>,
     p_payloads: Option<Payloads>,
     p_run_after: Option<TimestampWithTimeZone>,
@@ -168,23 +164,25 @@ pub(crate) fn enqueue(
             values.push(group.as_ref().into());
         }
         let all_types = [&arg_types[..], &more_types[..]].concat();
+        // 0.4.0's statement, or 0.3.0's for tables without group_key.
+        let pick = |current: &'static str, v0_3_0: &'static str| if grouped { current } else { v0_3_0 };
         let Some(key) = &unique_key else {
-            let sql = match grouped {
-                true => include_str!("../../sql/queries/queue_enqueue.sql"),
-                false => include_str!("../../sql/queries/queue_enqueue_0_3_0.sql"),
-            };
+            let sql = pick(
+                include_str!("../../sql/queries/queue_enqueue.sql"),
+                include_str!("../../sql/queries/queue_enqueue_0_3_0.sql"),
+            );
             let stmt = plan(client, sql, &all_types);
             return (inserted_id(client.update(&*stmt, None, &values)), true);
         };
-        let sql = match grouped {
-            true => include_str!("../../sql/queries/queue_enqueue_unique.sql"),
-            false => include_str!("../../sql/queries/queue_enqueue_unique_0_3_0.sql"),
-        };
+        let sql = pick(
+            include_str!("../../sql/queries/queue_enqueue_unique.sql"),
+            include_str!("../../sql/queries/queue_enqueue_unique_0_3_0.sql"),
+        );
         let insert = plan(client, sql, &all_types);
-        let existing_sql = match grouped {
-            true => include_str!("../../sql/queries/queue_unique_job.sql"),
-            false => include_str!("../../sql/queries/queue_unique_job_0_3_0.sql"),
-        };
+        let existing_sql = pick(
+            include_str!("../../sql/queries/queue_unique_job.sql"),
+            include_str!("../../sql/queries/queue_unique_job_0_3_0.sql"),
+        );
         let existing = plan(client, existing_sql, &[types::TEXT, types::TEXT]);
         let window = unique_for.map(|window| FinishedHolder::new(client, &queue, key, window));
         // The job that held the key may finish between the two statements

@@ -3,11 +3,10 @@
 //! claims running at a time.
 
 use crate::text::Text;
-use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use super::claim::{claim_from, clock_now, timestamp, Claimant, Job, Source, Start};
-use crate::errors::{raise_with_hint, OrRaise};
+use crate::errors::OrRaise;
 use crate::plans::{first_two, plan, types};
 
 /// The running queues with a concurrency limit among `queues` (all when None).
@@ -43,13 +42,10 @@ pub(crate) fn claim_limited(
 ) -> Limited {
     use crate::lock_keys::{queue_turn_held_by_another, try_lock_queue_turn, unlock_queue_turn, TryLock, QUEUE_TURNS};
     // An older snapshot would miss the claims of turns that ended before it.
-    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
-        raise_with_hint(
-            pgrx::PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("queue \"{}\" has a concurrency limit, which claims can keep only in READ COMMITTED", queue.shown()),
-            "Claim in a READ COMMITTED transaction.",
-        );
-    }
+    crate::errors::require_read_committed(
+        &format!("queue \"{}\" has a concurrency limit, which claims can keep only in READ COMMITTED", queue.shown()),
+        "Claim in a READ COMMITTED transaction.",
+    );
     let turns = (max.max(1) as u32).min(QUEUE_TURNS);
     let per_turn = (max.max(1) as u32 / turns) as i64;
     // A turn this transaction already claimed in is not taken again: others

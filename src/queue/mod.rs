@@ -39,7 +39,7 @@ mod queue_tests;
 pub use reap::reap_expired_leases;
 pub(crate) use claim::without_queue;
 pub(crate) use consume::{consume, route, Route, MAX_BATCH};
-pub(crate) use enqueue::{enqueue, enqueue_many};
+pub(crate) use enqueue::{enqueue, enqueue_task_in_group, enqueue_tasks_in_group};
 pub(crate) use payload::{Payload, Payloads};
 pub(crate) use settle_and_consume::settle_and_consume_tasks_with_queue;
 

@@ -191,16 +191,15 @@ class QueueLogic(Bound[S]):
         if unique_key is not None:
             sql += ", p_unique_key => %s"
             params += (unique_key,)
-        if unique_for is not None:
-            if unique_key is None:
-                raise InvalidArgument("unique_for needs unique_key: it says how long a completed job keeps the key")
-            window = unique_window(unique_for)
-        if group is not None or unique_for is not None:
+        if unique_for is not None and unique_key is None:
+            raise InvalidArgument("unique_for needs unique_key: it says how long a completed job keeps the key")
+        window = None if unique_for is None else unique_window(unique_for)
+        if group is not None or window is not None:
             yield from require_job_groups("group" if group is not None else "unique_for")
         if group is not None:
             sql += ", p_group => %s"
             params += (group,)
-        if unique_for is not None:
+        if window is not None:
             sql += ", p_unique_for => %s"
             params += (window,)
         job_id = yield from fx.first(sql + ")", params)
