@@ -107,7 +107,7 @@ pub fn capped_interval(
 
 /// The longest span of `interval` in microseconds: a month counts as 31
 /// days (what it spans depends on the timestamp it is added to).
-pub fn longest_micros(interval: &pgrx::datum::Interval) -> i128 {
+fn longest_micros(interval: &pgrx::datum::Interval) -> i128 {
     const MICROS_PER_DAY: i128 = 86_400_000_000;
     interval.months() as i128 * 31 * MICROS_PER_DAY + interval.days() as i128 * MICROS_PER_DAY + interval.micros() as i128
 }

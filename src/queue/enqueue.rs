@@ -35,9 +35,13 @@ pub(crate) fn enqueue_task_in_group(
     enqueue(p_task_name, p_payload, p_run_after, p_priority, p_max_attempts, queue, unique_key, group, unique_for)
 }
 
-/// The longest `p_unique_for`: a century (months counted as 31 days),
+/// The longest `p_unique_for`: a century of 365.25-day years (36,525 days),
 /// longer than any archive is kept, and far from the timestamp range's end.
-const LONGEST_UNIQUE_WINDOW_DAYS: i128 = 36_500;
+/// A month counts as a twelfth of such a year, so that '100 years', '1200
+/// months' and '36500 days' are all within it, and '101 years' is not.
+const LONGEST_UNIQUE_WINDOW_MICROS: i128 = 36_525 * MICROS_PER_DAY;
+const MICROS_PER_DAY: i128 = 86_400_000_000;
+const MICROS_PER_AVERAGE_MONTH: i128 = 36_525 * MICROS_PER_DAY / 1_200;
 
 /// `p_unique_for`: positive, with no negative part, at most a century,
 /// given with a unique key, and only in READ COMMITTED: an older snapshot
@@ -52,7 +56,10 @@ fn unique_window(window: Interval, keyed: bool) -> Interval {
         );
     }
     let window = crate::errors::forward_interval(Some(window), "p_unique_for");
-    if crate::errors::longest_micros(&window) / 86_400_000_000 > LONGEST_UNIQUE_WINDOW_DAYS {
+    let span = window.months() as i128 * MICROS_PER_AVERAGE_MONTH
+        + window.days() as i128 * MICROS_PER_DAY
+        + window.micros() as i128;
+    if span > LONGEST_UNIQUE_WINDOW_MICROS {
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("p_unique_for must be at most 100 years, got {window}"),

@@ -323,7 +323,7 @@ class Runtime:
             return await cancellable(result, effect.cancel)
         if isinstance(effect, fx.Detect):
             async with self._borrow(effect.on, effect.checkout_by) as conn:
-                found = self._features.get(conn)
+                found = None if effect.fresh else self._features.get(conn)
                 if found is None:
                     found = features.parse(await run_statement(conn, fx.Execute(features.SQL)))
                     self._features[conn] = found

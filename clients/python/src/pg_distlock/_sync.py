@@ -572,7 +572,7 @@ class Runtime:
             return effect.fn(*effect.args)
         if isinstance(effect, fx.Detect):
             with self._borrow(effect.on, effect.checkout_by) as conn:
-                found = self._features.get(conn)
+                found = None if effect.fresh else self._features.get(conn)
                 if found is None:
                     found = features.parse(run_statement(conn, fx.Execute(features.SQL)))
                     self._features[conn] = found

@@ -83,6 +83,9 @@ class Detect:
     on: Session | None = None
     checkout_by: float | None = None
     """As Execute's: when getting a connection must have succeeded."""
+    fresh: bool = False
+    """Look again rather than answer from the connection's cache: the
+    extension may have been updated since (ALTER EXTENSION UPDATE)."""
 
 
 @dataclass(frozen=True)

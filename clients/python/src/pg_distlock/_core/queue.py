@@ -51,13 +51,16 @@ class Job:
 COMPLETE_SQL = "SELECT distlock.complete_task(%s, %s, %s)"
 
 
-# The longest unique_for the server takes (a century: enqueue.rs).
-LONGEST_UNIQUE_FOR = timedelta(days=36_500)
+# The longest unique_for the server takes (a century of 365.25-day years: enqueue.rs).
+LONGEST_UNIQUE_FOR = timedelta(days=36_525)
 
 
 def unique_window(value: Seconds) -> timedelta:
-    """`unique_for` as the server's interval: from a microsecond (the
-    interval's unit) to a century, refused here, by its name, otherwise."""
+    """`unique_for` as the server's interval: a number of seconds or a
+    timedelta, from a microsecond (the interval's unit) to a century,
+    refused here, by its name, otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, timedelta)):
+        raise InvalidArgument(f"unique_for must be a number of seconds or a timedelta, got {value!r}")
     s = seconds(value)
     if not 1e-6 <= s <= LONGEST_UNIQUE_FOR.total_seconds():
         raise InvalidArgument(f"unique_for must be from one microsecond to 100 years, got {s:g} seconds")
@@ -70,6 +73,9 @@ def require_job_groups(what: str) -> fx.Gen[None]:
     and windows (0.4.0): an older one would refuse the call with 42883, which
     reads as pg_distlock not being installed at all."""
     found: Features = yield fx.Detect()
+    if not found.job_groups:
+        # Told once per connection: the update may have run since.
+        found = yield fx.Detect(fresh=True)
     if not found.job_groups:
         raise needs_update(what)
 
