@@ -166,13 +166,21 @@ fn a_commit_wakes_one_waiting_consumer_per_job_of_its_queue_and_a_claim_wakes_no
     cancel_the_waiting(&mut producer, &db, asleep.into_iter().chain(asleep_b));
 }
 
-/// Cancels the consumers of `db` still sleeping in the server, `waiters`,
-/// and checks that each one's call ended in the cancel.
+/// Cancels the consumers of `db` still waiting in the server, `waiters`,
+/// and checks that each one's call ended in the cancel. A consumer may be
+/// between sleeps (in table mode it looks every 100 ms), where it is not an
+/// 'Extension' wait, so every consume call still running is cancelled, again
+/// until every waiter has ended.
 pub(crate) fn cancel_the_waiting(c: &mut Client, db: &str, waiters: impl IntoIterator<Item = Waiter>) {
-    c.batch_execute(&format!(
-        "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Extension'"
-    ))
-    .expect("cancel the others");
+    let waiters: Vec<Waiter> = waiters.into_iter().collect();
+    eventually("every consumer left waiting to end in a cancel", Duration::from_secs(20), || {
+        c.batch_execute(&format!(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = '{db}' AND state = 'active' \
+             AND pid <> pg_backend_pid() AND query LIKE '%consume_task%'"
+        ))
+        .expect("cancel the others");
+        waiters.iter().all(|w| w.is_finished())
+    });
     for waiter in waiters {
         assert!(finish(waiter).is_err(), "a consumer left waiting was cancelled");
     }
