@@ -650,8 +650,9 @@ SELECT id, queue, task_name, payload, 'completed'::varchar(20), worker_id, creat
        holder_role, producer_role, unique_key, group_key
   FROM distlock.completed_jobs;
 
--- Consumers learn each claimed job's queue (issue 47, item 6): consume_task,
--- consume_tasks and settle_and_consume_tasks return it as their last column;
+-- Consumers learn each claimed job's queue (issue 47, item 6) and group
+-- (issue 49): consume_task, consume_tasks and settle_and_consume_tasks
+-- return them as their last columns;
 -- producers give a job's group (above) to enqueue_task and enqueue_tasks.
 -- CREATE OR REPLACE cannot change a result type (nor add a parameter: that
 -- makes another function, and every call of the old one ambiguous), and DROP
@@ -686,7 +687,7 @@ BEGIN
            ]::pg_catalog.regprocedure[]::pg_catalog.oid[])
        AND d.deptype OPERATOR(pg_catalog.=) 'n';
     IF dependents IS NOT NULL THEN
-        RAISE EXCEPTION 'pg_distlock 0.4.0 adds a queue column to consume_task, consume_tasks and settle_and_consume_tasks and a group parameter to enqueue_task and enqueue_tasks, which % depends on', dependents
+        RAISE EXCEPTION 'pg_distlock 0.4.0 adds queue and group_key columns to consume_task, consume_tasks and settle_and_consume_tasks and a group parameter to enqueue_task and enqueue_tasks, which % depends on', dependents
             USING ERRCODE = 'dependent_objects_still_exist',
                   HINT = 'Drop it, run ALTER EXTENSION pg_distlock UPDATE, then create it again (docs/upgrading.md).';
     END IF;
@@ -751,7 +752,8 @@ CREATE FUNCTION distlock.consume_task(
     lease_expires_at timestamp with time zone,
     priority integer,
     worker_id text,
-    queue text
+    queue text,
+    group_key text
 )
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'consume_task_with_queue_wrapper';
@@ -772,7 +774,8 @@ CREATE FUNCTION distlock.consume_tasks(
     lease_expires_at timestamp with time zone,
     priority integer,
     worker_id text,
-    queue text
+    queue text,
+    group_key text
 )
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'consume_tasks_with_queue_wrapper';
@@ -799,7 +802,8 @@ CREATE FUNCTION distlock.settle_and_consume_tasks(
     priority integer,
     worker_id text,
     outcome text,
-    queue text
+    queue text,
+    group_key text
 )
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'settle_and_consume_tasks_with_queue_wrapper';

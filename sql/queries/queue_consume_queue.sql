@@ -167,5 +167,6 @@ RETURNING q.id, q.task_name, q.payload, q.attempts, q.max_attempts, q.lease_expi
           pg_catalog.starts_with(q.last_error, 'lease expired (worker '),
           -- The job's queue, handed to the consumer (0.4.0) and counted by
           -- the queue counters (counters.rs), with when the job became
-          -- runnable (the later of this and run_after).
-          q.queue, q.created_at
+          -- runnable (the later of this and run_after), and its group
+          -- (0.4.0).
+          q.queue, q.created_at, q.group_key

@@ -150,7 +150,7 @@ fn settle_and_consume_tasks(
         p_queues,
     );
     TableIterator::new(rows.map(
-        |(id, name, payload, attempts, max_attempts, lease, priority, worker, outcome, _queue)| {
+        |(id, name, payload, attempts, max_attempts, lease, priority, worker, outcome, _queue, _group)| {
             (id, name, payload, attempts, max_attempts, lease, priority, worker, outcome)
         },
     ))

@@ -13,9 +13,11 @@ use crate::plans::{plan, types};
 use crate::scopes::Scope;
 
 /// One claimed job; the SQL signatures below spell the same columns out,
-/// because pgrx reads them from the function's own tokens. The last is the
-/// job's queue (NULL from 0.2.0's tables, which have none).
-pub(crate) type Job = (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text, Option<Text>);
+/// because pgrx reads them from the function's own tokens. The last two are
+/// the job's queue (NULL from 0.2.0's tables, which have none) and its group
+/// (NULL from tables before 0.4.0's).
+pub(crate) type Job =
+    (i64, Text, Option<Payload>, i32, i32, TimestampWithTimeZone, i32, Text, Option<Text>, Option<Text>);
 
 /// A claimed job as the functions of 0.1.0 to 0.3.0 return it: without its
 /// queue (src/compat keeps their entry points).
@@ -23,7 +25,7 @@ pub(crate) type JobWithoutQueue = (i64, Text, Option<Payload>, i32, i32, Timesta
 
 pub(crate) fn without_queue(jobs: Vec<Job>) -> Vec<JobWithoutQueue> {
     jobs.into_iter()
-        .map(|(id, name, payload, attempts, max_attempts, lease, priority, worker, _)| {
+        .map(|(id, name, payload, attempts, max_attempts, lease, priority, worker, _, _)| {
             (id, name, payload, attempts, max_attempts, lease, priority, worker)
         })
         .collect()
@@ -106,20 +108,25 @@ pub(crate) fn claim_from(
         types::INT8, types::TEXT, types::INTERVAL, types::OID, types::TIMESTAMPTZ, types::TEXT_ARRAY, types::TEXT, types::BOOL,
         types::INT4, types::TIMESTAMPTZ, types::INT8,
     ];
+    // Only 0.4.0's statements (tables with job_attempts) return the job's
+    // group (column 13).
+    let returns_group = !matches!(source, Source::Legacy) && super::attempts_recorded();
     let (stmt, queue) = match source {
         Source::Legacy => (plan(client, include_str!("../../sql/queries/queue_consume_0_2_0.sql"), &LEGACY), None),
         Source::Every => {
-            let sql = super::for_attempts(
-                include_str!("../../sql/queries/queue_consume.sql"),
-                include_str!("../../sql/queries/queue_consume_0_3_0.sql"),
-            );
+            let sql = if returns_group {
+                include_str!("../../sql/queries/queue_consume.sql")
+            } else {
+                include_str!("../../sql/queries/queue_consume_0_3_0.sql")
+            };
             (plan(client, sql, &EVERY), None)
         }
         Source::Queue(queue, limited) => {
-            let sql = super::for_attempts(
-                include_str!("../../sql/queries/queue_consume_queue.sql"),
-                include_str!("../../sql/queries/queue_consume_queue_0_3_0.sql"),
-            );
+            let sql = if returns_group {
+                include_str!("../../sql/queries/queue_consume_queue.sql")
+            } else {
+                include_str!("../../sql/queries/queue_consume_queue_0_3_0.sql")
+            };
             (plan(client, sql, &ONE_QUEUE), Some((queue, limited)))
         }
     };
@@ -214,6 +221,7 @@ pub(crate) fn claim_from(
                             row.get::<i32>(7)?.unwrap_or_default(),
                             worker.clone(),
                             if starts_anywhere { row.get::<Text>(11)? } else { None },
+                            if returns_group { row.get::<Text>(13)? } else { None },
                         ));
                     }
                     Ok(())

@@ -458,8 +458,8 @@ pub(crate) fn consume_after(
 /// queues `p_queues` (tried in the order given; NULL: every queue) with a
 /// lease; zero rows when there is none, after waiting up to `p_wait` for
 /// one. A NULL worker id falls back to the session's application_name or
-/// client address. The last column is the job's queue (0.4.0; 0.3.0's entry
-/// point, without it, is in src/compat/v0_3_0.rs).
+/// client address. The last columns are the job's queue and group (0.4.0;
+/// 0.3.0's entry point, without them, is in src/compat/v0_3_0.rs).
 #[pg_extern(name = "consume_task")]
 fn consume_task_with_queue(
     p_worker_id: default!(Option<Text>, "NULL"),
@@ -478,6 +478,7 @@ fn consume_task_with_queue(
         name!(priority, i32),
         name!(worker_id, Text),
         name!(queue, Option<Text>),
+        name!(group_key, Option<Text>),
     ),
 > {
     let route = route(p_queues, &p_wait);
@@ -485,8 +486,8 @@ fn consume_task_with_queue(
 }
 
 /// Claims up to `p_batch` (1..1000) runnable jobs of the queues `p_queues`
-/// in one call, after waiting up to `p_wait` for the first; the last column
-/// is each job's queue.
+/// in one call, after waiting up to `p_wait` for the first; the last columns
+/// are each job's queue and group.
 #[pg_extern(name = "consume_tasks")]
 fn consume_tasks_with_queue(
     p_batch: Option<i32>,
@@ -506,6 +507,7 @@ fn consume_tasks_with_queue(
         name!(priority, i32),
         name!(worker_id, Text),
         name!(queue, Option<Text>),
+        name!(group_key, Option<Text>),
     ),
 > {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);

@@ -1,6 +1,6 @@
 //! Job groups (issue 49, item 1): a job keeps the group it was queued in
-//! through every move, claims, takeovers, failures and completions included.
-//! Claims do not use groups yet; tests/cluster/queue_groups.rs covers
+//! through every move, claims, takeovers, failures and completions included,
+//! and each claim hands it to the consumer. Claims do not act on groups yet; tests/cluster/queue_groups.rs covers
 //! producers' scopes.
 
 #[pgrx::pg_schema]
@@ -108,6 +108,62 @@ mod tests {
         assert_eq!(
             one::<String>(&format!("SELECT status || ':' || group_key FROM distlock.jobs WHERE id = {dies}")),
             Some("dead:d".into())
+        );
+    }
+
+    /// Each way of claiming hands the consumer the job's group (the last
+    /// column), NULL for a job without one: from every queue, from named
+    /// queues, from a limited queue, a takeover, and settle_and_consume_tasks.
+    #[pg_test]
+    fn groups_are_handed_to_the_consumer_by_every_claim() {
+        let grouped = enqueue("'g', p_queue => 'groups-told', p_group => 'x', p_priority => 9");
+        let plain = enqueue("'g', p_queue => 'groups-told', p_priority => 8");
+        assert_eq!(
+            one::<String>("SELECT task_id || ':' || coalesce(group_key, '-') FROM distlock.consume_task('w1')"),
+            Some(format!("{grouped}:x")),
+            "every queue"
+        );
+        assert_eq!(
+            one::<String>(
+                "SELECT task_id || ':' || coalesce(group_key, '-') FROM distlock.consume_task('w1', p_queues => ARRAY['groups-told'])"
+            ),
+            Some(format!("{plain}:-")),
+            "a named queue, no group"
+        );
+        let batch = [enqueue("'g', p_queue => 'groups-told', p_group => 'y'"), enqueue("'g', p_queue => 'groups-told', p_group => 'z'")];
+        assert_eq!(
+            one::<String>(
+                "SELECT string_agg(group_key, ',' ORDER BY task_id) FROM distlock.consume_tasks(5, 'w2', p_queues => ARRAY['groups-told'])"
+            ),
+            Some("y,z".into()),
+            "a batch"
+        );
+        run("SELECT distlock.set_queue_limit('groups-limited', 3)");
+        let limited = enqueue("'g', p_queue => 'groups-limited', p_group => 'l'");
+        assert_eq!(
+            one::<String>(
+                "SELECT task_id || ':' || group_key FROM distlock.consume_task('w3', '1 millisecond', p_queues => ARRAY['groups-limited'])"
+            ),
+            Some(format!("{limited}:l")),
+            "a limited queue"
+        );
+        run("SELECT pg_sleep(0.01)");
+        assert_eq!(
+            one::<String>(
+                "SELECT task_id || ':' || group_key FROM distlock.consume_task('w4', p_queues => ARRAY['groups-limited'])"
+            ),
+            Some(format!("{limited}:l")),
+            "taken over from an expired lease"
+        );
+        let next = enqueue("'g', p_queue => 'groups-told', p_group => 'n'");
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT string_agg(task_id || ':' || outcome || ':' || coalesce(group_key, '-'), ',' ORDER BY outcome) \
+                 FROM distlock.settle_and_consume_tasks(1, 'w2', p_completed => ARRAY[{}, {plain}], p_queues => ARRAY['groups-told'])",
+                batch[0]
+            )),
+            Some(format!("{next}:claimed:n,{plain}:refused:-")),
+            "settle_and_consume_tasks: claimed rows carry it, refused ones not"
         );
     }
 

@@ -80,11 +80,17 @@ fn for_completions(archived: &'static str, in_place: &'static str) -> &'static s
 /// (The update that made job_attempts gave jobs their group_key: the
 /// statements that carry a job's columns along name it only in `recorded`.)
 fn for_attempts(recorded: &'static str, unrecorded: &'static str) -> &'static str {
-    if crate::version::table_oid(c"job_attempts") != pgrx::pg_sys::InvalidOid {
+    if attempts_recorded() {
         recorded
     } else {
         unrecorded
     }
+}
+
+/// Whether the tables are 0.4.0's: job_attempts exists (and jobs have their
+/// group_key).
+fn attempts_recorded() -> bool {
+    crate::version::table_oid(c"job_attempts") != pgrx::pg_sys::InvalidOid
 }
 
 /// `p_lease` of a job claim or extension: positive and at most

@@ -18,8 +18,8 @@ use crate::errors::int_in_range;
 /// 'refused' is a job of `p_completed` or `p_failed` that this worker no
 /// longer held in that attempt (its lease ran out), left unchanged. Waits
 /// up to `p_wait` only when it settled nothing, so settles never wait
-/// uncommitted. The last column is a claimed job's queue (0.4.0; 0.3.0's
-/// entry point, without it, is in src/compat/v0_3_0.rs).
+/// uncommitted. The last columns are a claimed job's queue and group (0.4.0;
+/// 0.3.0's entry point, without them, is in src/compat/v0_3_0.rs).
 #[pg_extern(name = "settle_and_consume_tasks")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn settle_and_consume_tasks_with_queue(
@@ -46,6 +46,7 @@ pub(crate) fn settle_and_consume_tasks_with_queue(
         name!(worker_id, Text),
         name!(outcome, &'static str),
         name!(queue, Option<Text>),
+        name!(group_key, Option<Text>),
     ),
 > {
     let batch = int_in_range(p_batch, "p_batch", 1..=MAX_BATCH);
@@ -80,12 +81,12 @@ pub(crate) fn settle_and_consume_tasks_with_queue(
         }
         settled
     });
-    let claimed = jobs.into_iter().map(|(id, name, payload, attempts, max_attempts, lease, priority, worker, queue)| {
-        (id, Some(name), payload, Some(attempts), Some(max_attempts), Some(lease), Some(priority), worker, "claimed", queue)
+    let claimed = jobs.into_iter().map(|(id, name, payload, attempts, max_attempts, lease, priority, worker, queue, group)| {
+        (id, Some(name), payload, Some(attempts), Some(max_attempts), Some(lease), Some(priority), worker, "claimed", queue, group)
     });
     let refused = refused
         .into_iter()
-        .map(|(id, attempt, worker)| (id, None, None, attempt, None, None, None, worker, "refused", None));
+        .map(|(id, attempt, worker)| (id, None, None, attempt, None, None, None, worker, "refused", None, None));
     TableIterator::new(refused.chain(claimed).collect::<Vec<_>>())
 }
 

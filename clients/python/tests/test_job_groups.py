@@ -1,6 +1,6 @@
 """Job groups (pg_distlock 0.4.0, issue 49 item 1): Queue.enqueue and
-enqueue_many put jobs in a group of their queue; the group stays with the
-job when it completes, and the console's job page shows it, escaped;
+enqueue_many put jobs in a group of their queue; a claimed Job says its group;
+the group stays with the job when it completes, and the console's job page shows it, escaped;
 unique_for keeps a completed job's unique key held for its window."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pg_distlock
 import pytest
+from pg_distlock import aio
 
 from conftest import Db
 from test_console import console
@@ -29,7 +30,8 @@ def test_enqueue_and_enqueue_many_put_jobs_in_a_group(db: Db) -> None:
     assert [group_of(db, job) for job in (one, keyed, *many, plain)] == [
         "customer:7", "customer:8", "customer:9", "customer:9", None]
     jobs = queue.consume(batch=10)
-    assert {job.id for job in jobs} == {one, keyed, *many, plain}
+    assert {job.id: job.group for job in jobs} == {
+        one: "customer:7", keyed: "customer:8", many[0]: "customer:9", many[1]: "customer:9", plain: None}
     assert queue.complete_many(jobs) == {one, keyed, *many, plain}
     assert db.value("SELECT group_key FROM distlock.completed_jobs WHERE id = %s", one) == "customer:7"
 
@@ -62,3 +64,30 @@ def test_unique_for_keeps_a_completed_jobs_key_for_the_window(db: Db) -> None:
     for bad in (0, -1, float("inf")):
         with pytest.raises(pg_distlock.InvalidArgument):
             queue.enqueue("sync", queue="dedup-py", unique_key="k", unique_for=bad)
+
+
+def test_every_way_of_claiming_says_the_group(db: Db) -> None:
+    """consume() of one job (consume_task), and QueueWorker's claims
+    (settle_and_consume_tasks), give each Job its group."""
+    queue = pg_distlock.Queue(db.dsn, worker_id="w", queues=["told"])
+    first = queue.enqueue("sync", queue="told", group="g1", priority=2)
+    (job,) = queue.consume()
+    assert (job.id, job.group) == (first, "g1")
+    queue.complete(job)
+    ids = {queue.enqueue("sync", queue="told", group=f"w{i}"): f"w{i}" for i in range(3)}
+    ids[queue.enqueue("sync", queue="told")] = None
+    seen: dict[int, str | None] = {}
+    stats = pg_distlock.QueueWorker(db.dsn, lambda job: seen.update({job.id: job.group}), queues=["told"],
+                                    wait=0.2, exit_when_idle=True, handle_signals=False).run()
+    assert stats.completed == 4
+    assert seen == ids
+
+
+async def test_the_asyncio_queue_says_the_group(db: Db) -> None:
+    queue = aio.Queue(db.dsn, worker_id="a", queues=["told-async"])
+    try:
+        job_id = await queue.enqueue("sync", queue="told-async", group="ga")
+        (job,) = await queue.consume()
+        assert (job.id, job.group) == (job_id, "ga")
+    finally:
+        await queue.close()

@@ -38,6 +38,9 @@ class Job:
     queue: str | None = None
     """The queue the job came from: from the server on pg_distlock 0.4.0;
     before, the queue the consumer named when it named exactly one, else None."""
+    group: str | None = None
+    """The job's group (``enqueue(..., group=)``), None for a job without
+    one and from a server before pg_distlock 0.4.0."""
     lost: Any = field(default=None, repr=False)
     """In QueueWorker: an Event set when the job's lease could not be extended."""
     cancelled: Any = field(default=None, repr=False)
@@ -163,12 +166,13 @@ class QueueLogic(Bound[S]):
 
     def _jobs(self, rows: Iterable[Mapping[str, Any]]) -> list[Job]:
         """Jobs of claimed rows (by column name). A server before 0.4.0 does
-        not say a job's queue: it is the consumer's only queue when it named
-        one, else None."""
+        not say a job's queue (it is the consumer's only queue when it named
+        one, else None) nor its group (None)."""
         only = self.queues[0] if self.queues is not None and len(set(self.queues)) == 1 else None
         return [
             Job(row["task_id"], row["task_name"], row["payload"], row["attempts"], row["max_attempts"],
-                row["lease_expires_at"], row["priority"], row["worker_id"], row.get("queue", only))
+                row["lease_expires_at"], row["priority"], row["worker_id"], row.get("queue", only),
+                row.get("group_key"))
             for row in rows
         ]
 
