@@ -5,6 +5,7 @@ unique_for keeps a completed job's unique key held for its window."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pg_distlock
@@ -52,6 +53,24 @@ def test_the_job_page_shows_the_group_escaped(db: Db) -> None:
     assert EVIL not in page
 
 
+def test_the_job_list_shows_each_jobs_group_escaped(db: Db) -> None:
+    """Unfinished and completed jobs alike; none for a job without one."""
+    queue = pg_distlock.Queue(db.dsn, worker_id="w", queues=["grouped-list"])
+    done = queue.enqueue("sync", queue="grouped-list", group="finished-group")
+    (job,) = queue.consume()
+    assert queue.complete(job)
+    waiting = queue.enqueue("sync", queue="grouped-list", group=EVIL)
+    plain = queue.enqueue("sync", queue="grouped-list")
+    with console(db.dsn) as (client, _):
+        page = client.get("/jobs", params={"queue": "grouped-list"}).text
+    rows = {int(job): row for job, row in re.findall(r'<tr data-job="(\d+)"(.*?)</tr>', page, re.S)}
+    assert set(rows) == {done, waiting, plain}
+    assert '<small class="group" title="group">finished-group</small>' in rows[done]
+    assert '<small class="group" title="group">&lt;script&gt;alert(1)&lt;/script&gt;</small>' in rows[waiting]
+    assert 'class="group"' not in rows[plain]
+    assert EVIL not in page
+
+
 def test_unique_for_keeps_a_completed_jobs_key_for_the_window(db: Db) -> None:
     queue = pg_distlock.Queue(db.dsn, worker_id="w", queues=["dedup-py"])
     first = queue.enqueue("sync", queue="dedup-py", unique_key="account:7", unique_for=3600)
@@ -74,7 +93,7 @@ def test_every_way_of_claiming_says_the_group(db: Db) -> None:
     (job,) = queue.consume()
     assert (job.id, job.group) == (first, "g1")
     queue.complete(job)
-    ids = {queue.enqueue("sync", queue="told", group=f"w{i}"): f"w{i}" for i in range(3)}
+    ids: dict[int, str | None] = {queue.enqueue("sync", queue="told", group=f"w{i}"): f"w{i}" for i in range(3)}
     ids[queue.enqueue("sync", queue="told")] = None
     seen: dict[int, str | None] = {}
     stats = pg_distlock.QueueWorker(db.dsn, lambda job: seen.update({job.id: job.group}), queues=["told"],

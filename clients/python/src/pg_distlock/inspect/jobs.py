@@ -35,7 +35,13 @@ UNFINISHED_STATES = {
 }
 COLUMNS = ("id, queue, task_name, {status} AS status, {delayed} AS delayed, attempts, max_attempts, priority, "
            "run_after, created_at, started_at, completed_at, worker_id, "
-           "pg_catalog.left(last_error, %(error_chars)s) AS last_error, unique_key")
+           "pg_catalog.left(last_error, %(error_chars)s) AS last_error, unique_key, {group} AS group_key")
+# Whether the job tables have groups (pg_distlock 0.4.0): before, a page
+# shows none.
+GROUPED_SQL = """
+    SELECT 1 FROM pg_catalog.pg_attribute
+     WHERE attrelid OPERATOR(pg_catalog.=) 'distlock.task_queue'::pg_catalog.regclass
+       AND attname OPERATOR(pg_catalog.=) 'group_key' AND NOT attisdropped"""
 
 
 def whole_number(text: str) -> bool:
@@ -110,9 +116,11 @@ def _branch(table: str, columns: str, conditions: list[str]) -> str:
     return f"(SELECT {columns} FROM {table}{where} ORDER BY id DESC LIMIT %(limit)s)"
 
 
-def statement(query: JobQuery, floor: Optional[int] = None) -> tuple[str, dict[str, Any]]:
+def statement(query: JobQuery, floor: Optional[int] = None, grouped: bool = True) -> tuple[str, dict[str, Any]]:
     """The statement of a page (one more row than shown: is there more?),
-    with the archive read from id `floor` up only."""
+    with the archive read from id `floor` up only; each job's group when
+    the tables are `grouped`."""
+    group = "group_key" if grouped else "NULL::text"
     params = {"before": query.before, "queue": query.queue, "name": query.name, "job_id": query.job_id,
               "key": query.unique_key, "floor": floor, "limit": PAGE_SIZE + 1, "error_chars": ERROR_CHARS + 1}
     common = [condition for key, condition in (("before", "id < %(before)s"), ("job_id", "id = %(job_id)s"),
@@ -122,10 +130,10 @@ def statement(query: JobQuery, floor: Optional[int] = None) -> tuple[str, dict[s
     branches = []
     if query.unfinished:
         state = UNFINISHED_STATES.get(query.state)
-        branches.append(_branch("distlock.task_queue", COLUMNS.format(status="status::text", delayed=DELAYED),
+        branches.append(_branch("distlock.task_queue", COLUMNS.format(status="status::text", delayed=DELAYED, group=group),
                                 common + ([state] if state else [])))
     if query.completed:
-        branches.append(_branch("distlock.completed_jobs", COLUMNS.format(status="'completed'::text", delayed="false"),
+        branches.append(_branch("distlock.completed_jobs", COLUMNS.format(status="'completed'::text", delayed="false", group=group),
                                 common + (["id >= %(floor)s"] if floor is not None else [])))
     if len(branches) == 1:
         return branches[0], params
@@ -147,7 +155,7 @@ def page(conn: psycopg.Connection[Any], query: JobQuery) -> Optional[JobPage]:
     """The jobs `query` asks for, PAGE_SIZE at most; None when the role may not read them."""
     top = archive_top(conn, query)
     floor = None if top is None else top - ARCHIVE_WINDOW
-    sql, params = statement(query, floor)
+    sql, params = statement(query, floor, bool(_rows(conn, GROUPED_SQL)))
     rows = _rows(conn, sql, params)
     if rows is None:
         return None
