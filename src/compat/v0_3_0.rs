@@ -1,8 +1,8 @@
 //! 0.3.0's `consume_task`, `consume_tasks` and `settle_and_consume_tasks`:
 //! the symbols `consume_task_from_queues_wrapper`,
 //! `consume_tasks_from_queues_wrapper` and `settle_and_consume_tasks_wrapper`,
-//! with 0.3.0's result columns (without the job's queue, which 0.4.0 added
-//! as the last column). A C function must return exactly the columns its
+//! with 0.3.0's result columns (without the job's queue and group, which
+//! 0.4.0 added as the last columns). A C function must return exactly the columns its
 //! SQL declares, so 0.4.0's functions are other symbols. Likewise 0.3.0's
 //! `enqueue_task` and `enqueue_tasks` (`enqueue_task_in_queue_wrapper`,
 //! `enqueue_tasks_wrapper`), which take no group: a C function reads the
@@ -44,7 +44,7 @@ fn refuse_if_renamed(fcinfo: pg_sys::FunctionCallInfo) {
             &format!("Call distlock.{current}, 0.4.0's {}.", if current.starts_with("enqueue") {
                 "function of that name, which also takes a group"
             } else {
-                "function of that name, which returns each job's queue as its last column"
+                "function of that name, which also returns each job's queue and group"
             }),
         );
     }

@@ -65,12 +65,12 @@ mod tests {
         assert_sqlstate("distlock.enqueue_task('x', p_queue => '')", "22023");
     }
 
-    /// Each claimed job says which queue it came from, in the last column of
-    /// consume_task, consume_tasks and settle_and_consume_tasks (after
-    /// `outcome` there), so that readers of the other columns by position
-    /// keep working (issue 47, item 6).
+    /// Each claimed job says which queue it came from and its group, in the
+    /// last two columns of consume_task, consume_tasks and
+    /// settle_and_consume_tasks (after `outcome` there), so that readers of
+    /// the other columns by position keep working (issue 47, item 6; issue 49).
     #[pg_test]
-    fn queue_claims_name_each_jobs_queue_in_their_last_column() {
+    fn queue_claims_name_each_jobs_queue_and_group_in_their_last_columns() {
         for (function, before_last) in [
             ("consume_task(text, interval, interval, text[])", "worker_id"),
             ("consume_tasks(integer, text, interval, interval, text[])", "worker_id"),
@@ -78,10 +78,10 @@ mod tests {
         ] {
             assert_eq!(
                 one::<String>(&format!(
-                    "SELECT a[array_length(a, 1) - 1] || ',' || a[array_length(a, 1)] \
+                    "SELECT a[array_length(a, 1) - 2] || ',' || a[array_length(a, 1) - 1] || ',' || a[array_length(a, 1)] \
                        FROM (SELECT proargnames AS a FROM pg_catalog.pg_proc WHERE oid = 'distlock.{function}'::regprocedure) p"
                 )),
-                Some(format!("{before_last},queue")),
+                Some(format!("{before_last},queue,group_key")),
                 "{function}"
             );
         }

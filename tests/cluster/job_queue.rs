@@ -36,7 +36,7 @@ fn consumers_learn_each_jobs_queue_from_all_three_claim_functions() {
         let mut producer = connect_to(port, &db, "job-queue-producer");
         for (function, before_last) in [(CONSUME_TASK, "worker_id"), (CONSUME_TASKS, "worker_id"), (SETTLE_AND_CONSUME, "outcome")] {
             let columns = columns_of(&mut c, function);
-            assert!(columns.ends_with(&format!(",{before_last},queue")), "{mode}: {function}: {columns}");
+            assert!(columns.ends_with(&format!(",{before_last},queue,group_key")), "{mode}: {function}: {columns}");
         }
         let mut enqueued: BTreeMap<i64, String> = BTreeMap::new();
         let mut enqueue = |c: &mut Client, queue: &str, n: usize| {
@@ -143,9 +143,9 @@ fn a_0_3_0_database_keeps_0_3_0s_columns_until_its_update() {
     c.batch_execute("ALTER EXTENSION pg_distlock UPDATE").expect("update");
     let mut c = connect(name);
     for function in [CONSUME_TASK, CONSUME_TASKS] {
-        assert_eq!(columns_of(&mut c, function), format!("{COLUMNS_0_3_0},queue"), "{function} after the update");
+        assert_eq!(columns_of(&mut c, function), format!("{COLUMNS_0_3_0},queue,group_key"), "{function} after the update");
     }
-    assert_eq!(columns_of(&mut c, SETTLE_AND_CONSUME), format!("{COLUMNS_0_3_0},outcome,queue"));
+    assert_eq!(columns_of(&mut c, SETTLE_AND_CONSUME), format!("{COLUMNS_0_3_0},outcome,queue,group_key"));
     assert_eq!(
         scalar(&mut c, "SELECT has_function_privilege('distlock_jq_by_hand', 'distlock.consume_task(text, interval, interval, text[])', 'EXECUTE')").as_deref(),
         Some("t"),

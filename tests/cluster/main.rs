@@ -65,6 +65,7 @@ mod review_46_8;
 mod review_46_9;
 mod review_frontier;
 mod review_groups;
+mod review_claim_group;
 mod review_frontier2;
 mod review_frontier3;
 mod review_dedup;

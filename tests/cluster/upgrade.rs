@@ -313,9 +313,9 @@ fn check_0_3_0_state(c: &mut Client) {
     assert_eq!(
         columns,
         [
-            format!("{CLAIM_COLUMNS_0_3_0},queue"),
-            format!("{CLAIM_COLUMNS_0_3_0},queue"),
-            format!("{CLAIM_COLUMNS_0_3_0},outcome,queue")
+            format!("{CLAIM_COLUMNS_0_3_0},queue,group_key"),
+            format!("{CLAIM_COLUMNS_0_3_0},queue,group_key"),
+            format!("{CLAIM_COLUMNS_0_3_0},outcome,queue,group_key")
         ],
         "the claim functions after the update, called by the consumer granted at 0.3.0"
     );
