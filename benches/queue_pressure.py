@@ -27,6 +27,7 @@ import argparse
 import csv
 import os
 import statistics
+import subprocess
 import threading
 import time
 
@@ -234,6 +235,18 @@ def statements(conn: psycopg.Connection, system: str, phase: str, out: str) -> N
     conn.execute("SELECT pg_stat_statements_reset()")
 
 
+def perf_window(out: str, system: str, phase: str, t_end: int, until: float) -> subprocess.Popen:
+    """perf record of the whole machine (call graphs, 99 Hz: a small cost)
+    until `until`, into OUT/SYSTEM-PHASE-T.data: where the server's CPU
+    goes in that window (benches/perf_top.sh summarises the files)."""
+    os.makedirs(out, exist_ok=True)
+    seconds = max(0.1, until - time.monotonic() - 0.05)
+    return subprocess.Popen(
+        ["perf", "record", "-q", "-F", "99", "-a", "-g", "-o", os.path.join(out, f"{system}-{phase}-{t_end:04d}.data"),
+         "--", "sleep", f"{seconds:.2f}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("dsn")
@@ -251,6 +264,7 @@ def main() -> None:
     p.add_argument("--held", type=int, default=120)
     p.add_argument("--after", type=int, default=60)
     p.add_argument("--pressure-sql", default="SELECT count(*) FROM pg_class")
+    p.add_argument("--perf", help="a directory: a system-wide perf profile of each window goes there")
     a = p.parse_args()
 
     c = Counters()
@@ -306,7 +320,10 @@ def main() -> None:
         windows = max(1, -(-seconds // a.window))
         for _ in range(windows):
             t_next += a.window
+            profile = perf_window(a.perf, a.system, phase, round(t_next - start), t_next) if a.perf else None
             time.sleep(max(0.0, t_next - time.monotonic()))
+            if profile is not None:
+                profile.wait()
             now = (c.done, s.wal(), server_ticks(a.datadir))
             with c.lock:
                 ready = c.produced - c.claimed

@@ -26,7 +26,10 @@
 # benches/queue_pressure.png). BENCH_STATEMENTS=1 preloads
 # pg_stat_statements (track = all, so the extension's own statements are
 # counted) and writes each phase's top statements to pressure_statements.csv:
-# it costs throughput, so not for the figures. BENCH_SYSTEMS="pgque pgmq"
+# it costs throughput, so not for the figures. BENCH_PERF=1 records a
+# system-wide perf profile (99 Hz, call graphs) of every window into
+# $BENCH_DIR/perf/SYSTEM-PHASE-T.data and prints the top symbols of each
+# phase (benches/perf_top.sh). BENCH_SYSTEMS="pgque pgmq"
 # runs only those (their SQL still named by PGMQ_SQL, PGQUE_SQL).
 # Measurements, not pass/fail tests.
 #   PGMQ_SQL=... PGQUE_SQL=... benches/queue_pressure.sh
@@ -58,6 +61,12 @@ if [ "${BENCH_STATEMENTS:-0}" = 1 ]; then
     -c "CREATE EXTENSION pg_stat_statements" >/dev/null
   statements=(--statements "$dir/pressure_statements.csv")
 fi
+profiles=()
+if [ "${BENCH_PERF:-0}" = 1 ]; then
+  command -v perf >/dev/null || { echo "BENCH_PERF=1 needs perf (Debian: linux-perf)" >&2; exit 1; }
+  rm -rf "$dir/perf"
+  profiles=(--perf "$dir/perf")
+fi
 install_peers "$port"
 bench_client_venv "$dir" binary matplotlib
 
@@ -77,7 +86,7 @@ for system in "${systems[@]}"; do
   psql_on "$port" -c "VACUUM ANALYZE" -c "CHECKPOINT" >/dev/null
   "$dir/venv/bin/python" benches/queue_pressure.py "host=127.0.0.1 port=$port user=postgres dbname=bench" "$system" \
     --datadir "$dir/memory" --windows "$dir/pressure_windows.csv" --summary "$dir/pressure_summary.csv" \
-    "${statements[@]}" --workers "$workers" --window "$window" --warmup "$warmup" \
+    "${statements[@]}" "${profiles[@]}" --workers "$workers" --window "$window" --warmup "$warmup" \
     --unpressured "$unpressured" --held "$held" --after "$after"
 done
 
@@ -90,6 +99,13 @@ column -s, -t <"$dir/pressure_summary.csv"
 echo
 echo "windows: $dir/pressure_windows.csv"
 [ -z "${statements[*]}" ] || echo "statements: $dir/pressure_statements.csv"
+if [ -n "${profiles[*]}" ]; then
+  for system in "${systems[@]}"; do
+    for phase in unpressured held after; do
+      benches/perf_top.sh "$dir/perf" "$system-$phase" 25
+    done
+  done
+fi
 plot="$dir/pressure.png"
 [ "${BENCH_UPDATE_PLOT:-0}" = 1 ] && plot=benches/queue_pressure.png
 "$dir/venv/bin/python" benches/plot_pressure.py "$dir/pressure_windows.csv" "$plot" \
