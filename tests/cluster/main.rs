@@ -76,6 +76,7 @@ mod review_zones;
 mod review_whole14;
 mod review_whole15;
 mod review_whole16;
+mod review_whole17;
 mod review_jq2b;
 mod review_metrics;
 mod review_metrics2;
