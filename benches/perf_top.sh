@@ -10,6 +10,6 @@ files=("$dir/$prefix"-*.data)
 [ ${#files[@]} -gt 0 ] || { echo "no profile $dir/$prefix-*.data"; exit 0; }
 for data in "${files[@]}"; do
   echo "== $(basename "$data" .data): top $lines symbols by self time (command, shared object, symbol)"
-  perf report -i "$data" --no-children --sort comm,dso,symbol --stdio -g none 2>/dev/null \
-    | grep -E '^ +[0-9]' | sed -E 's/[ -]+$//; s/  +/  /g' | awk -v n="$lines" 'NR <= n'
+  { perf report -i "$data" --no-children --sort comm,dso,symbol --stdio -g none 2>/dev/null || true; } \
+    | { grep -E '^ +[0-9]' || echo "  (no samples)"; } | sed -E 's/[ -]+$//; s/  +/  /g' | awk -v n="$lines" 'NR <= n'
 done

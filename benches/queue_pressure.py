@@ -301,6 +301,7 @@ def main() -> None:
     last = (c.done, s.wal(), server_ticks(a.datadir))
     # PgQue's table rotations seen during the run.
     last_switch, rotations = s.rotations(), 0
+    profiles: list[subprocess.Popen] = []
     for phase, seconds in phases:
         if seconds <= 0:
             continue
@@ -320,10 +321,11 @@ def main() -> None:
         windows = max(1, -(-seconds // a.window))
         for _ in range(windows):
             t_next += a.window
-            profile = perf_window(a.perf, a.system, phase, round(t_next - start), t_next) if a.perf else None
+            if a.perf:
+                # Not waited for here: perf takes about a second to write
+                # its file after the window, which would end the count late.
+                profiles.append(perf_window(a.perf, a.system, phase, round(t_next - start), t_next))
             time.sleep(max(0.0, t_next - time.monotonic()))
-            if profile is not None:
-                profile.wait()
             now = (c.done, s.wal(), server_ticks(a.datadir))
             with c.lock:
                 ready = c.produced - c.claimed
@@ -352,6 +354,8 @@ def main() -> None:
     stop.set()
     for t in threads:
         t.join(timeout=10)
+    for profile in profiles:
+        profile.wait()
     if holder is not None:
         holder.close()
 
